@@ -1,0 +1,5 @@
+//! Subcommands of the `clockmesh` binary, one module each.
+pub mod capture;
+pub mod gpu;
+pub mod simulate;
+pub mod trace;

@@ -1,0 +1,1 @@
+//! GPU device clock sources; the device-clock issue fills this.

@@ -1,0 +1,45 @@
+//! The `clockmesh` binary: thin CLI over the `clockmesh` library.
+use clap::{Parser, Subcommand};
+
+mod cli;
+
+/// clockmesh: clock offsets between GPU nodes from eBPF-timestamped probe
+/// pairs, published for profilers and used to merge multi-host traces.
+#[derive(Parser, Debug)]
+#[command(name = "clockmesh", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Attach the eBPF programs to an interface and print probe timestamps.
+    Capture(cli::capture::CaptureArgs),
+    /// Run the estimator on a simulated cluster with known truth.
+    Simulate(cli::simulate::SimulateArgs),
+    /// Inspect and merge profiler traces (.xplane.pb) onto one timeline.
+    Trace(cli::trace::TraceArgs),
+    /// Sample a GPU device clock against the host clocks.
+    GpuClock(cli::gpu::GpuArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    init_logging();
+    match Cli::parse().command {
+        Command::Capture(a) => cli::capture::run(a),
+        Command::Simulate(a) => cli::simulate::run(a),
+        Command::Trace(a) => cli::trace::run(a),
+        Command::GpuClock(a) => cli::gpu::run(a),
+    }
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

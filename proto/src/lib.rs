@@ -1,0 +1,1 @@
+//! Placeholder; the publication issue fills this crate.
