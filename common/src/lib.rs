@@ -155,3 +155,120 @@ mod pod {
 
 const _: () = assert!(PROBE_EVENT_LEN == 64);
 const _: () = assert!(PROBE_HEADER_LEN == 32);
+
+/// Decodes one ring-buffer record (little-endian, as the kernel wrote it).
+/// Returns `None` if `bytes` is not exactly one event.
+pub fn decode_event(bytes: &[u8]) -> Option<ProbeEvent> {
+    if bytes.len() != PROBE_EVENT_LEN {
+        return None;
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap_or([0; 8]));
+    let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap_or([0; 4]));
+    let u16_at = |i: usize| u16::from_le_bytes(bytes[i..i + 2].try_into().unwrap_or([0; 2]));
+    Some(ProbeEvent {
+        ktime_ns: u64_at(0),
+        skb_tstamp_ns: u64_at(8),
+        hw_tstamp_ns: u64_at(16),
+        seq: u64_at(24),
+        sender: u32_at(32),
+        receiver: u32_at(36),
+        ifindex: u32_at(40),
+        point: bytes[44],
+        pair_index: bytes[45],
+        tstamp_type: bytes[46],
+        kind: bytes[47],
+        src_port: u16_at(48),
+        dst_port: u16_at(50),
+        reserved: [u32_at(52), u32_at(56), u32_at(60)],
+    })
+}
+
+impl ProbeHeader {
+    /// The header as sent on the wire (little-endian fields).
+    pub fn to_bytes(&self) -> [u8; PROBE_HEADER_LEN] {
+        let mut b = [0u8; PROBE_HEADER_LEN];
+        b[0..4].copy_from_slice(&self.magic);
+        b[4] = self.version;
+        b[5] = self.kind;
+        b[6] = self.pair_index;
+        b[7] = self.flags;
+        b[8..12].copy_from_slice(&self.sender.to_le_bytes());
+        b[12..16].copy_from_slice(&self.receiver.to_le_bytes());
+        b[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        b[24..28].copy_from_slice(&self.spacing_ns.to_le_bytes());
+        b[28..32].copy_from_slice(&self.reserved.to_le_bytes());
+        b
+    }
+
+    /// Parses the first [`PROBE_HEADER_LEN`] bytes; `None` if too short.
+    /// Validity (magic, version) is checked separately by [`header_is_valid`].
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let b: &[u8; PROBE_HEADER_LEN] = b.get(..PROBE_HEADER_LEN)?.try_into().ok()?;
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(&b[16..24]);
+        Some(ProbeHeader {
+            magic: [b[0], b[1], b[2], b[3]],
+            version: b[4],
+            kind: b[5],
+            pair_index: b[6],
+            flags: b[7],
+            sender: u32_at(8),
+            receiver: u32_at(12),
+            seq: u64::from_le_bytes(seq),
+            spacing_ns: u32_at(24),
+            reserved: u32_at(28),
+        })
+    }
+
+    /// A timed probe header of this wire version.
+    pub fn probe(sender: u32, receiver: u32, seq: u64, pair_index: u8, spacing_ns: u32) -> Self {
+        ProbeHeader {
+            magic: PROBE_MAGIC,
+            version: PROBE_VERSION,
+            kind: kind::PROBE,
+            pair_index,
+            flags: 0,
+            sender,
+            receiver,
+            seq,
+            spacing_ns,
+            reserved: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_validates() {
+        let h = ProbeHeader::probe(7, 9, 0x0102_0304_0506_0708, 1, 100_000);
+        let b = h.to_bytes();
+        assert_eq!(&b[0..4], b"CMPB");
+        assert_eq!(ProbeHeader::from_bytes(&b), Some(h));
+        assert!(header_is_valid(&h));
+        assert_eq!(ProbeHeader::from_bytes(&b[..31]), None);
+        let mut bad = h;
+        bad.version = 2;
+        assert!(!header_is_valid(&bad));
+        bad = h;
+        bad.pair_index = 2;
+        assert!(!header_is_valid(&bad));
+    }
+
+    #[test]
+    fn event_decodes_from_le_bytes() {
+        let mut b = [0u8; PROBE_EVENT_LEN];
+        b[0..8].copy_from_slice(&123u64.to_le_bytes());
+        b[16..24].copy_from_slice(&456u64.to_le_bytes());
+        b[32..36].copy_from_slice(&5u32.to_le_bytes());
+        b[44] = point::TC_INGRESS;
+        b[50..52].copy_from_slice(&4242u16.to_le_bytes());
+        let ev = decode_event(&b).unwrap();
+        assert_eq!((ev.ktime_ns, ev.hw_tstamp_ns, ev.sender), (123, 456, 5));
+        assert_eq!((ev.point, ev.dst_port), (point::TC_INGRESS, 4242));
+        assert_eq!(decode_event(&b[..63]), None);
+    }
+}

@@ -1,1 +1,18 @@
-//! Test hosts.
+//! Test hosts for clockmesh (network namespaces joined by veth pairs) and the
+//! two-host probe exchange used by the integration tests and the demo.
+pub mod exchange;
+pub mod netns;
+
+/// Integration tests need root (netns, eBPF). Where `CLOCKMESH_REQUIRE_ROOT`
+/// is set (CI, `cargo xtask test`) a non-root run fails; elsewhere it skips.
+pub fn root_or_skip(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CLOCKMESH_REQUIRE_ROOT").is_none(),
+        "{test}: needs root (CLOCKMESH_REQUIRE_ROOT is set)"
+    );
+    eprintln!("{test}: skipped, needs root");
+    false
+}

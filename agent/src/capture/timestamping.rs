@@ -1,0 +1,225 @@
+//! SO_TIMESTAMPING on the probe socket.
+//!
+//! TX: with `OPT_ID`, each datagram sent gets a per-socket counter; the kernel
+//! queues its timestamps on the socket's error queue (`MSG_ERRQUEUE`), tagged
+//! with that counter (`sock_extended_err.ee_data`). RX: timestamps arrive as
+//! `SCM_TIMESTAMPING` control messages with the datagram. Index 0 is the
+//! software stamp (CLOCK_REALTIME), index 2 the raw NIC stamp (PHC domain).
+//!
+//! This is the hardware-TX path where fentry is refused, and the cross-check
+//! of the eBPF kernel stamps.
+
+use std::{
+    io::IoSliceMut,
+    net::SocketAddr,
+    os::fd::{AsFd, AsRawFd},
+};
+
+use nix::{
+    errno::Errno,
+    sys::{
+        socket::{
+            ControlMessageOwned, MsgFlags, SockaddrStorage, TimestampingFlag as F, Timestamps,
+            recvmsg, setsockopt, sockopt::Timestamping,
+        },
+        time::TimeSpec,
+    },
+};
+
+/// SO_EE_ORIGIN_TIMESTAMPING: the error-queue entry is a timestamp report.
+const SO_EE_ORIGIN_TIMESTAMPING: u8 = 4;
+
+/// Which stamps to ask the kernel for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StampMode {
+    /// Kernel software stamps (any NIC).
+    Software,
+    /// Software plus NIC hardware stamps (the NIC must also be enabled with
+    /// SIOCSHWTSTAMP, e.g. by ptp4l or `hwstamp_ctl`).
+    Hardware,
+}
+
+/// Enables timestamping on `sock` (UDP, IPv4 or IPv6).
+pub fn enable(sock: &impl AsFd, mode: StampMode) -> nix::Result<()> {
+    let mut flags = F::SOF_TIMESTAMPING_SOFTWARE
+        | F::SOF_TIMESTAMPING_RX_SOFTWARE
+        | F::SOF_TIMESTAMPING_TX_SOFTWARE
+        | F::SOF_TIMESTAMPING_OPT_ID
+        | F::SOF_TIMESTAMPING_OPT_TSONLY;
+    if mode == StampMode::Hardware {
+        flags |= F::SOF_TIMESTAMPING_RAW_HARDWARE
+            | F::SOF_TIMESTAMPING_RX_HARDWARE
+            | F::SOF_TIMESTAMPING_TX_HARDWARE;
+    }
+    setsockopt(sock, Timestamping, &flags)
+}
+
+/// Timestamps of one datagram; 0 means "not provided".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stamps {
+    /// Software stamp, CLOCK_REALTIME ns.
+    pub software_ns: i64,
+    /// Raw NIC stamp, PHC ns.
+    pub hardware_ns: i64,
+}
+
+impl Stamps {
+    fn from_scm(t: &Timestamps) -> Self {
+        Stamps {
+            software_ns: timespec_ns(&t.system),
+            hardware_ns: timespec_ns(&t.hw_raw),
+        }
+    }
+}
+
+fn timespec_ns(t: &TimeSpec) -> i64 {
+    t.tv_sec() * 1_000_000_000 + t.tv_nsec()
+}
+
+/// A TX timestamp report from the error queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxReport {
+    /// `OPT_ID` counter: the n-th datagram sent on this socket (from 0).
+    pub id: u32,
+    /// SCM_TSTAMP_SND (0) for driver/NIC stamps, SCHED (1), ACK (2).
+    pub tstype: u32,
+    pub stamps: Stamps,
+}
+
+/// A received datagram and its RX stamps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RxDatagram {
+    pub len: usize,
+    pub from: Option<SocketAddr>,
+    pub stamps: Stamps,
+}
+
+/// Space for SCM_TIMESTAMPING plus IP(V6)_RECVERR control messages.
+fn cmsg_buffer() -> Vec<u8> {
+    nix::cmsg_space!(Timestamps, libc::sock_extended_err, libc::sockaddr_in6)
+}
+
+/// Reads every TX report queued now (non-blocking); returns how many.
+pub fn drain_tx_reports(sock: &impl AsFd, out: &mut Vec<TxReport>) -> nix::Result<usize> {
+    let mut n = 0;
+    loop {
+        match read_one_tx_report(sock) {
+            Ok(Some(r)) => {
+                out.push(r);
+                n += 1;
+            }
+            Ok(None) => continue, // not a timestamp report (e.g. ICMP error)
+            Err(Errno::EAGAIN) => return Ok(n),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn read_one_tx_report(sock: &impl AsFd) -> nix::Result<Option<TxReport>> {
+    let mut data = [0u8; 64];
+    let mut iov = [IoSliceMut::new(&mut data)];
+    let mut cmsg = cmsg_buffer();
+    let flags = MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT;
+    let msg = recvmsg::<SockaddrStorage>(sock.as_fd().as_raw_fd(), &mut iov, Some(&mut cmsg), flags)?;
+    let mut stamps = None;
+    let mut ee = None;
+    for c in msg.cmsgs()? {
+        match c {
+            ControlMessageOwned::ScmTimestampsns(t) => stamps = Some(Stamps::from_scm(&t)),
+            ControlMessageOwned::Ipv4RecvErr(e, _) | ControlMessageOwned::Ipv6RecvErr(e, _) => {
+                ee = Some(e)
+            }
+            _ => {}
+        }
+    }
+    Ok(match (stamps, ee) {
+        (Some(stamps), Some(e)) if e.ee_origin == SO_EE_ORIGIN_TIMESTAMPING => Some(TxReport {
+            id: e.ee_data,
+            tstype: e.ee_info,
+            stamps,
+        }),
+        _ => None,
+    })
+}
+
+/// Receives one datagram into `buf` with its RX stamps (non-blocking:
+/// `Err(EAGAIN)` when nothing is queued).
+pub fn recv_stamped(sock: &impl AsFd, buf: &mut [u8]) -> nix::Result<RxDatagram> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut cmsg = cmsg_buffer();
+    let msg = recvmsg::<SockaddrStorage>(
+        sock.as_fd().as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_DONTWAIT,
+    )?;
+    let mut stamps = Stamps::default();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmTimestampsns(t) = c {
+            stamps = Stamps::from_scm(&t);
+        }
+    }
+    let from = msg.address.and_then(|a| storage_to_socket_addr(&a));
+    Ok(RxDatagram {
+        len: msg.bytes,
+        from,
+        stamps,
+    })
+}
+
+fn storage_to_socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*v4).into()));
+    }
+    a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{net::UdpSocket, thread, time::Duration};
+
+    use super::*;
+
+    fn recv_blocking(sock: &UdpSocket, buf: &mut [u8]) -> RxDatagram {
+        for _ in 0..1000 {
+            match recv_stamped(sock, buf) {
+                Ok(d) => return d,
+                Err(Errno::EAGAIN) => thread::sleep(Duration::from_millis(1)),
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        panic!("no datagram within 1 s");
+    }
+
+    #[test]
+    fn loopback_tx_and_rx_software_stamps() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        enable(&rx, StampMode::Software).unwrap();
+        enable(&tx, StampMode::Software).unwrap();
+        for i in 0..3u8 {
+            tx.send_to(&[i; 40], rx.local_addr().unwrap()).unwrap();
+        }
+        let mut buf = [0u8; 128];
+        let mut previous = 0;
+        for i in 0..3u8 {
+            let d = recv_blocking(&rx, &mut buf);
+            assert_eq!((d.len, buf[0]), (40, i));
+            assert_eq!(d.from, Some(tx.local_addr().unwrap()));
+            assert!(d.stamps.software_ns > previous, "{d:?}");
+            assert_eq!(d.stamps.hardware_ns, 0, "loopback has no NIC clock");
+            previous = d.stamps.software_ns;
+        }
+        let mut reports = Vec::new();
+        for _ in 0..1000 {
+            drain_tx_reports(&tx, &mut reports).unwrap();
+            if reports.len() >= 3 {
+                break;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        let ids: Vec<u32> = reports.iter().map(|r| r.id).collect();
+        assert_eq!(ids, [0, 1, 2], "{reports:?}");
+        assert!(reports.iter().all(|r| r.stamps.software_ns > 0 && r.tstype == 0));
+    }
+}
