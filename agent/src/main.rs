@@ -1,4 +1,6 @@
 //! The `clockmesh` binary: thin CLI over the `clockmesh` library.
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 mod cli;
@@ -24,9 +26,20 @@ enum Command {
     GpuClock(cli::gpu::GpuArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     init_logging();
-    match Cli::parse().command {
+    match run(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line with the cause chain; no backtrace for users.
+            eprintln!("clockmesh: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Capture(a) => cli::capture::run(a),
         Command::Simulate(a) => cli::simulate::run(a),
         Command::Trace(a) => cli::trace::run(a),

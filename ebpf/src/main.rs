@@ -184,8 +184,14 @@ fn on_tc(ctx: &TcContext, pt: u8) {
             let skb = ctx.skb.skb;
             // SAFETY: `skb` is the program's context; these are UAPI fields
             // the verifier rewrites (tstamp_type ≥ 5.18, hwtstamp ≥ 5.16).
-            let (ifindex, tstamp, tstamp_type, hwtstamp) =
-                unsafe { ((*skb).ifindex, (*skb).tstamp, (*skb).tstamp_type, (*skb).hwtstamp) };
+            let (ifindex, tstamp, tstamp_type, hwtstamp) = unsafe {
+                (
+                    (*skb).ifindex,
+                    (*skb).tstamp,
+                    (*skb).tstamp_type,
+                    (*skb).hwtstamp,
+                )
+            };
             let mut ev = event(pt, udp, &h, ifindex);
             ev.skb_tstamp_ns = tstamp;
             ev.tstamp_type = tstamp_type;
@@ -270,7 +276,13 @@ pub fn clockmesh_tx_completion(ctx: FEntryContext) -> u32 {
         count(counter::READ_FAILED);
         return 0;
     };
-    on_kernel_skb(skb, network_header(skb), core::ptr::null(), point::TX_COMPLETION, hw);
+    on_kernel_skb(
+        skb,
+        network_header(skb),
+        core::ptr::null(),
+        point::TX_COMPLETION,
+        hw,
+    );
     0
 }
 
@@ -319,7 +331,9 @@ fn on_kernel_skb(skb: *const u8, l3: Option<*const u8>, dev: *const u8, pt: u8, 
 #[inline(always)]
 fn is_for_this_node(pt: u8, h: &ProbeHeader) -> bool {
     let me = global(&LOCAL_NODE);
-    me == 0 || (pt == point::TP_RECEIVE && h.receiver == me) || (pt != point::TP_RECEIVE && h.sender == me)
+    me == 0
+        || (pt == point::TP_RECEIVE && h.receiver == me)
+        || (pt != point::TP_RECEIVE && h.sender == me)
 }
 
 #[inline(always)]

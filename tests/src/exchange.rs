@@ -69,15 +69,20 @@ pub fn run(bed: &Testbed, cfg: &ExchangeConfig) -> anyhow::Result<[HostRecord; 2
         .map(|i| {
             let (me, peer) = (bed.host(i).clone(), bed.host(1 - i).clone());
             let (cfg, barrier) = (cfg.clone(), barrier.clone());
-            me.clone().spawn(move || run_host(i as u32 + 1, &me, &peer, &cfg, &barrier))
+            me.clone()
+                .spawn(move || run_host(i as u32 + 1, &me, &peer, &cfg, &barrier))
         })
         .collect();
     let mut records = Vec::new();
     for h in handles {
-        let joined = h.join().map_err(|_| anyhow::anyhow!("host thread panicked"))?;
+        let joined = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("host thread panicked"))?;
         records.push(joined??);
     }
-    let [a, b]: [HostRecord; 2] = records.try_into().map_err(|_| anyhow::anyhow!("two hosts"))?;
+    let [a, b]: [HostRecord; 2] = records
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("two hosts"))?;
     Ok([a, b])
 }
 
@@ -88,7 +93,9 @@ fn run_host(
     cfg: &ExchangeConfig,
     barrier: &Barrier,
 ) -> anyhow::Result<HostRecord> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let _entered = rt.enter();
     let mut capture_cfg = CaptureConfig::new(me.iface, cfg.port..=cfg.port);
     capture_cfg.local_node = node;
@@ -154,13 +161,13 @@ fn drain(sock: &UdpSocket, capture: &mut Capture, record: &mut HostRecord) -> an
 }
 
 /// Events of one point for one probe identity.
-pub fn find<'a>(
-    events: &'a [ProbeEvent],
+pub fn find(
+    events: &[ProbeEvent],
     point: u8,
     sender: u32,
     seq: u64,
     pair_index: u8,
-) -> impl Iterator<Item = &'a ProbeEvent> {
+) -> impl Iterator<Item = &ProbeEvent> {
     events.iter().filter(move |e| {
         e.point == point && e.sender == sender && e.seq == seq && e.pair_index == pair_index
     })
@@ -220,4 +227,36 @@ pub fn summarize(values: &[i64]) -> Option<Summary> {
         p99: at(0.99),
         max: v[v.len() - 1],
     })
+}
+
+/// Per packet: SO_TIMESTAMPING driver TX stamp minus the tp_btf
+/// `net_dev_start_xmit` stamp brought to REALTIME (ns).
+pub fn xmit_to_socket_tx_gaps(host: &HostRecord) -> Vec<i64> {
+    host.tx_reports
+        .iter()
+        .filter_map(|r| {
+            let (seq, idx) = (u64::from(r.id / 2), (r.id % 2) as u8);
+            let ev = find(
+                &host.events,
+                clockmesh_common::point::TP_XMIT,
+                host.node,
+                seq,
+                idx,
+            )
+            .next()?;
+            Some(r.stamps.software_ns - host.mono_to_realtime.apply(ev.ktime_ns as i64))
+        })
+        .collect()
+}
+
+/// Per packet: socket RX stamp minus the tc ingress `skb->tstamp` (ns).
+pub fn ingress_to_socket_rx_gaps(host: &HostRecord) -> Vec<i64> {
+    host.received
+        .iter()
+        .filter_map(|(h, d)| {
+            let point = clockmesh_common::point::TC_INGRESS;
+            let ev = find(&host.events, point, h.sender, h.seq, h.pair_index).next()?;
+            Some(d.stamps.software_ns - ev.skb_tstamp_ns as i64)
+        })
+        .collect()
 }

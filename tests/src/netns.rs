@@ -52,12 +52,10 @@ impl Host {
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, TestbedError> {
-        self.spawn(f)
-            .join()
-            .map_err(|_| TestbedError::Command {
-                cmd: format!("thread in {}", self.netns),
-                stderr: "panicked".into(),
-            })?
+        self.spawn(f).join().map_err(|_| TestbedError::Command {
+            cmd: format!("thread in {}", self.netns),
+            stderr: "panicked".into(),
+        })?
     }
 
     /// Starts `f` on a new thread inside this host's namespace. Namespace
@@ -99,7 +97,10 @@ impl Testbed {
         remove_stale_namespaces();
         let mut bed = Testbed::empty(2)?;
         let (a, b) = (&bed.hosts[0].netns, &bed.hosts[1].netns);
-        ip(&["link", "add", HOST_IFACE, "netns", a, "type", "veth", "peer", "name", HOST_IFACE, "netns", b])?;
+        ip(&[
+            "link", "add", HOST_IFACE, "netns", a, "type", "veth", "peer", "name", HOST_IFACE,
+            "netns", b,
+        ])?;
         bed.configure_hosts()?;
         bed.switch = None;
         Ok(bed)
@@ -116,7 +117,20 @@ impl Testbed {
         ipn(&sw, &["link", "set", "br0", "up"])?;
         for (i, host) in bed.hosts.iter().enumerate() {
             let port = format!("p{i}");
-            ip(&["link", "add", HOST_IFACE, "netns", &host.netns, "type", "veth", "peer", "name", &port, "netns", &sw])?;
+            ip(&[
+                "link",
+                "add",
+                HOST_IFACE,
+                "netns",
+                &host.netns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &port,
+                "netns",
+                &sw,
+            ])?;
             ipn(&sw, &["link", "set", &port, "master", "br0"])?;
             ipn(&sw, &["link", "set", &port, "up"])?;
         }
@@ -151,7 +165,10 @@ impl Testbed {
     fn configure_hosts(&self) -> Result<(), TestbedError> {
         for h in &self.hosts {
             ipn(&h.netns, &["link", "set", "lo", "up"])?;
-            ipn(&h.netns, &["addr", "add", &format!("{}/24", h.addr), "dev", HOST_IFACE])?;
+            ipn(
+                &h.netns,
+                &["addr", "add", &format!("{}/24", h.addr), "dev", HOST_IFACE],
+            )?;
             ipn(&h.netns, &["link", "set", HOST_IFACE, "up"])?;
         }
         Ok(())
@@ -168,7 +185,11 @@ impl Testbed {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        let names = self.hosts.iter().map(|h| h.netns.clone()).chain(self.switch.clone());
+        let names = self
+            .hosts
+            .iter()
+            .map(|h| h.netns.clone())
+            .chain(self.switch.clone());
         for ns in names {
             let _ = ip(&["netns", "del", &ns]);
         }
@@ -204,8 +225,14 @@ pub fn remove_stale_namespaces() {
     let Ok(entries) = std::fs::read_dir("/var/run/netns") else {
         return;
     };
-    for name in entries.flatten().filter_map(|e| e.file_name().into_string().ok()) {
-        let Some(pid) = name.strip_prefix(NS_PREFIX).and_then(|r| r.split('-').next()) else {
+    for name in entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+    {
+        let Some(pid) = name
+            .strip_prefix(NS_PREFIX)
+            .and_then(|r| r.split('-').next())
+        else {
             continue;
         };
         let alive = std::path::Path::new("/proc").join(pid).exists();
@@ -222,6 +249,9 @@ mod tests {
     #[test]
     fn sizes_outside_range_are_rejected() {
         assert!(matches!(Testbed::switched(1), Err(TestbedError::Size(1))));
-        assert!(matches!(Testbed::switched(251), Err(TestbedError::Size(251))));
+        assert!(matches!(
+            Testbed::switched(251),
+            Err(TestbedError::Size(251))
+        ));
     }
 }

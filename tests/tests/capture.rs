@@ -33,7 +33,11 @@ fn assert_one_event_per_point(tx: &HostRecord, rx: &HostRecord, pairs: u64) {
                 (rx, point::TP_RECEIVE),
             ] {
                 let n = exchange::find(&host.events, pt, tx.node, seq, idx).count();
-                assert_eq!(n, 1, "node {} point {pt} probe {seq}/{idx}: {n} events", host.node);
+                assert_eq!(
+                    n, 1,
+                    "node {} point {pt} probe {seq}/{idx}: {n} events",
+                    host.node
+                );
             }
         }
     }
@@ -55,17 +59,36 @@ fn probes_both_ways_yield_exactly_one_event_per_point_and_sane_delays() {
     assert_one_event_per_point(&b, &a, cfg.pairs);
     // Only probes produce events: 2 probes × 2 points × 2 directions per pair.
     for host in [&a, &b] {
-        assert_eq!(host.events.len() as u64, cfg.pairs * 8, "node {}", host.node);
-        assert!(host.events.iter().all(|e| e.kind == kind::PROBE && e.dst_port == cfg.port));
-        assert!(host.counters.skipped > 0, "noise was not seen: {:?}", host.counters);
+        assert_eq!(
+            host.events.len() as u64,
+            cfg.pairs * 8,
+            "node {}",
+            host.node
+        );
+        assert!(
+            host.events
+                .iter()
+                .all(|e| e.kind == kind::PROBE && e.dst_port == cfg.port)
+        );
+        assert!(
+            host.counters.skipped > 0,
+            "noise was not seen: {:?}",
+            host.counters
+        );
         assert_eq!(host.counters.ringbuf_full, 0);
         assert_eq!(host.counters.malformed, 0);
     }
     for (tx, rx) in [(&a, &b), (&b, &a)] {
-        for (tp, rp) in [(point::TC_EGRESS, point::TC_INGRESS), (point::TP_XMIT, point::TP_RECEIVE)] {
+        for (tp, rp) in [
+            (point::TC_EGRESS, point::TC_INGRESS),
+            (point::TP_XMIT, point::TP_RECEIVE),
+        ] {
             let d = exchange::one_way_delays(tx, rx, tp, rp);
             assert_eq!(d.len() as u64, cfg.pairs * 2);
-            assert!(d.iter().all(|&ns| ns > 0 && ns < 1_000_000), "{tp}->{rp}: {d:?}");
+            assert!(
+                d.iter().all(|&ns| ns > 0 && ns < 1_000_000),
+                "{tp}->{rp}: {d:?}"
+            );
         }
     }
 }
@@ -99,7 +122,10 @@ fn ebpf_stamps_agree_with_so_timestamping() {
             let xmit_realtime = tx.mono_to_realtime.apply(ev.ktime_ns as i64);
             let diff = r.stamps.software_ns - xmit_realtime;
             let bound = 100_000 + tx.mono_to_realtime.bound_ns;
-            assert!(diff.abs() < bound, "TX stamp {diff} ns from net_dev_start_xmit");
+            assert!(
+                diff.abs() < bound,
+                "TX stamp {diff} ns from net_dev_start_xmit"
+            );
             checked += 1;
         }
         assert_eq!(checked as u64, cfg.pairs * 2, "every probe has a TX report");
@@ -145,17 +171,25 @@ fn test_run_carries_injected_hw_and_sw_timestamps() {
     let events = bed
         .host(0)
         .run(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             let _g = rt.enter();
             let mut cfg = CaptureConfig::new("eth0", port..=port);
             cfg.tracepoints = false;
             let mut cap = Capture::attach(&cfg).unwrap();
-            let frame = udp_frame(port, &probe::encode_probe(&ProbeHeader::probe(5, 6, 77, 1, 100)));
+            let frame = udp_frame(
+                port,
+                &probe::encode_probe(&ProbeHeader::probe(5, 6, 77, 1, 100)),
+            );
             let ctx = skb_context(1_700_000_000_123_456_789, 42_000_000_007);
             let prog = cap.classifier(loader::PROG_TC_INGRESS).unwrap();
-            let mut opts = TestRunOptions::default();
-            opts.data_in = Some(&frame);
-            opts.ctx_in = Some(&ctx);
+            let opts = TestRunOptions {
+                data_in: Some(&frame),
+                ctx_in: Some(&ctx),
+                ..TestRunOptions::default()
+            };
             prog.test_run(opts).expect("BPF_PROG_TEST_RUN");
             let mut out = Vec::new();
             cap.poll_events(&mut out);
@@ -166,8 +200,14 @@ fn test_run_carries_injected_hw_and_sw_timestamps() {
     let e = events[0];
     assert_eq!((e.sender, e.receiver, e.seq, e.pair_index), (5, 6, 77, 1));
     assert_eq!(e.point, point::TC_INGRESS);
-    assert_eq!(e.hw_tstamp_ns, 42_000_000_007, "NIC RX stamp carried through");
-    assert_eq!(e.skb_tstamp_ns, 1_700_000_000_123_456_789, "skb tstamp carried through");
+    assert_eq!(
+        e.hw_tstamp_ns, 42_000_000_007,
+        "NIC RX stamp carried through"
+    );
+    assert_eq!(
+        e.skb_tstamp_ns, 1_700_000_000_123_456_789,
+        "skb tstamp carried through"
+    );
 }
 
 #[test]
@@ -182,7 +222,10 @@ fn malformed_packets_on_the_probe_port_make_no_event_but_count() {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let capture = receiver.spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let _g = rt.enter();
         let mut cfg = CaptureConfig::new("eth0", port..=port);
         cfg.tracepoints = false;
@@ -233,11 +276,19 @@ fn clear_errors_for_missing_interface_btf_and_privileges() {
     if !root_or_skip("clear_errors") {
         return;
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let _g = rt.enter();
-    let err = Capture::attach(&CaptureConfig::new("nosuch0", 1000..=1000)).err().unwrap();
+    let err = Capture::attach(&CaptureConfig::new("nosuch0", 1000..=1000))
+        .err()
+        .unwrap();
     assert!(matches!(err, CaptureError::NoSuchInterface(_)), "{err}");
-    assert!(err.to_string().contains("\"nosuch0\" does not exist"), "{err}");
+    assert!(
+        err.to_string().contains("\"nosuch0\" does not exist"),
+        "{err}"
+    );
 
     let mut cfg = CaptureConfig::new("lo", 1000..=1000);
     cfg.btf_path = "/nonexistent/vmlinux".into();
@@ -250,13 +301,22 @@ fn clear_errors_for_missing_interface_btf_and_privileges() {
         // SAFETY: plain syscall on this thread's credentials; no memory involved.
         let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
         assert_eq!(rc, 0);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let _g = rt.enter();
-        Capture::attach(&CaptureConfig::new("lo", 1000..=1000)).err().unwrap().to_string()
+        Capture::attach(&CaptureConfig::new("lo", 1000..=1000))
+            .err()
+            .unwrap()
+            .to_string()
     })
     .join()
     .unwrap();
-    assert!(msg.contains("not permitted") && msg.contains("CAP_BPF"), "{msg}");
+    assert!(
+        msg.contains("not permitted") && msg.contains("CAP_BPF"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -269,13 +329,19 @@ fn detach_leaves_no_tcx_links_or_qdiscs() {
     let (during, after) = bed
         .host(0)
         .run(|| {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             let _g = rt.enter();
             let tcx = |dir| SchedClassifier::query_tcx("eth0", dir).unwrap().1.len();
             let cap = Capture::attach(&CaptureConfig::new("eth0", 31_905..=31_905)).unwrap();
             let during = (tcx(TcAttachType::Ingress), tcx(TcAttachType::Egress));
             cap.detach();
-            (during, (tcx(TcAttachType::Ingress), tcx(TcAttachType::Egress)))
+            (
+                during,
+                (tcx(TcAttachType::Ingress), tcx(TcAttachType::Egress)),
+            )
         })
         .unwrap();
     assert_eq!(during, (1, 1));

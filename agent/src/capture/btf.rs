@@ -72,11 +72,11 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
 /// Bytes that follow the 12-byte common header of a type record, by kind.
 fn trailer_len(kind: u32, vlen: usize, at: usize) -> Result<usize, BtfError> {
     Ok(match kind {
-        1 | 14 | 17 => 4,        // INT, VAR, DECL_TAG
-        3 => 12,                 // ARRAY
-        4 | 5 => 12 * vlen,      // STRUCT, UNION members
-        6 | 13 => 8 * vlen,      // ENUM values, FUNC_PROTO params
-        15 | 19 => 12 * vlen,    // DATASEC vars, ENUM64 values
+        1 | 14 | 17 => 4,          // INT, VAR, DECL_TAG
+        3 => 12,                   // ARRAY
+        4 | 5 => 12 * vlen,        // STRUCT, UNION members
+        6 | 13 => 8 * vlen,        // ENUM values, FUNC_PROTO params
+        15 | 19 => 12 * vlen,      // DATASEC vars, ENUM64 values
         2 | 7..=12 | 16 | 18 => 0, // PTR, FWD, TYPEDEF, qualifiers, FUNC, FLOAT, TYPE_TAG
         _ => return Err(BtfError::UnknownKind { kind, at }),
     })
@@ -144,10 +144,15 @@ impl<'a> Btf<'a> {
     ) -> Result<Option<u32>, BtfError> {
         for i in 0..record.vlen() {
             let at = record.start + 12 + 12 * i;
-            let get = |k: usize| u32_at(self.type_section, at + 4 * k).ok_or(BtfError::Truncated(at));
+            let get =
+                |k: usize| u32_at(self.type_section, at + 4 * k).ok_or(BtfError::Truncated(at));
             let (name_off, type_id, raw_offset) = (get(0)?, get(1)?, get(2)?);
             // With kind_flag set, the top 8 bits hold a bitfield size.
-            let bits = if record.kind_flag() { raw_offset & 0x00ff_ffff } else { raw_offset };
+            let bits = if record.kind_flag() {
+                raw_offset & 0x00ff_ffff
+            } else {
+                raw_offset
+            };
             if name_off != 0 {
                 if self.name(name_off) == member.as_bytes() {
                     return Ok(Some(base_bits + bits));
@@ -233,7 +238,11 @@ mod tests {
         let strings = b"\0int\0outer\0a\0b\0c\0d\0".to_vec();
         let s = |name: &str| {
             let needle = format!("\0{name}\0");
-            strings.windows(needle.len()).position(|w| w == needle.as_bytes()).unwrap() as u32 + 1
+            strings
+                .windows(needle.len())
+                .position(|w| w == needle.as_bytes())
+                .unwrap() as u32
+                + 1
         };
         let mut types = Vec::new();
         let mut push = |words: &[u32]| words.iter().for_each(|w| types.extend(w.to_le_bytes()));
@@ -244,12 +253,31 @@ mod tests {
         // 3: anonymous union { int b; struct {c}; }
         push(&[0, (KIND_UNION << 24) | 2, 4, s("b"), 1, 0, 0, 2, 0]);
         // 4: struct outer { int a @0; union @64; int d @128 } (kind_flag off)
-        push(&[s("outer"), (KIND_STRUCT << 24) | 3, 20, s("a"), 1, 0, 0, 3, 64, s("d"), 1, 128]);
+        push(&[
+            s("outer"),
+            (KIND_STRUCT << 24) | 3,
+            20,
+            s("a"),
+            1,
+            0,
+            0,
+            3,
+            64,
+            s("d"),
+            1,
+            128,
+        ]);
         let mut blob = Vec::new();
         blob.extend(BTF_MAGIC.to_le_bytes());
         blob.extend([1u8, 0]); // version, flags
         let hdr_len = 24u32;
-        for w in [hdr_len, 0, types.len() as u32, types.len() as u32, strings.len() as u32] {
+        for w in [
+            hdr_len,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
             blob.extend(w.to_le_bytes());
         }
         blob.extend(&types);
@@ -271,8 +299,14 @@ mod tests {
     fn missing_names_are_errors() {
         let blob = synthetic_blob();
         let btf = Btf::parse(&blob).unwrap();
-        assert!(matches!(btf.member_offset("nope", "a"), Err(BtfError::NoStruct(_))));
-        assert!(matches!(btf.member_offset("outer", "zz"), Err(BtfError::NoMember { .. })));
+        assert!(matches!(
+            btf.member_offset("nope", "a"),
+            Err(BtfError::NoStruct(_))
+        ));
+        assert!(matches!(
+            btf.member_offset("outer", "zz"),
+            Err(BtfError::NoMember { .. })
+        ));
     }
 
     #[test]

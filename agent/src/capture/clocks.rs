@@ -91,7 +91,9 @@ pub fn measure_monotonic_to_realtime(samples: usize) -> Option<ClockMap> {
 
 /// The PHC index of `interface`'s NIC, if it has one (`/sys/class/net/<if>/device/ptp/ptp<N>`).
 pub fn phc_index(interface: &str) -> Option<u32> {
-    let dir = Path::new("/sys/class/net").join(interface).join("device/ptp");
+    let dir = Path::new("/sys/class/net")
+        .join(interface)
+        .join("device/ptp");
     fs::read_dir(dir).ok()?.find_map(|e| {
         let name = e.ok()?.file_name();
         name.to_str()?.strip_prefix("ptp")?.parse().ok()
@@ -169,7 +171,8 @@ mod phc_ioctl {
             assert_eq!(std::mem::size_of::<PtpSysOffsetExtended>(), 1216);
             // _IOWR('=', 9, 1216) = dir 3 << 30 | size << 16 | '=' << 8 | 9
             let expected = (3u64 << 30) | (1216 << 16) | (0x3d << 8) | 9;
-            assert_eq!(nix::request_code_readwrite!(b'=', 9, 1216) as u64, expected);
+            let code: u64 = nix::request_code_readwrite!(b'=', 9, 1216);
+            assert_eq!(code, expected);
         }
     }
 }
@@ -201,13 +204,20 @@ mod tests {
     #[test]
     fn backwards_brackets_are_ignored() {
         let only_bad = [b(2000, 5, 1000)];
-        assert_eq!(map_from_brackets(ClockDomain::Phc(0), ClockDomain::Realtime, &only_bad), None);
-        assert_eq!(map_from_brackets(ClockDomain::Phc(0), ClockDomain::Realtime, &[]), None);
+        assert_eq!(
+            map_from_brackets(ClockDomain::Phc(0), ClockDomain::Realtime, &only_bad),
+            None
+        );
+        assert_eq!(
+            map_from_brackets(ClockDomain::Phc(0), ClockDomain::Realtime, &[]),
+            None
+        );
     }
 
     #[test]
     fn odd_width_bound_covers_both_ends() {
-        let m = map_from_brackets(ClockDomain::Monotonic, ClockDomain::Realtime, &[b(0, 0, 7)]).unwrap();
+        let m = map_from_brackets(ClockDomain::Monotonic, ClockDomain::Realtime, &[b(0, 0, 7)])
+            .unwrap();
         // True `to` at `from` lies in [0, 7]; estimate 3 ± 4 covers it.
         assert_eq!((m.offset_ns, m.bound_ns), (3, 4));
     }

@@ -130,7 +130,8 @@ impl Capture {
         interface: &str,
         tx_stamps: TxStampSource,
     ) -> Result<Self, CaptureError> {
-        let ring = RingBuf::try_from(take_map(&mut ebpf, "EVENTS")?).map_err(aya::EbpfError::from)?;
+        let ring =
+            RingBuf::try_from(take_map(&mut ebpf, "EVENTS")?).map_err(aya::EbpfError::from)?;
         let events = register_ring(ring)?;
         let counters = PerCpuArray::try_from(take_map(&mut ebpf, "COUNTERS")?)
             .map_err(aya::EbpfError::from)?;
@@ -229,9 +230,8 @@ fn check_prerequisites(config: &CaptureConfig) -> Result<(), CaptureError> {
     if config.ports.is_empty() || *config.ports.start() == 0 {
         return Err(CaptureError::BadPorts(config.ports.clone()));
     }
-    nix::net::if_::if_nametoindex(config.interface.as_str()).map_err(|_| {
-        CaptureError::NoSuchInterface(config.interface.clone())
-    })?;
+    nix::net::if_::if_nametoindex(config.interface.as_str())
+        .map_err(|_| CaptureError::NoSuchInterface(config.interface.clone()))?;
     if !Path::new(&config.btf_path).exists() {
         return Err(CaptureError::NoBtf {
             path: config.btf_path.clone(),
@@ -291,9 +291,11 @@ fn attach_tracepoints(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), CaptureError> {
 /// with EPERM. Log one line and fall back to the SO_TIMESTAMPING error queue.
 fn attach_tx_completion(ebpf: &mut Ebpf, btf_path: &Path) -> TxStampSource {
     let result = (|| -> Result<(), String> {
-        let btf = Btf::parse_file(btf_path, aya::Endianness::default()).map_err(|e| e.to_string())?;
+        let btf =
+            Btf::parse_file(btf_path, aya::Endianness::default()).map_err(|e| e.to_string())?;
         let prog: &mut FEntry = program_mut(ebpf, PROG_TX_COMPLETION).map_err(|e| e.to_string())?;
-        prog.load("__skb_tstamp_tx", &btf).map_err(|e| e.to_string())?;
+        prog.load("__skb_tstamp_tx", &btf)
+            .map_err(|e| e.to_string())?;
         prog.attach().map_err(|e| e.to_string())?;
         Ok(())
     })();

@@ -12,7 +12,10 @@ const CAP_BPF: u32 = 39;
 /// Effective capabilities of the calling thread (capabilities are per thread).
 fn effective_capabilities() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/thread-self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
     u64::from_str_radix(hex, 16).ok()
 }
 
@@ -60,7 +63,13 @@ mod tests {
 
     #[test]
     fn missing_ones_are_named() {
-        assert_eq!(missing_capabilities(0), ["CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN"]);
-        assert_eq!(missing_capabilities(1 << CAP_NET_ADMIN), ["CAP_BPF", "CAP_PERFMON"]);
+        assert_eq!(
+            missing_capabilities(0),
+            ["CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN"]
+        );
+        assert_eq!(
+            missing_capabilities(1 << CAP_NET_ADMIN),
+            ["CAP_BPF", "CAP_PERFMON"]
+        );
     }
 }

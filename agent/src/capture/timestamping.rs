@@ -120,7 +120,8 @@ fn read_one_tx_report(sock: &impl AsFd) -> nix::Result<Option<TxReport>> {
     let mut iov = [IoSliceMut::new(&mut data)];
     let mut cmsg = cmsg_buffer();
     let flags = MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT;
-    let msg = recvmsg::<SockaddrStorage>(sock.as_fd().as_raw_fd(), &mut iov, Some(&mut cmsg), flags)?;
+    let msg =
+        recvmsg::<SockaddrStorage>(sock.as_fd().as_raw_fd(), &mut iov, Some(&mut cmsg), flags)?;
     let mut stamps = None;
     let mut ee = None;
     for c in msg.cmsgs()? {
@@ -220,6 +221,10 @@ mod tests {
         }
         let ids: Vec<u32> = reports.iter().map(|r| r.id).collect();
         assert_eq!(ids, [0, 1, 2], "{reports:?}");
-        assert!(reports.iter().all(|r| r.stamps.software_ns > 0 && r.tstype == 0));
+        assert!(
+            reports
+                .iter()
+                .all(|r| r.stamps.software_ns > 0 && r.tstype == 0)
+        );
     }
 }

@@ -74,7 +74,10 @@ mod tests {
         for expected_index in [0, 1] {
             let (n, _) = rx.recv_from(&mut buf).unwrap();
             let h = ProbeHeader::from_bytes(&buf[..n]).unwrap();
-            assert_eq!((n, h.seq, h.pair_index), (PROBE_DATAGRAM_LEN, 9, expected_index));
+            assert_eq!(
+                (n, h.seq, h.pair_index),
+                (PROBE_DATAGRAM_LEN, 9, expected_index)
+            );
         }
     }
 }

@@ -1,0 +1,167 @@
+//! `clockmesh-demo`: two network-namespace hosts probe each other with real
+//! eBPF capture; prints each probe's TX/RX timestamps and one-way delays per
+//! timestamp point. `clockmesh-demo bench` measures the capture path.
+//! Run through `cargo xtask demo` (needs root).
+
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use clockmesh_common::point;
+use clockmesh_testbed::{
+    exchange::{self, ExchangeConfig, HostRecord, Summary},
+    netns::Testbed,
+};
+use serde::Serialize;
+
+mod bench;
+
+#[derive(Parser, Debug)]
+#[command(
+    about = "Two netns hosts exchange clockmesh probes; prints eBPF timestamps and one-way delays"
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    /// Coded pairs each host sends.
+    #[arg(long, default_value_t = 10)]
+    pairs: u64,
+    /// Spacing between the two packets of a pair, µs.
+    #[arg(long, default_value_t = 100)]
+    spacing_us: u64,
+    /// Print a machine-readable summary instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Benchmarks: tc program cost per packet, sustained event rate, delay
+    /// distributions per timestamp point.
+    Bench(bench::BenchArgs),
+}
+
+/// One-way delay distributions (ns) per timestamp point, both directions.
+#[derive(Serialize)]
+struct DelaySummary {
+    tc: Option<Summary>,
+    tp_btf: Option<Summary>,
+    so_timestamping: Option<Summary>,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if let Some(Cmd::Bench(b)) = args.command {
+        return bench::run(b);
+    }
+    let bed = Testbed::pair()?;
+    let cfg = ExchangeConfig {
+        pairs: args.pairs,
+        spacing: Duration::from_micros(args.spacing_us),
+        ..ExchangeConfig::default()
+    };
+    let [a, b] = exchange::run(&bed, &cfg)?;
+    let summary = delay_summary(&a, &b);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+        return Ok(());
+    }
+    println!(
+        "clockmesh demo: hosts {} ({}) and {} ({}) on veth, {} coded pairs each way, spacing {} µs",
+        a.node,
+        bed.host(0).addr,
+        b.node,
+        bed.host(1).addr,
+        cfg.pairs,
+        args.spacing_us
+    );
+    println!(
+        "timestamps: tc = tc egress/ingress, tp = tp_btf net_dev_start_xmit/netif_receive_skb (both CLOCK_MONOTONIC), sock = SO_TIMESTAMPING software (CLOCK_REALTIME)\n"
+    );
+    print_probe_table(&a, &b);
+    print_probe_table(&b, &a);
+    println!("\none-way delay, ns (min / median / p99 / max over both directions):");
+    for (name, s) in [
+        ("tc", summary.tc),
+        ("tp_btf", summary.tp_btf),
+        ("SO_TIMESTAMPING", summary.so_timestamping),
+    ] {
+        match s {
+            Some(s) => println!(
+                "  {name:<16} {:>7} / {:>7} / {:>7} / {:>7}  (n={})",
+                s.min, s.median, s.p99, s.max, s.count
+            ),
+            None => println!("  {name:<16} no samples"),
+        }
+    }
+    println!(
+        "\ncounters: host {}: {:?}\n          host {}: {:?}",
+        a.node, a.counters, b.node, b.counters
+    );
+    Ok(())
+}
+
+fn delay_summary(a: &HostRecord, b: &HostRecord) -> DelaySummary {
+    let both = |tp, rp| {
+        let mut d = exchange::one_way_delays(a, b, tp, rp);
+        d.extend(exchange::one_way_delays(b, a, tp, rp));
+        exchange::summarize(&d)
+    };
+    let mut sock = exchange::socket_one_way_delays(a, b);
+    sock.extend(exchange::socket_one_way_delays(b, a));
+    DelaySummary {
+        tc: both(point::TC_EGRESS, point::TC_INGRESS),
+        tp_btf: both(point::TP_XMIT, point::TP_RECEIVE),
+        so_timestamping: exchange::summarize(&sock),
+    }
+}
+
+fn print_probe_table(tx: &HostRecord, rx: &HostRecord) {
+    println!("probes {} -> {}", tx.node, rx.node);
+    println!(
+        "  {:>4} {:>4} {:>20} {:>20} {:>8} {:>8} {:>8}",
+        "seq", "pkt", "tx tc egress (ns)", "rx tc ingress (ns)", "owd tc", "owd tp", "owd sock"
+    );
+    let mut egress: Vec<_> = tx
+        .events
+        .iter()
+        .filter(|e| e.point == point::TC_EGRESS && e.sender == tx.node)
+        .collect();
+    egress.sort_by_key(|e| (e.seq, e.pair_index));
+    for e in egress {
+        let at = |host: &HostRecord, pt| {
+            exchange::find(&host.events, pt, e.sender, e.seq, e.pair_index)
+                .next()
+                .map(|x| x.ktime_ns as i64)
+        };
+        let owd = |t: Option<i64>, r: Option<i64>| {
+            t.zip(r).map_or("-".into(), |(t, r)| (r - t).to_string())
+        };
+        let sock = socket_delay(tx, rx, e.seq, e.pair_index);
+        println!(
+            "  {:>4} {:>4} {:>20} {:>20} {:>8} {:>8} {:>8}",
+            e.seq,
+            e.pair_index,
+            e.ktime_ns,
+            at(rx, point::TC_INGRESS).map_or("-".into(), |v| v.to_string()),
+            owd(Some(e.ktime_ns as i64), at(rx, point::TC_INGRESS)),
+            owd(at(tx, point::TP_XMIT), at(rx, point::TP_RECEIVE)),
+            sock.map_or("-".into(), |v| v.to_string()),
+        );
+    }
+}
+
+fn socket_delay(tx: &HostRecord, rx: &HostRecord, seq: u64, idx: u8) -> Option<i64> {
+    let id = (seq * 2 + u64::from(idx)) as u32;
+    let sent = tx.tx_reports.iter().find(|r| r.id == id)?;
+    let (_, got) = rx
+        .received
+        .iter()
+        .find(|(h, _)| h.sender == tx.node && h.seq == seq && h.pair_index == idx)?;
+    Some(got.stamps.software_ns - sent.stamps.software_ns)
+}
