@@ -106,6 +106,9 @@ fn run_host(
     let mut capture = attached?;
     let sock = UdpSocket::bind(SocketAddr::new(me.addr.into(), cfg.port))?;
     timestamping::enable(&sock, StampMode::Software)?;
+    if !timestamping::wait_for_rx_stamping(Duration::from_secs(2))? {
+        anyhow::bail!("kernel RX timestamping did not become active");
+    }
     let noise = cfg.noise_port.map(|p| noise_sockets(me, p)).transpose()?;
     barrier.wait();
 

@@ -231,7 +231,35 @@ fn lint() -> anyhow::Result<()> {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo()
         .args(["clippy", "--all-targets", "--", "-D", "warnings"])
-        .env("AYA_BUILD_SKIP", "1"))
+        .env("AYA_BUILD_SKIP", "1"))?;
+    setup()?;
+    run(nightly_cargo()
+        .args([
+            "clippy",
+            "--release",
+            "--target",
+            EBPF_TARGET,
+            "-Z",
+            "build-std=core",
+        ])
+        .args([
+            "-p",
+            "clockmesh-ebpf",
+            "--target-dir",
+            &root().join("target").to_string_lossy(),
+        ])
+        .args(["--", "-D", "warnings"]))
+}
+
+/// Nightly cargo in ebpf/ (`rustup run`: the cargo running xtask cannot take `+nightly`).
+fn nightly_cargo() -> Command {
+    let mut c = Command::new("rustup");
+    c.current_dir(root().join("ebpf"))
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO")
+        .env_remove("RUSTC")
+        .args(["run", "nightly", "cargo"]);
+    c
 }
 
 fn bench() -> anyhow::Result<()> {

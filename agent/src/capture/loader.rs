@@ -30,11 +30,16 @@ use super::{
 /// The eBPF object built by agent/build.rs, embedded so one binary is all a node needs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/clockmesh"));
 
+/// The embedded eBPF object (empty when built with `AYA_BUILD_SKIP`).
+pub fn embedded_object() -> &'static [u8] {
+    EBPF_OBJECT
+}
+
 pub const PROG_TC_EGRESS: &str = "clockmesh_tc_egress";
 pub const PROG_TC_INGRESS: &str = "clockmesh_tc_ingress";
 const PROG_TP_XMIT: &str = "clockmesh_tp_xmit";
 const PROG_TP_RECEIVE: &str = "clockmesh_tp_receive";
-const PROG_TX_COMPLETION: &str = "clockmesh_tx_completion";
+pub const PROG_TX_COMPLETION: &str = "clockmesh_tx_completion";
 const DEFAULT_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// What to attach, where.

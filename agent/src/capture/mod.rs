@@ -4,13 +4,15 @@
 //! - [`timestamping`]: SO_TIMESTAMPING on the probe socket (TX stamps from the
 //!   error queue, RX stamps from control messages): the hardware-TX path
 //!   where fentry is refused, and a cross-check of the eBPF stamps.
-//! - [`clocks`]: clock domains and the MONOTONIC/PHC → REALTIME maps.
+//! - [`clocks`]: clock domains and the MONOTONIC/PHC → REALTIME maps;
+//!   [`stamps`]: every event timestamp tagged with its domain.
 //! - [`btf`]: kernel struct offsets for the tracing programs.
 
 pub mod btf;
 pub mod clocks;
 pub mod loader;
 mod privileges;
+pub mod stamps;
 pub mod timestamping;
 
 use std::{ops::RangeInclusive, path::PathBuf};

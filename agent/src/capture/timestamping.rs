@@ -168,6 +168,28 @@ pub fn recv_stamped(sock: &impl AsFd, buf: &mut [u8]) -> nix::Result<RxDatagram>
     })
 }
 
+/// Waits until the kernel stamps received packets. Enabling RX timestamping
+/// flips a global static key through a deferred work item, so the first
+/// packets after `enable` may arrive unstamped. Sends datagrams to itself on
+/// loopback until one comes back stamped; `Ok(false)` if none did in time.
+pub fn wait_for_rx_stamping(timeout: std::time::Duration) -> std::io::Result<bool> {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    enable(&sock, StampMode::Software).map_err(std::io::Error::from)?;
+    let me = sock.local_addr()?;
+    let deadline = std::time::Instant::now() + timeout;
+    let mut buf = [0u8; 16];
+    while std::time::Instant::now() < deadline {
+        sock.send_to(b"warm-up", me)?;
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        while let Ok(d) = recv_stamped(&sock, &mut buf) {
+            if d.stamps.software_ns != 0 {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
 fn storage_to_socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
     if let Some(v4) = a.as_sockaddr_in() {
         return Some(SocketAddr::V4((*v4).into()));
@@ -198,6 +220,7 @@ mod tests {
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         enable(&rx, StampMode::Software).unwrap();
         enable(&tx, StampMode::Software).unwrap();
+        assert!(wait_for_rx_stamping(Duration::from_secs(2)).unwrap());
         for i in 0..3u8 {
             tx.send_to(&[i; 40], rx.local_addr().unwrap()).unwrap();
         }

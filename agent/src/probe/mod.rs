@@ -5,6 +5,8 @@
 //! probes with the same sequence number, `pair_index` 0 and 1, sent
 //! `spacing` apart by the sender's clock.
 
+pub mod graph;
+
 use std::{
     io,
     net::{SocketAddr, UdpSocket},
