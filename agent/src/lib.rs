@@ -5,6 +5,7 @@
 //! `clockmesh_estimator` (pure estimation) → `publish` (offsets file) →
 //! `trace` (align and merge profiler traces). `devclock` reads GPU clocks.
 pub mod capture;
+pub mod config;
 pub mod devclock;
 pub mod probe;
 pub mod publish;

@@ -18,6 +18,8 @@ struct Cli {
 enum Command {
     /// Attach the eBPF programs to an interface and print probe timestamps.
     Capture(cli::capture::CaptureArgs),
+    /// Print the effective configuration and where each value came from.
+    Config(cli::config::ConfigArgs),
     /// Run the estimator on a simulated cluster with known truth.
     Simulate(cli::simulate::SimulateArgs),
     /// Inspect and merge profiler traces (.xplane.pb) onto one timeline.
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Capture(a) => cli::capture::run(a),
+        Command::Config(a) => cli::config::run(a),
         Command::Simulate(a) => cli::simulate::run(a),
         Command::Trace(a) => cli::trace::run(a),
         Command::GpuClock(a) => cli::gpu::run(a),

@@ -1,5 +1,6 @@
 //! Subcommands of the `clockmesh` binary, one module each.
 pub mod capture;
+pub mod config;
 pub mod gpu;
 pub mod simulate;
 pub mod trace;

@@ -6,6 +6,7 @@
 //! `spacing` apart by the sender's clock.
 
 pub mod graph;
+pub mod wire;
 
 use std::{
     io,

@@ -1,0 +1,705 @@
+//! Agent configuration: defaults < file (TOML or JSON) < environment < flags.
+//!
+//! Every key has one canonical name (used in files and by `--set`), a
+//! `CLOCKMESH_*` variable, and the names the earlier XLA design used
+//! (`XLA_PROBE_CADENCE_US`, `NCCL_SOCKET_IFNAME`, …). Each effective value
+//! remembers where it came from, so `clockmesh config` can say, and every
+//! error names the key and the source of the bad value.
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+use serde::Serialize;
+use thiserror::Error;
+
+/// Where a value came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "name", rename_all = "snake_case")]
+pub enum Source {
+    Default,
+    File(PathBuf),
+    Env(String),
+    Flag(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(p) => write!(f, "file {}", p.display()),
+            Source::Env(v) => write!(f, "environment variable {v}"),
+            Source::Flag(n) => write!(f, "flag {n}"),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {reason}")]
+    Unreadable { path: PathBuf, reason: String },
+    #[error("config file {path} is not valid {format}: {reason}")]
+    Syntax {
+        path: PathBuf,
+        format: &'static str,
+        reason: String,
+    },
+    #[error("unknown key {key:?} in {origin}")]
+    UnknownKey { key: String, origin: Source },
+    #[error("invalid value {value:?} for {key} (from {origin}): {reason}")]
+    Invalid {
+        key: &'static str,
+        value: String,
+        origin: Source,
+        reason: String,
+    },
+    #[error("{key} must be set (flag --{flag}, or {env})")]
+    Missing {
+        key: &'static str,
+        flag: &'static str,
+        env: &'static str,
+    },
+    #[error("--set expects KEY=VALUE, got {0:?}")]
+    BadSet(String),
+}
+
+/// One configuration key.
+pub struct Key {
+    pub name: &'static str,
+    /// Environment variables, highest priority first.
+    pub env: &'static [&'static str],
+    /// Other names accepted in files.
+    pub file_aliases: &'static [&'static str],
+    pub default: Option<&'static str>,
+    pub help: &'static str,
+}
+
+/// All keys. Defaults are documented here and in `docs/configuration.md`.
+pub const KEYS: &[Key] = &[
+    Key {
+        name: "enabled",
+        env: &["CLOCKMESH_ENABLED", "XLA_ENABLE_DISTRIBUTED_PROFILING"],
+        file_aliases: &[],
+        default: Some("true"),
+        help: "run probing at all (false: the agent idles)",
+    },
+    Key {
+        name: "interface",
+        env: &["CLOCKMESH_INTERFACE", "NCCL_SOCKET_IFNAME"],
+        file_aliases: &["probe_interface"],
+        default: None,
+        help: "network interface probes use (the NCCL data interface)",
+    },
+    Key {
+        name: "node_name",
+        env: &["CLOCKMESH_NODE_NAME", "NODE_NAME"],
+        file_aliases: &[],
+        default: None,
+        help: "this node's name (default: the host name)",
+    },
+    Key {
+        name: "probe_port",
+        env: &["CLOCKMESH_PROBE_PORT"],
+        file_aliases: &[],
+        default: Some("31900"),
+        help: "UDP port this agent owns for probes",
+    },
+    Key {
+        name: "probe_cadence_us",
+        env: &["CLOCKMESH_PROBE_CADENCE_US", "XLA_PROBE_CADENCE_US"],
+        file_aliases: &[],
+        default: Some("800"),
+        help: "interval between coded pairs on one edge, µs",
+    },
+    Key {
+        name: "packet_spacing_us",
+        env: &["CLOCKMESH_PACKET_SPACING_US", "XLA_PACKET_SPACING_US"],
+        file_aliases: &[],
+        default: Some("100"),
+        help: "spacing between the two probes of a pair, µs",
+    },
+    Key {
+        name: "probe_window_s",
+        env: &["CLOCKMESH_PROBE_WINDOW_S", "XLA_PROBE_WINDOW_S"],
+        file_aliases: &[],
+        default: Some("4"),
+        help: "estimation window, s",
+    },
+    Key {
+        name: "degree",
+        env: &["CLOCKMESH_DEGREE"],
+        file_aliases: &["k", "out_degree"],
+        default: Some("4"),
+        help: "out-neighbours each node probes (1-20)",
+    },
+    Key {
+        name: "output_dir",
+        env: &["CLOCKMESH_OUTPUT_DIR", "XLA_DIST_PROF_OUTPUT_DIR"],
+        file_aliases: &[],
+        default: Some("/var/lib/clockmesh"),
+        help: "where per-window JSONL results go",
+    },
+    Key {
+        name: "offsets_path",
+        env: &["CLOCKMESH_OFFSETS_PATH"],
+        file_aliases: &[],
+        default: Some("/run/clockmesh/offsets"),
+        help: "the published offsets file",
+    },
+    Key {
+        name: "metrics_addr",
+        env: &["CLOCKMESH_METRICS_ADDR"],
+        file_aliases: &[],
+        default: Some("127.0.0.1:9977"),
+        help: "address of /metrics, /healthz, /readyz",
+    },
+    Key {
+        name: "snapshot_period_ms",
+        env: &["CLOCKMESH_SNAPSHOT_PERIOD_MS"],
+        file_aliases: &[],
+        default: Some("1000"),
+        help: "GPU clock snapshot period, ms",
+    },
+    Key {
+        name: "auth_key_file",
+        env: &["CLOCKMESH_AUTH_KEY_FILE"],
+        file_aliases: &[],
+        default: None,
+        help: "file holding the shared probe HMAC key (≥ 16 bytes); unset: no authentication",
+    },
+];
+
+/// Configuration files are looked for here unless `--config` says otherwise.
+pub const CONFIG_ENV: &[&str] = &["CLOCKMESH_CONFIG", "XLA_DIST_PROF_CONFIG"];
+
+fn key(name: &str) -> Option<&'static Key> {
+    KEYS.iter()
+        .find(|k| k.name == name || k.file_aliases.contains(&name))
+}
+
+/// Raw values by canonical key, each with its source; later layers win.
+#[derive(Clone, Debug, Default)]
+pub struct Layers {
+    values: BTreeMap<&'static str, (String, Source)>,
+}
+
+impl Layers {
+    pub fn with_defaults() -> Self {
+        let mut l = Layers::default();
+        for k in KEYS {
+            if let Some(d) = k.default {
+                l.values.insert(k.name, (d.to_owned(), Source::Default));
+            }
+        }
+        l
+    }
+
+    /// Applies a TOML (`.toml`) or JSON (anything else) file.
+    pub fn apply_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Unreadable {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let table = parse_file(path, &text)?;
+        for (name, value) in table {
+            let source = Source::File(path.to_owned());
+            let k = key(&name).ok_or_else(|| ConfigError::UnknownKey {
+                key: name.clone(),
+                origin: source.clone(),
+            })?;
+            self.values.insert(k.name, (value, source));
+        }
+        Ok(())
+    }
+
+    /// Applies environment variables through `lookup` (injected for tests).
+    pub fn apply_env(&mut self, lookup: impl Fn(&str) -> Option<String>) {
+        for k in KEYS {
+            if let Some((var, v)) = k.env.iter().find_map(|v| lookup(v).map(|x| (*v, x))) {
+                self.values.insert(k.name, (v, Source::Env(var.to_owned())));
+            }
+        }
+    }
+
+    /// Applies a flag value for `name` (canonical key name).
+    pub fn apply_flag(&mut self, name: &str, value: String, flag: &str) -> Result<(), ConfigError> {
+        let source = Source::Flag(flag.to_owned());
+        let k = key(name).ok_or_else(|| ConfigError::UnknownKey {
+            key: name.to_owned(),
+            origin: source,
+        })?;
+        self.values
+            .insert(k.name, (value, Source::Flag(flag.to_owned())));
+        Ok(())
+    }
+
+    /// Applies `KEY=VALUE` from `--set`.
+    pub fn apply_set(&mut self, assignment: &str) -> Result<(), ConfigError> {
+        let (name, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| ConfigError::BadSet(assignment.to_owned()))?;
+        self.apply_flag(
+            name.trim(),
+            value.trim().to_owned(),
+            &format!("--set {}", name.trim()),
+        )
+    }
+
+    fn get(&self, name: &'static str) -> Option<&(String, Source)> {
+        self.values.get(name)
+    }
+}
+
+fn parse_file(path: &Path, text: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    let syntax = |format, reason: String| ConfigError::Syntax {
+        path: path.to_owned(),
+        format,
+        reason,
+    };
+    let is_toml = path.extension().is_some_and(|e| e == "toml");
+    let value: serde_json::Value = if is_toml {
+        let t: toml::Table = toml::from_str(text).map_err(|e| syntax("TOML", e.to_string()))?;
+        serde_json::to_value(t).map_err(|e| syntax("TOML", e.to_string()))?
+    } else {
+        serde_json::from_str(text).map_err(|e| syntax("JSON", e.to_string()))?
+    };
+    let serde_json::Value::Object(map) = value else {
+        return Err(syntax("JSON", "the top level must be an object".into()));
+    };
+    Ok(map.into_iter().map(|(k, v)| (k, scalar_text(&v))).collect())
+}
+
+/// File values are converted to the same text the environment would carry.
+fn scalar_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(items) => {
+            items.iter().map(scalar_text).collect::<Vec<_>>().join(",")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A value and its source.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub source: Source,
+}
+
+/// The typed, validated configuration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AgentConfig {
+    pub enabled: Sourced<bool>,
+    pub interface: Sourced<String>,
+    pub node_name: Sourced<String>,
+    pub probe_port: Sourced<u16>,
+    pub probe_cadence_us: Sourced<u64>,
+    pub packet_spacing_us: Sourced<u64>,
+    pub probe_window_s: Sourced<u64>,
+    pub degree: Sourced<usize>,
+    pub output_dir: Sourced<PathBuf>,
+    pub offsets_path: Sourced<PathBuf>,
+    pub metrics_addr: Sourced<SocketAddr>,
+    pub snapshot_period_ms: Sourced<u64>,
+    pub auth_key_file: Option<Sourced<PathBuf>>,
+}
+
+fn typed<T>(
+    layers: &Layers,
+    name: &'static str,
+    check: impl Fn(&str) -> Result<T, String>,
+) -> Result<Option<Sourced<T>>, ConfigError> {
+    let Some((raw, source)) = layers.get(name) else {
+        return Ok(None);
+    };
+    let value = check(raw.trim()).map_err(|reason| ConfigError::Invalid {
+        key: name,
+        value: raw.clone(),
+        origin: source.clone(),
+        reason,
+    })?;
+    Ok(Some(Sourced {
+        value,
+        source: source.clone(),
+    }))
+}
+
+fn required<T>(
+    v: Option<Sourced<T>>,
+    name: &'static str,
+    flag: &'static str,
+) -> Result<Sourced<T>, ConfigError> {
+    v.ok_or(ConfigError::Missing {
+        key: name,
+        flag,
+        env: key(name).and_then(|k| k.env.first().copied()).unwrap_or(""),
+    })
+}
+
+fn int_in<T: std::str::FromStr + PartialOrd + fmt::Display + Copy>(
+    lo: T,
+    hi: T,
+) -> impl Fn(&str) -> Result<T, String> {
+    move |s| {
+        let v: T = s.parse().map_err(|_| "not a whole number".to_string())?;
+        if v < lo || v > hi {
+            return Err(format!("must be between {lo} and {hi}"));
+        }
+        Ok(v)
+    }
+}
+
+fn boolean(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err("expected true/false (or 1/0, yes/no, on/off)".into()),
+    }
+}
+
+fn interface_name(s: &str) -> Result<String, String> {
+    // NCCL_SOCKET_IFNAME may hold a list or a prefix (`^lo`, `=eth0`): take
+    // the first plain name.
+    let first = s.split(',').next().unwrap_or("").trim_start_matches('=');
+    if first.is_empty() || first.starts_with('^') || first.len() > 15 || first.contains('/') {
+        return Err("expected a network interface name (at most 15 characters)".into());
+    }
+    Ok(first.to_owned())
+}
+
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("must not be empty".into())
+    } else {
+        Ok(s.to_owned())
+    }
+}
+
+fn path(s: &str) -> Result<PathBuf, String> {
+    non_empty(s).map(PathBuf::from)
+}
+
+impl AgentConfig {
+    /// Validates `layers`; `hostname` fills `node_name` when unset.
+    pub fn from_layers(layers: &Layers, hostname: &str) -> Result<Self, ConfigError> {
+        let host_default = Sourced {
+            value: hostname.to_owned(),
+            source: Source::Default,
+        };
+        let cfg = AgentConfig {
+            enabled: required(typed(layers, "enabled", boolean)?, "enabled", "enabled")?,
+            interface: required(
+                typed(layers, "interface", interface_name)?,
+                "interface",
+                "interface",
+            )?,
+            node_name: typed(layers, "node_name", non_empty)?.unwrap_or(host_default),
+            probe_port: required(
+                typed(layers, "probe_port", int_in(1u16, u16::MAX))?,
+                "probe_port",
+                "probe-port",
+            )?,
+            probe_cadence_us: required(
+                typed(layers, "probe_cadence_us", int_in(50u64, 10_000_000))?,
+                "probe_cadence_us",
+                "probe-cadence-us",
+            )?,
+            packet_spacing_us: required(
+                typed(layers, "packet_spacing_us", int_in(1u64, 100_000))?,
+                "packet_spacing_us",
+                "packet-spacing-us",
+            )?,
+            probe_window_s: required(
+                typed(layers, "probe_window_s", int_in(1u64, 3600))?,
+                "probe_window_s",
+                "probe-window-s",
+            )?,
+            degree: required(
+                typed(
+                    layers,
+                    "degree",
+                    int_in(1usize, crate::probe::graph::MAX_DEGREE),
+                )?,
+                "degree",
+                "degree",
+            )?,
+            output_dir: required(
+                typed(layers, "output_dir", path)?,
+                "output_dir",
+                "output-dir",
+            )?,
+            offsets_path: required(
+                typed(layers, "offsets_path", path)?,
+                "offsets_path",
+                "offsets-path",
+            )?,
+            metrics_addr: required(
+                typed(layers, "metrics_addr", |s| {
+                    s.parse().map_err(|_| "expected IP:PORT".to_string())
+                })?,
+                "metrics_addr",
+                "metrics-addr",
+            )?,
+            snapshot_period_ms: required(
+                typed(layers, "snapshot_period_ms", int_in(1u64, 3_600_000))?,
+                "snapshot_period_ms",
+                "snapshot-period-ms",
+            )?,
+            auth_key_file: typed(layers, "auth_key_file", path)?,
+        };
+        cfg.check_consistency()?;
+        Ok(cfg)
+    }
+
+    /// Cross-key rules: a pair must fit in its cadence.
+    fn check_consistency(&self) -> Result<(), ConfigError> {
+        if self.packet_spacing_us.value >= self.probe_cadence_us.value {
+            return Err(ConfigError::Invalid {
+                key: "packet_spacing_us",
+                value: self.packet_spacing_us.value.to_string(),
+                origin: self.packet_spacing_us.source.clone(),
+                reason: format!(
+                    "must be less than probe_cadence_us ({}, from {})",
+                    self.probe_cadence_us.value, self.probe_cadence_us.source
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Where the config file comes from: `--config`, else the environment.
+pub fn config_file(
+    flag: Option<&Path>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Option<PathBuf> {
+    flag.map(Path::to_path_buf)
+        .or_else(|| CONFIG_ENV.iter().find_map(|v| lookup(v)).map(PathBuf::from))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn tempdir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "clockmesh-config-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn precedence_is_default_file_env_flag() {
+        let dir = tempdir();
+        let file = write(
+            &dir,
+            "c.toml",
+            "interface = \"eth1\"\nprobe_cadence_us = 2000\nprobe_window_s = 8\nk = 6\n",
+        );
+        let mut l = Layers::with_defaults();
+        l.apply_file(&file).unwrap();
+        l.apply_env(env(&[
+            ("XLA_PROBE_CADENCE_US", "1000"),
+            ("NCCL_SOCKET_IFNAME", "ib0,eth0"),
+        ]));
+        l.apply_flag("interface", "eth9".into(), "--interface")
+            .unwrap();
+        let c = AgentConfig::from_layers(&l, "node-a").unwrap();
+        assert_eq!(c.interface.value, "eth9");
+        assert_eq!(c.interface.source, Source::Flag("--interface".into()));
+        assert_eq!(
+            (c.probe_cadence_us.value, c.probe_cadence_us.source.clone()),
+            (1000, Source::Env("XLA_PROBE_CADENCE_US".into()))
+        );
+        assert_eq!(
+            (c.probe_window_s.value, c.probe_window_s.source.clone()),
+            (8, Source::File(file))
+        );
+        assert_eq!(c.degree.value, 6, "file alias k");
+        assert_eq!(
+            (
+                c.packet_spacing_us.value,
+                c.packet_spacing_us.source.clone()
+            ),
+            (100, Source::Default)
+        );
+        assert_eq!(c.node_name.value, "node-a");
+    }
+
+    #[test]
+    fn clockmesh_names_win_over_seed_names_and_nccl_lists_work() {
+        let mut l = Layers::with_defaults();
+        l.apply_env(env(&[
+            ("CLOCKMESH_PROBE_CADENCE_US", "500"),
+            ("XLA_PROBE_CADENCE_US", "900"),
+            ("NCCL_SOCKET_IFNAME", "=ens5,ens6"),
+        ]));
+        let c = AgentConfig::from_layers(&l, "h").unwrap();
+        assert_eq!(c.probe_cadence_us.value, 500);
+        assert_eq!(c.interface.value, "ens5");
+    }
+
+    #[test]
+    fn json_files_work_too() {
+        let dir = tempdir();
+        let file = write(
+            &dir,
+            "c.json",
+            r#"{"interface": "eth0", "enabled": false, "snapshot_period_ms": 250}"#,
+        );
+        let mut l = Layers::with_defaults();
+        l.apply_file(&file).unwrap();
+        let c = AgentConfig::from_layers(&l, "h").unwrap();
+        assert!(!c.enabled.value);
+        assert_eq!(c.snapshot_period_ms.value, 250);
+    }
+
+    #[test]
+    fn every_error_names_key_and_source() {
+        let dir = tempdir();
+        let cases: Vec<(Layers, &str)> = vec![
+            (
+                {
+                    let mut l = Layers::with_defaults();
+                    l.apply_env(env(&[
+                        ("NCCL_SOCKET_IFNAME", "eth0"),
+                        ("XLA_PROBE_WINDOW_S", "soon"),
+                    ]));
+                    l
+                },
+                "probe_window_s (from environment variable XLA_PROBE_WINDOW_S): not a whole number",
+            ),
+            (
+                {
+                    let mut l = Layers::with_defaults();
+                    l.apply_set("interface=eth0").unwrap();
+                    l.apply_set("degree=50").unwrap();
+                    l
+                },
+                "degree (from flag --set degree): must be between 1 and 20",
+            ),
+            (
+                {
+                    let mut l = Layers::with_defaults();
+                    l.apply_set("interface=^lo").unwrap();
+                    l
+                },
+                "interface (from flag --set interface)",
+            ),
+            (
+                {
+                    let mut l = Layers::with_defaults();
+                    l.apply_set("interface=eth0").unwrap();
+                    l.apply_set("packet_spacing_us=900").unwrap();
+                    l
+                },
+                "packet_spacing_us (from flag --set packet_spacing_us): must be less than probe_cadence_us (800, from default)",
+            ),
+            (
+                Layers::with_defaults(),
+                "interface must be set (flag --interface, or CLOCKMESH_INTERFACE)",
+            ),
+            (
+                {
+                    let mut l = Layers::with_defaults();
+                    l.apply_set("interface=eth0").unwrap();
+                    l.apply_set("enabled=maybe").unwrap();
+                    l
+                },
+                "enabled (from flag --set enabled): expected true/false",
+            ),
+        ];
+        for (layers, expected) in cases {
+            let err = AgentConfig::from_layers(&layers, "h")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(expected),
+                "{err:?} should contain {expected:?}"
+            );
+        }
+        let mut l = Layers::with_defaults();
+        let bad_toml = write(&dir, "bad.toml", "interface = ");
+        assert!(
+            l.apply_file(&bad_toml)
+                .unwrap_err()
+                .to_string()
+                .contains("not valid TOML")
+        );
+        let unknown = write(&dir, "u.json", r#"{"probe_cadense_us": 5}"#);
+        let err = l.apply_file(&unknown).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown key \"probe_cadense_us\" in file"),
+            "{err}"
+        );
+        let err = l
+            .apply_file(&dir.join("missing.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot read config file"), "{err}");
+        assert!(
+            l.apply_set("novalue")
+                .unwrap_err()
+                .to_string()
+                .contains("KEY=VALUE")
+        );
+        let arr = write(&dir, "a.json", "[1]");
+        assert!(
+            l.apply_file(&arr)
+                .unwrap_err()
+                .to_string()
+                .contains("must be an object")
+        );
+    }
+
+    #[test]
+    fn config_file_from_flag_or_env() {
+        let lookup = env(&[("XLA_DIST_PROF_CONFIG", "/etc/x.json")]);
+        assert_eq!(
+            config_file(None, &lookup),
+            Some(PathBuf::from("/etc/x.json"))
+        );
+        assert_eq!(
+            config_file(Some(Path::new("/a.toml")), &lookup),
+            Some(PathBuf::from("/a.toml"))
+        );
+        assert_eq!(config_file(None, env(&[])), None);
+    }
+
+    #[test]
+    fn shipped_example_configs_are_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/config");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let mut l = Layers::with_defaults();
+            l.apply_file(&path).unwrap();
+            AgentConfig::from_layers(&l, "h").unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            n += 1;
+        }
+        assert!(n >= 3, "default, aggressive, conservative");
+    }
+}
