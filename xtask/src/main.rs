@@ -120,13 +120,7 @@ fn setup() -> anyhow::Result<()> {
     let linker = output(Command::new("bpf-linker").arg("--version"));
     if !linker.contains(BPF_LINKER_VERSION) {
         run(Command::new("cargo")
-            .args([
-                "install",
-                "bpf-linker",
-                "--version",
-                BPF_LINKER_VERSION,
-                "--locked",
-            ])
+            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION])
             .args(["--no-default-features", "--features", "llvm-22"])
             .env("LLVM_PREFIX", LLVM_PREFIX))?;
     }
