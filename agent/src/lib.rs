@@ -7,6 +7,7 @@
 pub mod capture;
 pub mod config;
 pub mod devclock;
+pub mod discovery;
 pub mod probe;
 pub mod publish;
 pub mod trace;
