@@ -77,10 +77,6 @@ fn describe(cmd: &Command) -> String {
     format!("{} {}", cmd.get_program().to_string_lossy(), args.join(" "))
 }
 
-fn succeeds(cmd: &mut Command) -> bool {
-    cmd.output().is_ok_and(|o| o.status.success())
-}
-
 fn output(cmd: &mut Command) -> String {
     cmd.output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
@@ -133,6 +129,10 @@ fn setup() -> anyhow::Result<()> {
         "xtask: setup complete (LLVM 22, nightly rust-src, bpf-linker {BPF_LINKER_VERSION}, iproute2)"
     );
     Ok(())
+}
+
+fn on_path(tool: &str) -> bool {
+    env::var_os("PATH").is_some_and(|p| env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }
 
 fn apt_install(packages: &[&str]) -> anyhow::Result<()> {

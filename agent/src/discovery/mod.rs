@@ -7,6 +7,8 @@
 //! is never on the probing path: if it is lost, probing continues on the last
 //! known membership and only election and the shared solve stop.
 
+pub mod etcd;
+
 use std::{
     collections::BTreeSet,
     future::Future,

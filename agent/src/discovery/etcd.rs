@@ -1,0 +1,217 @@
+//! etcd backend.
+//!
+//! Layout under `/clockmesh/<cluster>/`:
+//! - `members/<name>`: JSON [`Member`] bound to this agent's lease (TTL
+//!   `lease_ttl_s`, kept alive in the background): a crashed agent vanishes
+//!   from the list when its lease expires. Its id is the key's create
+//!   revision (cluster-unique, never reused; a restarted agent gets a new one).
+//! - `leader`: etcd's election on this name; the value is the leader's name.
+//!   Campaigning blocks in etcd until the seat is free, so it runs in a task.
+
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions, LeaderKey, PutOptions, ResignOptions};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::{Discovery, DiscoveryError, Leadership, Member, check_unique};
+
+/// How to reach etcd and how long a silent member stays listed.
+#[derive(Clone, Debug)]
+pub struct EtcdConfig {
+    pub endpoints: Vec<String>,
+    /// Namespaces several clusters in one etcd.
+    pub cluster: String,
+    pub lease_ttl_s: i64,
+}
+
+pub struct EtcdDiscovery {
+    client: Client,
+    cfg: EtcdConfig,
+    me: Option<String>,
+    lease: Option<i64>,
+    keepalive: Option<JoinHandle<()>>,
+    campaign: Option<JoinHandle<Option<LeaderKey>>>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> DiscoveryError {
+    DiscoveryError::Unavailable(e.to_string())
+}
+
+impl EtcdDiscovery {
+    pub async fn connect(cfg: EtcdConfig) -> Result<Self, DiscoveryError> {
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_timeout(Duration::from_secs(5));
+        let mut client = Client::connect(&cfg.endpoints, Some(options))
+            .await
+            .map_err(|e| unavailable(format!("connecting to {:?}: {e}", cfg.endpoints)))?;
+        // The channel connects lazily: ask for status so a wrong endpoint
+        // fails here, with the endpoint in the message.
+        client.status().await.map_err(|e| {
+            unavailable(format!("etcd at {:?} does not answer: {e}", cfg.endpoints))
+        })?;
+        Ok(EtcdDiscovery {
+            client,
+            cfg,
+            me: None,
+            lease: None,
+            keepalive: None,
+            campaign: None,
+        })
+    }
+
+    fn prefix(&self) -> String {
+        format!("/clockmesh/{}/", self.cfg.cluster)
+    }
+
+    fn members_prefix(&self) -> String {
+        format!("{}members/", self.prefix())
+    }
+
+    fn election(&self) -> String {
+        format!("{}leader", self.prefix())
+    }
+
+    async fn grant_lease(&mut self) -> Result<i64, DiscoveryError> {
+        let lease = self
+            .client
+            .lease_grant(self.cfg.lease_ttl_s, None)
+            .await
+            .map_err(unavailable)?
+            .id();
+        let (mut keeper, mut stream) = self
+            .client
+            .lease_keep_alive(lease)
+            .await
+            .map_err(unavailable)?;
+        let period = Duration::from_millis((self.cfg.lease_ttl_s.max(1) as u64) * 1000 / 3);
+        // Keep the lease alive at a third of its TTL; if etcd goes away the
+        // lease lapses and the others stop listing us, as they should.
+        self.keepalive = Some(tokio::spawn(async move {
+            loop {
+                if keeper.keep_alive().await.is_err() || stream.message().await.is_err() {
+                    warn!("etcd lease keep-alive failed; membership will lapse");
+                    return;
+                }
+                tokio::time::sleep(period).await;
+            }
+        }));
+        Ok(lease)
+    }
+
+    fn start_campaign(&mut self, name: String, lease: i64) {
+        let mut client = self.client.clone();
+        let election = self.election();
+        self.campaign = Some(tokio::spawn(async move {
+            match client.campaign(election, name.clone(), lease).await {
+                Ok(r) => {
+                    info!(node = %name, "elected clockmesh leader");
+                    r.leader().cloned()
+                }
+                Err(e) => {
+                    warn!("etcd campaign ended: {e}");
+                    None
+                }
+            }
+        }));
+    }
+}
+
+impl Discovery for EtcdDiscovery {
+    async fn register(&mut self, me: &Member) -> Result<Member, DiscoveryError> {
+        let lease = self.grant_lease().await?;
+        let key = format!("{}{}", self.members_prefix(), me.name);
+        let value = serde_json::to_vec(me).map_err(unavailable)?;
+        self.client
+            .put(
+                key.clone(),
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .map_err(unavailable)?;
+        let got = self.client.get(key, None).await.map_err(unavailable)?;
+        let kv = got
+            .kvs()
+            .first()
+            .ok_or_else(|| unavailable("member key vanished after put"))?;
+        self.me = Some(me.name.clone());
+        self.lease = Some(lease);
+        self.start_campaign(me.name.clone(), lease);
+        Ok(Member {
+            id: kv.create_revision() as u32,
+            ..me.clone()
+        })
+    }
+
+    async fn members(&mut self) -> Result<Vec<Member>, DiscoveryError> {
+        let prefix = self.members_prefix();
+        let resp = self
+            .client
+            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(unavailable)?;
+        let mut members = Vec::new();
+        for kv in resp.kvs() {
+            match serde_json::from_slice::<Member>(kv.value()) {
+                Ok(m) => members.push(Member {
+                    id: kv.create_revision() as u32,
+                    ..m
+                }),
+                Err(e) => {
+                    warn!(key = %kv.key_str().unwrap_or("?"), "ignoring bad member record: {e}")
+                }
+            }
+        }
+        members.sort();
+        check_unique(&members)?;
+        Ok(members)
+    }
+
+    async fn leadership(&mut self) -> Result<Leadership, DiscoveryError> {
+        let leader = match self.client.leader(self.election()).await {
+            Ok(r) => r.kv().and_then(|kv| kv.value_str().ok()).map(str::to_owned),
+            // "election: no leader" is an answer, not an outage.
+            Err(e) if e.to_string().contains("no leader") => None,
+            Err(e) => return Err(unavailable(e)),
+        };
+        let is_me = leader.is_some() && leader == self.me;
+        Ok(Leadership { leader, is_me })
+    }
+
+    async fn leave(&mut self) -> Result<(), DiscoveryError> {
+        if let Some(c) = self.campaign.take() {
+            if c.is_finished()
+                && let Ok(Some(key)) = c.await
+            {
+                let _ = self
+                    .client
+                    .resign(Some(ResignOptions::new().with_leader(key)))
+                    .await;
+            } else {
+                // Still campaigning: the revoked lease withdraws the candidacy.
+            }
+        }
+        if let Some(k) = self.keepalive.take() {
+            k.abort();
+        }
+        if let Some(lease) = self.lease.take() {
+            self.client.lease_revoke(lease).await.map_err(unavailable)?;
+        }
+        self.me = None;
+        Ok(())
+    }
+}
+
+impl Drop for EtcdDiscovery {
+    fn drop(&mut self) {
+        // Without `leave`, the lease simply expires after its TTL.
+        for task in [self.keepalive.take()].into_iter().flatten() {
+            task.abort();
+        }
+        if let Some(c) = self.campaign.take() {
+            c.abort();
+        }
+    }
+}

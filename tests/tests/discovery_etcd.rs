@@ -1,0 +1,141 @@
+//! The etcd discovery backend against a real etcd server on loopback.
+
+use std::time::{Duration, Instant};
+
+use clockmesh::discovery::{
+    Discovery, Member,
+    etcd::{EtcdConfig, EtcdDiscovery},
+};
+use clockmesh_testbed::etcd::EtcdServer;
+
+fn member(name: &str, last_octet: u8) -> Member {
+    Member {
+        name: name.into(),
+        id: 0,
+        addr: [198, 18, 0, last_octet].into(),
+        probe_port: 31_900,
+        capabilities: 0,
+    }
+}
+
+async fn connect(server: &EtcdServer) -> EtcdDiscovery {
+    EtcdDiscovery::connect(EtcdConfig {
+        endpoints: vec![server.endpoint.clone()],
+        cluster: "test".into(),
+        lease_ttl_s: 2,
+    })
+    .await
+    .expect("connect")
+}
+
+/// Polls `cond` (an expression that may `.await`) for up to 15 s.
+macro_rules! wait_for {
+    ($what:expr, $cond:expr) => {{
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !$cond {
+            assert!(Instant::now() < deadline, "timed out waiting for {}", $what);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }};
+}
+
+#[tokio::test]
+async fn members_register_elect_one_leader_and_fail_over() {
+    let server = EtcdServer::start().expect("etcd");
+    let (mut a, mut b, mut c) = (
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+    );
+    let ra = a.register(&member("node-a", 1)).await.unwrap();
+    let rb = b.register(&member("node-b", 2)).await.unwrap();
+    let rc = c.register(&member("node-c", 3)).await.unwrap();
+    assert!(
+        ra.id != rb.id && rb.id != rc.id && ra.id != rc.id,
+        "unique ids"
+    );
+
+    let listed = a.members().await.unwrap();
+    let names: Vec<_> = listed.iter().map(|m| (m.name.as_str(), m.id)).collect();
+    assert_eq!(
+        names,
+        [("node-a", ra.id), ("node-b", rb.id), ("node-c", rc.id)]
+    );
+
+    wait_for!("a leader", b.leadership().await.unwrap().leader.is_some());
+    let views = [
+        a.leadership().await.unwrap(),
+        b.leadership().await.unwrap(),
+        c.leadership().await.unwrap(),
+    ];
+    let leader = views[0].leader.clone().unwrap();
+    assert!(
+        views
+            .iter()
+            .all(|v| v.leader.as_deref() == Some(leader.as_str())),
+        "{views:?}"
+    );
+    assert_eq!(views.iter().filter(|v| v.is_me).count(), 1);
+
+    // The leader leaves cleanly: another is elected and it is off the list.
+    let (leaving, stay1, stay2) = match leader.as_str() {
+        "node-a" => (&mut a, &mut b, &mut c),
+        "node-b" => (&mut b, &mut a, &mut c),
+        _ => (&mut c, &mut a, &mut b),
+    };
+    leaving.leave().await.unwrap();
+    wait_for!(
+        "a new leader",
+        stay1
+            .leadership()
+            .await
+            .unwrap()
+            .leader
+            .is_some_and(|l| l != leader)
+    );
+    let names: Vec<String> = stay2
+        .members()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert!(!names.contains(&leader));
+}
+
+#[tokio::test]
+async fn a_crashed_member_disappears_when_its_lease_expires_and_can_rejoin() {
+    let server = EtcdServer::start().expect("etcd");
+    let mut a = connect(&server).await;
+    let mut b = connect(&server).await;
+    a.register(&member("node-a", 1)).await.unwrap();
+    let first = b.register(&member("node-b", 2)).await.unwrap();
+    drop(b); // a crash: no leave, the keep-alive stops
+    wait_for!("node-b to lapse", a.members().await.unwrap().len() == 1);
+    let mut b = connect(&server).await;
+    let again = b.register(&member("node-b", 2)).await.unwrap();
+    assert_ne!(first.id, again.id, "a restarted agent gets a fresh id");
+    assert_eq!(a.members().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn unreachable_etcd_is_a_clear_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = EtcdDiscovery::connect(EtcdConfig {
+        endpoints: vec![format!("127.0.0.1:{port}")],
+        cluster: "test".into(),
+        lease_ttl_s: 2,
+    })
+    .await
+    .err()
+    .expect("no etcd there");
+    assert!(
+        err.to_string().contains("coordination engine unavailable"),
+        "{err}"
+    );
+}
