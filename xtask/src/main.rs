@@ -120,13 +120,25 @@ fn setup() -> anyhow::Result<()> {
             .args(["--no-default-features", "--features", "llvm-22"])
             .env("LLVM_PREFIX", LLVM_PREFIX))?;
     }
-    for tool in ["ip", "tc"] {
-        if !succeeds(Command::new(tool).arg("-V")) {
-            apt_install(&["iproute2"])?;
-        }
+    // Command on PATH → Debian package providing it: netns test hosts,
+    // protoc for prost/tonic code generation, etcd for discovery tests.
+    let tools = [
+        ("ip", "iproute2"),
+        ("tc", "iproute2"),
+        ("protoc", "protobuf-compiler"),
+        ("etcd", "etcd-server"),
+    ];
+    let mut missing: Vec<&str> = tools
+        .iter()
+        .filter(|(tool, _)| !on_path(tool))
+        .map(|(_, package)| *package)
+        .collect();
+    missing.dedup();
+    if !missing.is_empty() {
+        apt_install(&missing)?;
     }
     eprintln!(
-        "xtask: setup complete (LLVM 22, nightly rust-src, bpf-linker {BPF_LINKER_VERSION}, iproute2)"
+        "xtask: setup complete (LLVM 22, nightly rust-src, bpf-linker {BPF_LINKER_VERSION}, iproute2, protoc, etcd)"
     );
     Ok(())
 }
