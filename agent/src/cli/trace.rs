@@ -1,7 +1,269 @@
-//! `clockmesh trace ...` (publication issue).
-#[derive(clap::Args, Debug)]
-pub struct TraceArgs {}
+//! `clockmesh trace ...`: inspect profiler traces and merge several hosts'
+//! traces onto one global timeline.
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
 
-pub fn run(_args: TraceArgs) -> anyhow::Result<()> {
-    anyhow::bail!("trace: not built yet")
+use anyhow::Context;
+use clockmesh::publish::history;
+use clockmesh::trace::{self, MergeOptions, OffsetSource};
+
+#[derive(clap::Args, Debug)]
+pub struct TraceArgs {
+    #[command(subcommand)]
+    command: TraceCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum TraceCommand {
+    /// Show planes, lines, events, session start and clock stats of .xplane.pb files.
+    Info(InfoArgs),
+    /// Shift several hosts' traces onto one global timeline (one xprof run).
+    ///
+    /// Each host's offset (global − local, ns) comes from, in order: --offset,
+    /// the clock_offset_ns stat recorded by the clockmesh hook or JAX helper,
+    /// the agent's JSONL history (--history) at the session start. Lines are
+    /// shifted by (profile_start_time + offset − origin), origin being the
+    /// earliest corrected session start; event offsets are untouched and all
+    /// other bytes are copied verbatim. Nothing is written unless every input
+    /// is valid.
+    Merge(MergeArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct InfoArgs {
+    /// .xplane.pb files or directories containing them.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct MergeArgs {
+    /// Per-host xprof run directories, log directories or .xplane.pb files.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// Output log directory; writes <OUT>/plugins/profile/<RUN>/<host>.xplane.pb.
+    #[arg(short, long)]
+    out: PathBuf,
+    /// Run (directory) name [default: merged_<origin as YYYY_MM_DD_HH_MM_SS UTC>].
+    #[arg(long)]
+    run: Option<String>,
+    /// Offset of a host, global − local in ns: --offset host=NS (repeatable).
+    #[arg(long = "offset", value_name = "HOST=NS", value_parser = parse_offset)]
+    offsets: Vec<(String, i64)>,
+    /// The agent's per-window history (JSON lines) to look offsets up in.
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// Treat hosts without any offset as offset 0 (warns) instead of failing.
+    #[arg(long)]
+    allow_missing_offsets: bool,
+    /// Also write a merged Chrome/Perfetto JSON trace to this file.
+    #[arg(long, value_name = "FILE")]
+    perfetto: Option<PathBuf>,
+}
+
+fn parse_offset(s: &str) -> Result<(String, i64), String> {
+    let (host, ns) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("expected HOST=NS, got {s:?}"))?;
+    let ns = ns
+        .trim()
+        .parse()
+        .map_err(|e| format!("offset of {host:?} is not an integer ns: {e}"))?;
+    Ok((host.to_string(), ns))
+}
+
+pub fn run(args: TraceArgs) -> anyhow::Result<()> {
+    match args.command {
+        TraceCommand::Info(a) => info(a),
+        TraceCommand::Merge(a) => merge(a),
+    }
+}
+
+fn info(args: InfoArgs) -> anyhow::Result<()> {
+    let files = trace::collect_inputs(&args.inputs)?;
+    let mut failed = 0;
+    for path in files {
+        match trace::scan_file(&path) {
+            Ok(scan) => print_scan(&scan),
+            Err(e) => {
+                failed += 1;
+                eprintln!("{}: {e}", path.display());
+            }
+        }
+    }
+    anyhow::ensure!(failed == 0, "{failed} file(s) could not be read");
+    Ok(())
+}
+
+fn print_scan(scan: &trace::Scan) {
+    println!("{} ({} bytes)", scan.path.display(), scan.file_len);
+    println!("  hostnames: {}", scan.hostnames.join(", "));
+    match scan.profile_start_ns() {
+        Some(s) => println!("  session start: {s} ns ({})", utc(s)),
+        None => println!("  session start: none (no Task Environment profile_start_time)"),
+    }
+    if let (Some(a), Some(b)) = (scan.profile_start_ns(), scan.profile_stop_ns()) {
+        println!("  session length: {:.6} s", (b - a) as f64 / 1e9);
+    }
+    let clock = scan.clock_stat_names();
+    if clock.is_empty() {
+        println!("  clock stats: none");
+    } else {
+        for name in clock {
+            if let Some(v) = scan.clock_stat_value(name) {
+                println!("  clock stat {name} = {v}");
+            }
+        }
+    }
+    println!(
+        "  planes: {}, lines: {}, events: {}",
+        scan.planes.len(),
+        scan.lines.len(),
+        scan.events()
+    );
+    for p in &scan.planes {
+        println!(
+            "    {:<32} id {:<4} lines {:<6} events {:<10} event metadata {}",
+            p.name, p.id, p.lines, p.events, p.event_metadata
+        );
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS.nnnnnnnnn UTC` without a date crate.
+fn utc(ns: i64) -> String {
+    let (secs, nanos) = (ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000));
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{nanos:09} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Howard Hinnant's days-to-civil algorithm.
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn default_run_name(origin_ns: i64) -> String {
+    let s = utc(origin_ns);
+    // "YYYY-MM-DD HH:MM:SS" -> "merged_YYYY_MM_DD_HH_MM_SS"
+    format!("merged_{}", s[..19].replace(['-', ' ', ':'], "_"))
+}
+
+fn merge(args: MergeArgs) -> anyhow::Result<()> {
+    let inputs = trace::collect_inputs(&args.inputs)?;
+    let history = match &args.history {
+        Some(p) => history::load(p)?,
+        None => Vec::new(),
+    };
+    let mut opts = MergeOptions {
+        out_dir: args.out.clone(),
+        run_name: args.run.clone().unwrap_or_default(),
+        offsets: args.offsets.iter().cloned().collect::<HashMap<_, _>>(),
+        history,
+        allow_missing_offsets: args.allow_missing_offsets,
+        perfetto: args.perfetto.clone(),
+    };
+    if opts.run_name.is_empty() {
+        // The name depends on the origin: plan once (cheap) to learn it.
+        let (_, _, origin) = trace::merge::plan_merge(&inputs, &opts)?;
+        opts.run_name = default_run_name(origin);
+    }
+    let total: u64 = inputs
+        .iter()
+        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .sum();
+    let bar = progress_bar(total);
+    let report = trace::merge(&inputs, &opts, &mut |n| {
+        if let Some(b) = &bar {
+            b.inc(n)
+        }
+    })
+    .context("trace merge failed; nothing was written")?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    println!("merged run: {}", report.run_dir.display());
+    println!(
+        "origin: {} ns ({}), {} -> {} bytes",
+        report.origin_ns,
+        utc(report.origin_ns),
+        report.bytes_in,
+        report.bytes_out
+    );
+    for h in &report.hosts {
+        let source = match h.source {
+            OffsetSource::Flag => "--offset",
+            OffsetSource::Hook => "hook stat",
+            OffsetSource::History => "history",
+            OffsetSource::AssumedZero => "ASSUMED 0",
+        };
+        println!(
+            "  {:<24} offset {:>14} ns ({source}), shift {:>14} ns{}",
+            h.host,
+            h.offset_ns,
+            h.shift_ns,
+            if h.lines_absolute > 0 {
+                format!(", {} absolute line(s)", h.lines_absolute)
+            } else {
+                String::new()
+            }
+        );
+    }
+    if let Some(p) = &args.perfetto {
+        println!("perfetto JSON: {}", p.display());
+    }
+    Ok(())
+}
+
+/// A byte progress bar on stderr when it is a terminal; none otherwise.
+fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} merging [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    Some(bar)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_parse_and_bad_ones_explain() {
+        assert_eq!(parse_offset("h-1=-250").unwrap(), ("h-1".into(), -250));
+        assert!(parse_offset("h1").unwrap_err().contains("HOST=NS"));
+        assert!(
+            parse_offset("h1=abc")
+                .unwrap_err()
+                .contains("not an integer")
+        );
+    }
+
+    #[test]
+    fn utc_formats_known_instants() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000000000 UTC");
+        assert_eq!(
+            utc(1_795_335_288_621_242_594),
+            "2026-11-22 08:14:48.621242594 UTC"
+        );
+        assert_eq!(default_run_name(0), "merged_1970_01_01_00_00_00");
+    }
 }

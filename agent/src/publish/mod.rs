@@ -1,1 +1,75 @@
-//! publish
+//! Publication of this node's clock offsets.
+//!
+//! - [`OffsetsWriter`]: the agent's side. A fixed-layout, versioned,
+//!   little-endian file (default [`DEFAULT_PATH`]), memory-mapped and updated
+//!   with a seqlock: readers never see a torn record and never block the
+//!   writer. Created atomically (temp file + rename). On restart the last
+//!   record stays readable but is flagged stale until fresh data arrives.
+//! - [`OffsetsReader`]: the Rust reader; `to_global` fails closed (missing,
+//!   bad format/version, no data, stale), like fbclock's `DATA_STALE`.
+//! - [`history`]: per-window results as JSON lines, for offline trace merge.
+//!
+//! The byte layout is specified in `docs/offsets-format.md`; the C reader
+//! (`hook/include/clockmesh.h`) and the Python reader (`python/clockmesh`)
+//! implement the same spec.
+
+pub mod history;
+pub mod layout;
+mod reader;
+mod shm;
+mod writer;
+
+pub use layout::{
+    DeviceKind, DeviceMap, KernelClocks, MAX_DEVICES, NodeMap, Record, device_flags, flags,
+};
+pub use reader::{OffsetsReader, Snapshot};
+pub use writer::{OffsetsWriter, sample_kernel_clocks};
+
+/// Where the agent publishes by default.
+pub const DEFAULT_PATH: &str = "/run/clockmesh/offsets";
+
+/// Errors of the publication path. Readers map each to a fail-closed code.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("offsets file {path} is missing (is the clockmesh agent running?)")]
+    Missing { path: String },
+    #[error("offsets file is not a clockmesh offsets file: {0}")]
+    BadFormat(&'static str),
+    #[error("offsets file has layout version {found}, this reader understands {expected}")]
+    BadVersion { found: u32, expected: u32 },
+    #[error("offsets file holds no estimate yet")]
+    NoData,
+    #[error(
+        "offsets are stale (valid until {valid_until_ns} ns, now {now_ns} ns, flags {flags:#x})"
+    )]
+    Stale {
+        valid_until_ns: i64,
+        now_ns: i64,
+        flags: u32,
+    },
+    #[error("offsets record kept changing during the read (writer too busy)")]
+    Busy,
+    #[error("record has {0} device maps, at most {MAX_DEVICES} fit")]
+    TooManyDevices(usize),
+    #[error("offsets file is locked by another writer (another agent running?)")]
+    Locked,
+    #[error("offsets file I/O on {path}: {error}")]
+    Io { path: String, error: std::io::Error },
+}
+
+/// CLOCK_REALTIME at tick resolution (1-4 ms), for freshness checks: much
+/// cheaper than a precise read, and `valid_until` lies seconds ahead.
+pub fn realtime_coarse_ns() -> i64 {
+    use nix::time::{ClockId, clock_gettime};
+    clock_gettime(ClockId::CLOCK_REALTIME_COARSE)
+        .map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec())
+        .unwrap_or_else(|_| realtime_now_ns())
+}
+
+/// CLOCK_REALTIME now, ns since the epoch.
+pub fn realtime_now_ns() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,88 @@
+//! `to_global` cost: the C reader (hook/include/clockmesh.h, built with
+//! `cc -O2`) and the Rust reader, on a file written by the Rust writer,
+//! measured in one run. Goal: C ≤ 50 ns per call.
+//!
+//! `cargo bench -p clockmesh --bench publish_to_global`
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use clockmesh::publish::{
+    NodeMap, OffsetsReader, OffsetsWriter, Record, flags, realtime_coarse_ns, realtime_now_ns,
+};
+
+const CALLS: u64 = 20_000_000;
+
+fn main() {
+    let dir = std::env::temp_dir().join(format!("clockmesh-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("offsets");
+    let writer = OffsetsWriter::open(&path).unwrap();
+    let now = realtime_now_ns();
+    writer
+        .publish(&Record {
+            flags: flags::VALID,
+            valid_until_ns: now + 3_600_000_000_000,
+            node: NodeMap {
+                anchor_local_ns: now,
+                offset_ns: -1234,
+                drift_ps_per_s: 1_500,
+                bound_ns: 100,
+                bound_growth_ps_per_s: 10,
+            },
+            ..Record::default()
+        })
+        .unwrap();
+
+    let hook = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hook");
+    let exe = dir.join("c_reader_check");
+    let cc = Command::new("cc")
+        .args(["-O2", "-std=c11", "-D_GNU_SOURCE", "-I"])
+        .arg(hook.join("include"))
+        .arg(hook.join("tests/c_reader_check.c"))
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(cc.success());
+    let out = Command::new(&exe)
+        .arg("bench")
+        .arg(&path)
+        .arg(CALLS.to_string())
+        .output()
+        .unwrap();
+    let c_line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let c_ns: f64 = c_line
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("to_global_ns_per_call="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN);
+
+    let reader = OffsetsReader::open(&path).unwrap();
+    let mut sum = 0i64;
+    let t = Instant::now();
+    for i in 0..CALLS as i64 {
+        sum = sum.wrapping_add(reader.to_global(now + i).unwrap().0);
+    }
+    let rust_ns = t.elapsed().as_nanos() as f64 / CALLS as f64;
+    std::hint::black_box(sum);
+
+    let per_call = |f: &dyn Fn() -> i64| {
+        let t = Instant::now();
+        for _ in 0..CALLS {
+            std::hint::black_box(f());
+        }
+        t.elapsed().as_nanos() as f64 / CALLS as f64
+    };
+    let precise_ns = per_call(&realtime_now_ns);
+    let coarse_ns = per_call(&realtime_coarse_ns);
+
+    println!("C reader   clockmesh_to_global: {c_ns:.1} ns/call (goal <= 50)");
+    println!("Rust reader OffsetsReader::to_global: {rust_ns:.1} ns/call");
+    println!(
+        "  clock reads: CLOCK_REALTIME {precise_ns:.1} ns, CLOCK_REALTIME_COARSE {coarse_ns:.1} ns (used for freshness)"
+    );
+    println!("ratio Rust/C = {:.2}", rust_ns / c_ns);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,208 @@
+//! `trace merge` throughput on a synthetic multi-host trace, against a
+//! Python baseline using the `protobuf` package on the same input, measured
+//! in one run; peak memory of both.
+//!
+//! `cargo bench -p clockmesh --bench trace_merge`
+//! Env: CLOCKMESH_BENCH_MB total input size (default 1024, split over 4
+//! hosts); CLOCKMESH_PYTHON a python with `protobuf` (default
+//! $CARGO_TARGET_DIR/pyvenv/bin/python, made by python/test.sh; the baseline
+//! is skipped with a message when it is missing). Inputs are cached in
+//! $CARGO_TARGET_DIR/bench-traces.
+
+use std::collections::HashMap;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use clockmesh::trace::synth::{SynthSpec, write_synthetic};
+use clockmesh::trace::{MergeOptions, merge};
+
+const HOSTS: usize = 4;
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+}
+
+fn spec(host: usize, mb: u64) -> SynthSpec {
+    // ~18 bytes per event; 4 planes x 64 lines per host.
+    let events = (mb << 20) / HOSTS as u64 / 18 / (4 * 64);
+    SynthSpec {
+        host: format!("host{host}"),
+        start_ns: 1_795_335_288_621_242_594 + host as i64 * 7_000_000,
+        duration_ns: 60_000_000_000,
+        planes: 4,
+        lines_per_plane: 64,
+        events_per_line: events as usize,
+        task_env_stats: Vec::new(),
+    }
+}
+
+fn inputs(mb: u64) -> Vec<PathBuf> {
+    let dir = target_dir().join(format!("bench-traces/{mb}mb"));
+    std::fs::create_dir_all(&dir).unwrap();
+    (0..HOSTS)
+        .map(|h| {
+            let s = spec(h, mb);
+            let p = dir.join(format!("{}.xplane.pb", s.host));
+            if !p.exists() {
+                let tmp = p.with_extension("tmp");
+                let mut f = BufWriter::new(std::fs::File::create(&tmp).unwrap());
+                write_synthetic(&mut f, &s).unwrap();
+                drop(f);
+                std::fs::rename(&tmp, &p).unwrap();
+            }
+            p
+        })
+        .collect()
+}
+
+fn offsets() -> HashMap<String, i64> {
+    (0..HOSTS)
+        .map(|h| (format!("host{h}"), (h as i64 - 1) * 3_000_000))
+        .collect()
+}
+
+/// Peak resident memory of this process (KiB), from /proc.
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Child mode: one merge in a fresh process, so its peak memory is its own.
+fn merge_child(out: &Path, files: &[PathBuf]) {
+    let opts = MergeOptions {
+        out_dir: out.to_path_buf(),
+        run_name: "bench".into(),
+        offsets: offsets(),
+        ..MergeOptions::default()
+    };
+    let t = Instant::now();
+    let report = merge(files, &opts, &mut |_| {}).unwrap();
+    println!("seconds={:.3}", t.elapsed().as_secs_f64());
+    println!("bytes={}", report.bytes_in);
+    println!("peak_rss_kib={}", peak_rss_kib());
+}
+
+fn parse(out: &str, key: &str) -> f64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--merge-child") {
+        let files: Vec<PathBuf> = args[3..].iter().map(PathBuf::from).collect();
+        return merge_child(Path::new(&args[2]), &files);
+    }
+    let mb: u64 = std::env::var("CLOCKMESH_BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let t = Instant::now();
+    let files = inputs(mb);
+    let bytes: u64 = files
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum();
+    eprintln!(
+        "inputs ready ({bytes} bytes) in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    let work = target_dir().join("bench-traces/out");
+    let _ = std::fs::remove_dir_all(&work);
+    let out = Command::new(std::env::current_exe().unwrap())
+        .arg("--merge-child")
+        .arg(work.join("rust"))
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rust = String::from_utf8_lossy(&out.stdout).to_string();
+    let (rs, rmem) = (parse(&rust, "seconds"), parse(&rust, "peak_rss_kib"));
+    let mbps = |s: f64| bytes as f64 / s / 1e6;
+    println!(
+        "trace merge (rust): {bytes} bytes in {rs:.3} s = {:.0} MB/s, peak RSS {:.0} MiB",
+        mbps(rs),
+        rmem / 1024.0
+    );
+
+    let python = std::env::var_os("CLOCKMESH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("pyvenv/bin/python"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/bench/merge_baseline.py");
+    let offs = offsets();
+    let jobs: Vec<String> = files
+        .iter()
+        .map(|f| {
+            let host = f
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .trim_end_matches(".xplane.pb")
+                .to_string();
+            format!("{host}={}:{}", offs[&host], f.display())
+        })
+        .collect();
+    let py = Command::new(&python)
+        .arg(&script)
+        .arg(work.join("python"))
+        .args(&jobs)
+        .output();
+    match py {
+        Ok(o) if o.status.success() => {
+            let py = String::from_utf8_lossy(&o.stdout).to_string();
+            let (ps, pmem) = (parse(&py, "seconds"), parse(&py, "peak_rss_kib"));
+            println!(
+                "python protobuf baseline: {ps:.3} s = {:.0} MB/s, peak RSS {:.0} MiB",
+                mbps(ps),
+                pmem / 1024.0
+            );
+            println!(
+                "speedup rust/python = {:.1}x, memory python/rust = {:.1}x",
+                ps / rs,
+                pmem / rmem
+            );
+            check_same_timestamps(&work);
+        }
+        Ok(o) => println!(
+            "python baseline failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => println!(
+            "python baseline skipped ({}: {e}); run python/test.sh first",
+            python.display()
+        ),
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// Both merges must agree on every line timestamp (same algorithm).
+fn check_same_timestamps(work: &Path) {
+    use clockmesh::trace::scan_file;
+    for h in 0..HOSTS {
+        let name = format!("host{h}.xplane.pb");
+        let a = scan_file(&work.join("rust/plugins/profile/bench").join(&name)).unwrap();
+        let b = scan_file(&work.join("python").join(&name)).unwrap();
+        let ts =
+            |s: &clockmesh::trace::Scan| s.lines.iter().map(|l| l.timestamp_ns).collect::<Vec<_>>();
+        assert_eq!(ts(&a), ts(&b), "{name}: rust and python merges disagree");
+        assert_eq!(a.profile_start_ns(), b.profile_start_ns());
+    }
+    println!("rust and python outputs agree on all line timestamps");
+}

@@ -1,0 +1,365 @@
+//! Byte layout of the offsets file (spec: `docs/offsets-format.md`).
+//!
+//! Everything is little-endian and 8-byte aligned. The record is handled as
+//! an array of `u64` words so the seqlock can copy it with word-sized atomic
+//! loads and stores; this module converts between words and [`Record`]
+//! without any `unsafe`.
+
+/// `"CLKMOFS1"` read as a little-endian u64.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"CLKMOFS1");
+/// Layout version; readers refuse any other value (fail closed).
+pub const VERSION: u32 = 1;
+/// Whole file, one page.
+pub const FILE_LEN: usize = 4096;
+pub const HEADER_LEN: usize = 64;
+/// Byte offset of the seqlock sequence word; the record payload follows it.
+pub const SEQ_OFFSET: usize = 64;
+/// Byte offset of the first payload word.
+pub const PAYLOAD_OFFSET: usize = 72;
+pub const MAX_DEVICES: usize = 16;
+pub const DEVICE_ENTRY_LEN: usize = 64;
+/// Byte offset of device entry 0.
+pub const DEVICES_OFFSET: usize = 192;
+/// End of the record (exclusive).
+pub const RECORD_END: usize = DEVICES_OFFSET + MAX_DEVICES * DEVICE_ENTRY_LEN;
+/// Payload words copied under the seqlock (bytes 72..1216).
+pub const PAYLOAD_WORDS: usize = (RECORD_END - PAYLOAD_OFFSET) / 8;
+/// Payload words that hold everything `to_global` needs (bytes 72..160).
+pub const CORE_WORDS: usize = (160 - PAYLOAD_OFFSET) / 8;
+
+/// Record status flags (payload byte 72, low half of word 0).
+pub mod flags {
+    /// The record holds an estimate. Without it readers report "no data".
+    pub const VALID: u32 = 1 << 0;
+    /// The writer marked the record stale (agent restarted, or lost sync).
+    pub const STALE: u32 = 1 << 1;
+    /// The estimate is extrapolated without fresh probes.
+    pub const HOLDOVER: u32 = 1 << 2;
+    /// This node is the reference of the global timeline.
+    pub const REFERENCE: u32 = 1 << 3;
+}
+
+/// Device-entry flags.
+pub mod device_flags {
+    pub const VALID: u16 = 1 << 0;
+}
+
+/// What kind of clock a device entry maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(u16)]
+pub enum DeviceKind {
+    #[default]
+    Unknown = 0,
+    Cuda = 1,
+    Rocm = 2,
+}
+
+impl DeviceKind {
+    pub fn from_u16(v: u16) -> Self {
+        match v {
+            1 => Self::Cuda,
+            2 => Self::Rocm,
+            _ => Self::Unknown,
+        }
+    }
+}
+
+/// Affine map from this node's CLOCK_REALTIME to the global timeline:
+/// `global = local + offset_ns + drift_ps_per_s * (local - anchor_local_ns) / 1e12`,
+/// with error bound `bound_ns + bound_growth_ps_per_s * |local - anchor| / 1e12`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct NodeMap {
+    pub anchor_local_ns: i64,
+    pub offset_ns: i64,
+    /// Rate of change of the offset, picoseconds per second (= ppb × 1000).
+    pub drift_ps_per_s: i64,
+    pub bound_ns: u64,
+    /// How fast the bound widens away from the anchor (holdover), ps/s.
+    pub bound_growth_ps_per_s: u64,
+}
+
+/// Offsets between the kernel clocks at one instant, so readers can map
+/// CLOCK_MONOTONIC / CLOCK_BOOTTIME stamps to CLOCK_REALTIME.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct KernelClocks {
+    pub realtime_minus_monotonic_ns: i64,
+    pub realtime_minus_boottime_ns: i64,
+    /// CLOCK_REALTIME when the three clocks were sampled.
+    pub sampled_at_ns: i64,
+}
+
+/// A GPU device clock mapped onto this node's CLOCK_REALTIME:
+/// `host_realtime = device + offset_ns + drift_ps_per_s * (device - device_anchor_ns) / 1e12`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct DeviceMap {
+    pub device_id: u32,
+    pub kind: DeviceKind,
+    pub flags: u16,
+    pub device_anchor_ns: i64,
+    pub offset_ns: i64,
+    pub drift_ps_per_s: i64,
+    pub bound_ns: u64,
+    /// Host CLOCK_REALTIME after which this entry must not be used.
+    pub valid_until_ns: i64,
+}
+
+/// One published record: everything a reader gets from one seqlock read.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Record {
+    pub flags: u32,
+    /// Incremented by each agent start (restart detection).
+    pub epoch: u64,
+    /// Estimator window counter.
+    pub window: u64,
+    /// Node id of the reference clock of the global timeline.
+    pub reference_id: u64,
+    /// Writer's CLOCK_REALTIME when the record was written.
+    pub updated_at_ns: i64,
+    /// Readers fail closed (stale) once CLOCK_REALTIME passes this.
+    pub valid_until_ns: i64,
+    pub node: NodeMap,
+    pub clocks: KernelClocks,
+    /// At most [`MAX_DEVICES`] entries; more are rejected by the writer.
+    pub devices: Vec<DeviceMap>,
+}
+
+/// Payload word indices (word `i` lives at byte `PAYLOAD_OFFSET + 8 * i`).
+mod w {
+    pub const FLAGS_COUNT: usize = 0; // byte 72: flags u32, device_count u32
+    pub const EPOCH: usize = 1; // 80
+    pub const WINDOW: usize = 2; // 88
+    pub const REFERENCE: usize = 3; // 96
+    pub const UPDATED_AT: usize = 4; // 104
+    pub const VALID_UNTIL: usize = 5; // 112
+    pub const ANCHOR: usize = 6; // 120
+    pub const OFFSET: usize = 7; // 128
+    pub const DRIFT: usize = 8; // 136
+    pub const BOUND: usize = 9; // 144
+    pub const BOUND_GROWTH: usize = 10; // 152
+    pub const RT_MINUS_MONO: usize = 11; // 160
+    pub const RT_MINUS_BOOT: usize = 12; // 168
+    pub const CLOCKS_AT: usize = 13; // 176
+    pub const DEVICES: usize = 15; // 192
+    pub const DEVICE_WORDS: usize = 8;
+}
+
+pub type Payload = [u64; PAYLOAD_WORDS];
+
+/// Serializes a record into payload words. Extra devices beyond
+/// [`MAX_DEVICES`] are the caller's error (checked by the writer).
+pub fn encode(r: &Record) -> Payload {
+    let mut p = [0u64; PAYLOAD_WORDS];
+    let count = r.devices.len().min(MAX_DEVICES) as u64;
+    p[w::FLAGS_COUNT] = u64::from(r.flags) | (count << 32);
+    p[w::EPOCH] = r.epoch;
+    p[w::WINDOW] = r.window;
+    p[w::REFERENCE] = r.reference_id;
+    p[w::UPDATED_AT] = r.updated_at_ns as u64;
+    p[w::VALID_UNTIL] = r.valid_until_ns as u64;
+    p[w::ANCHOR] = r.node.anchor_local_ns as u64;
+    p[w::OFFSET] = r.node.offset_ns as u64;
+    p[w::DRIFT] = r.node.drift_ps_per_s as u64;
+    p[w::BOUND] = r.node.bound_ns;
+    p[w::BOUND_GROWTH] = r.node.bound_growth_ps_per_s;
+    p[w::RT_MINUS_MONO] = r.clocks.realtime_minus_monotonic_ns as u64;
+    p[w::RT_MINUS_BOOT] = r.clocks.realtime_minus_boottime_ns as u64;
+    p[w::CLOCKS_AT] = r.clocks.sampled_at_ns as u64;
+    for (i, d) in r.devices.iter().take(MAX_DEVICES).enumerate() {
+        let b = w::DEVICES + i * w::DEVICE_WORDS;
+        p[b] =
+            u64::from(d.device_id) | (u64::from(d.kind as u16) << 32) | (u64::from(d.flags) << 48);
+        p[b + 1] = d.device_anchor_ns as u64;
+        p[b + 2] = d.offset_ns as u64;
+        p[b + 3] = d.drift_ps_per_s as u64;
+        p[b + 4] = d.bound_ns;
+        p[b + 5] = d.valid_until_ns as u64;
+    }
+    p
+}
+
+/// Parses payload words. The device count is clamped to [`MAX_DEVICES`] so a
+/// corrupt count cannot index out of the record.
+pub fn decode(p: &Payload) -> Record {
+    let count = ((p[w::FLAGS_COUNT] >> 32) as usize).min(MAX_DEVICES);
+    let devices = (0..count)
+        .map(|i| {
+            let b = w::DEVICES + i * w::DEVICE_WORDS;
+            DeviceMap {
+                device_id: p[b] as u32,
+                kind: DeviceKind::from_u16((p[b] >> 32) as u16),
+                flags: (p[b] >> 48) as u16,
+                device_anchor_ns: p[b + 1] as i64,
+                offset_ns: p[b + 2] as i64,
+                drift_ps_per_s: p[b + 3] as i64,
+                bound_ns: p[b + 4],
+                valid_until_ns: p[b + 5] as i64,
+            }
+        })
+        .collect();
+    Record {
+        flags: p[w::FLAGS_COUNT] as u32,
+        epoch: p[w::EPOCH],
+        window: p[w::WINDOW],
+        reference_id: p[w::REFERENCE],
+        updated_at_ns: p[w::UPDATED_AT] as i64,
+        valid_until_ns: p[w::VALID_UNTIL] as i64,
+        node: decode_node(p),
+        clocks: KernelClocks {
+            realtime_minus_monotonic_ns: p[w::RT_MINUS_MONO] as i64,
+            realtime_minus_boottime_ns: p[w::RT_MINUS_BOOT] as i64,
+            sampled_at_ns: p[w::CLOCKS_AT] as i64,
+        },
+        devices,
+    }
+}
+
+/// The node map alone (the first [`CORE_WORDS`] payload words suffice).
+pub fn decode_node(p: &[u64]) -> NodeMap {
+    NodeMap {
+        anchor_local_ns: p[w::ANCHOR] as i64,
+        offset_ns: p[w::OFFSET] as i64,
+        drift_ps_per_s: p[w::DRIFT] as i64,
+        bound_ns: p[w::BOUND],
+        bound_growth_ps_per_s: p[w::BOUND_GROWTH],
+    }
+}
+
+/// Flags and validity limit from the core words.
+pub fn decode_status(p: &[u64]) -> (u32, i64) {
+    (p[w::FLAGS_COUNT] as u32, p[w::VALID_UNTIL] as i64)
+}
+
+/// The 64-byte header as words (magic, version/lengths, creation time).
+pub fn header_words(created_ns: i64) -> [u64; HEADER_LEN / 8] {
+    let mut h = [0u64; HEADER_LEN / 8];
+    h[0] = MAGIC;
+    h[1] = u64::from(VERSION) | ((HEADER_LEN as u64) << 32);
+    h[2] = FILE_LEN as u64 | ((MAX_DEVICES as u64) << 32);
+    h[3] = DEVICE_ENTRY_LEN as u64 | ((SEQ_OFFSET as u64) << 32);
+    h[4] = created_ns as u64;
+    h
+}
+
+/// Header problems a reader must refuse.
+pub fn check_header(magic: u64, version_word: u64) -> Result<(), super::PublishError> {
+    if magic != MAGIC {
+        return Err(super::PublishError::BadFormat("wrong magic"));
+    }
+    let version = version_word as u32;
+    if version != VERSION {
+        return Err(super::PublishError::BadVersion {
+            found: version,
+            expected: VERSION,
+        });
+    }
+    Ok(())
+}
+
+impl NodeMap {
+    /// Maps a local CLOCK_REALTIME stamp to the global timeline and its bound.
+    /// 128-bit arithmetic: drift × age cannot overflow.
+    pub fn to_global(&self, local_ns: i64) -> (i64, u64) {
+        let age = i128::from(local_ns) - i128::from(self.anchor_local_ns);
+        let drift = i128::from(self.drift_ps_per_s).saturating_mul(age) / 1_000_000_000_000;
+        let global = i128::from(local_ns) + i128::from(self.offset_ns) + drift;
+        // Round up: a bound must never be understated.
+        let growth = i128::from(self.bound_growth_ps_per_s)
+            .saturating_mul(age.abs())
+            .saturating_add(999_999_999_999)
+            / 1_000_000_000_000;
+        let bound = i128::from(self.bound_ns).saturating_add(growth);
+        (saturate_i64(global), saturate_u64(bound))
+    }
+}
+
+fn saturate_i64(v: i128) -> i64 {
+    v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+fn saturate_u64(v: i128) -> u64 {
+    v.clamp(0, i128::from(u64::MAX)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Record {
+        Record {
+            flags: flags::VALID | flags::HOLDOVER,
+            epoch: 3,
+            window: 99,
+            reference_id: 7,
+            updated_at_ns: 1_700_000_000_000_000_000,
+            valid_until_ns: 1_700_000_010_000_000_000,
+            node: NodeMap {
+                anchor_local_ns: 1_700_000_000_000_000_000,
+                offset_ns: -12_345,
+                drift_ps_per_s: 2_500,
+                bound_ns: 80,
+                bound_growth_ps_per_s: 1_000,
+            },
+            clocks: KernelClocks {
+                realtime_minus_monotonic_ns: 1_699_999_000_000_000_000,
+                realtime_minus_boottime_ns: 1_699_998_000_000_000_000,
+                sampled_at_ns: 1_700_000_000_000_000_001,
+            },
+            devices: vec![DeviceMap {
+                device_id: 3,
+                kind: DeviceKind::Rocm,
+                flags: device_flags::VALID,
+                device_anchor_ns: 55,
+                offset_ns: -9,
+                drift_ps_per_s: -4,
+                bound_ns: 12,
+                valid_until_ns: 77,
+            }],
+        }
+    }
+
+    #[test]
+    fn layout_constants_match_the_spec() {
+        assert_eq!(RECORD_END, 1216);
+        assert_eq!(PAYLOAD_WORDS, 143);
+        assert_eq!(CORE_WORDS, 11);
+        assert_eq!(&MAGIC.to_le_bytes(), b"CLKMOFS1");
+    }
+
+    #[test]
+    fn encode_decode_round_trip() {
+        let r = sample();
+        assert_eq!(decode(&encode(&r)), r);
+    }
+
+    #[test]
+    fn corrupt_device_count_is_clamped() {
+        let mut p = encode(&sample());
+        p[0] |= 0xffff_0000_0000_0000;
+        assert_eq!(decode(&p).devices.len(), MAX_DEVICES);
+    }
+
+    #[test]
+    fn to_global_applies_offset_drift_and_bound_growth() {
+        let n = sample().node;
+        // 10 s after the anchor: drift 2.5 ns/s -> +25 ns; bound +10 ns.
+        let (g, b) = n.to_global(n.anchor_local_ns + 10_000_000_000);
+        assert_eq!(g, n.anchor_local_ns + 10_000_000_000 - 12_345 + 25);
+        assert_eq!(b, 90);
+        // Before the anchor the bound grows too.
+        let (g, b) = n.to_global(n.anchor_local_ns - 10_000_000_000);
+        assert_eq!(g, n.anchor_local_ns - 10_000_000_000 - 12_345 - 25);
+        assert_eq!(b, 90);
+    }
+
+    #[test]
+    fn to_global_saturates_instead_of_overflowing() {
+        let n = NodeMap {
+            anchor_local_ns: i64::MIN,
+            offset_ns: i64::MAX,
+            drift_ps_per_s: i64::MAX,
+            bound_ns: u64::MAX,
+            bound_growth_ps_per_s: u64::MAX,
+        };
+        assert_eq!(n.to_global(i64::MAX), (i64::MAX, u64::MAX));
+    }
+}

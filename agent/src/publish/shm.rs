@@ -1,0 +1,135 @@
+//! The only `unsafe` of the publication path: mapping the offsets file and
+//! the seqlock over that shared memory.
+//!
+//! Every shared access is a word-sized atomic (`AtomicU64`), so a racing
+//! writer in another process is never a data race in the Rust memory model;
+//! the sequence word tells the reader whether the words it copied belong to
+//! one record. Protocol (Boehm, "Can seqlocks get along with programming
+//! language memory models?", 2012):
+//! - writer: `seq = s+1` (odd), release fence, payload stores, `seq = s+2`
+//!   with release ordering;
+//! - reader: `s1 = seq` (acquire), payload loads, acquire fence, `s2 = seq`;
+//!   the copy is good when `s1 == s2` and `s1` is even.
+//!
+//! The writer never waits for readers; a reader retries a bounded number of
+//! times and then reports "busy".
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+
+use super::layout::{FILE_LEN, PAYLOAD_OFFSET, SEQ_OFFSET};
+
+/// A `FILE_LEN`-byte shared mapping of the offsets file.
+pub struct Mapping {
+    base: NonNull<u8>,
+}
+
+// SAFETY: the mapping is plain shared memory accessed only through atomics;
+// moving or sharing the handle between threads is as safe as sharing
+// `&[AtomicU64]`.
+unsafe impl Send for Mapping {}
+// SAFETY: see `Send`; every access goes through `&AtomicU64`.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps the first `FILE_LEN` bytes of `file`, shared, read-only or
+    /// read-write. The file must be at least that long (checked here, so a
+    /// short file is an error and not a SIGBUS later).
+    pub fn map(file: &File, writable: bool) -> io::Result<Self> {
+        let len = file.metadata()?.len();
+        if len < FILE_LEN as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("offsets file is {len} bytes, expected {FILE_LEN}"),
+            ));
+        }
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a fresh mapping (addr = null) of a file descriptor we own
+        // for the duration of the call; the kernel checks fd and protection.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                FILE_LEN,
+                prot,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base =
+            NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Self { base })
+    }
+
+    /// The 8-byte word at `byte_offset`.
+    fn word(&self, byte_offset: usize) -> &AtomicU64 {
+        assert!(byte_offset.is_multiple_of(8) && byte_offset + 8 <= FILE_LEN);
+        // SAFETY: in bounds (asserted) of a live mapping that outlives
+        // `&self`; 8-aligned because mmap returns page-aligned memory;
+        // AtomicU64 has the layout of u64, and all accesses to this memory
+        // (here and in other processes' readers/writer) are atomic.
+        unsafe { &*self.base.as_ptr().add(byte_offset).cast::<AtomicU64>() }
+    }
+
+    pub fn load(&self, byte_offset: usize) -> u64 {
+        self.word(byte_offset).load(Ordering::Relaxed)
+    }
+
+    /// Only valid on a writable mapping (the writer's).
+    pub fn store(&self, byte_offset: usize, value: u64) {
+        self.word(byte_offset).store(value, Ordering::Relaxed);
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.word(SEQ_OFFSET).load(Ordering::Acquire)
+    }
+
+    /// Seqlock write of the payload words. Never blocks.
+    pub fn seq_write(&self, payload: &[u64]) {
+        let seq = self.word(SEQ_OFFSET);
+        let s = seq.load(Ordering::Relaxed);
+        // An odd value left by a killed writer is made odd-in-progress again.
+        let odd = s | 1;
+        seq.store(odd, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (i, v) in payload.iter().enumerate() {
+            self.store(PAYLOAD_OFFSET + 8 * i, *v);
+        }
+        seq.store(odd + 1, Ordering::Release);
+    }
+
+    /// One seqlock read attempt of the first `out.len()` payload words.
+    /// Returns false if a write overlapped (the copy must be discarded).
+    pub fn seq_try_read(&self, out: &mut [u64]) -> bool {
+        let seq = self.word(SEQ_OFFSET);
+        let s1 = seq.load(Ordering::Acquire);
+        if s1 & 1 == 1 {
+            return false;
+        }
+        for (i, v) in out.iter_mut().enumerate() {
+            *v = self.load(PAYLOAD_OFFSET + 8 * i);
+        }
+        fence(Ordering::Acquire);
+        seq.load(Ordering::Relaxed) == s1
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the region mapped in `map`; no reference
+        // into it outlives `self` (all borrows are tied to `&self`).
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), FILE_LEN);
+        }
+    }
+}

@@ -1,0 +1,44 @@
+"""clockmesh: read the node's published clock offsets (pure Python).
+
+The clockmesh agent publishes this node's map from local CLOCK_REALTIME to
+the cluster's global timeline in a memory-mapped file (default
+``/run/clockmesh/offsets``; layout in ``docs/offsets-format.md``). This
+package reads it without any compiled extension and fails closed: no
+offset is returned unless the data is present, of a known version and
+fresh.
+
+    from clockmesh import OffsetsReader
+    with OffsetsReader() as r:
+        global_ns, bound_ns = r.to_global(time.time_ns())
+
+``clockmesh.jax_profiler.trace`` wraps ``jax.profiler`` tracing and records
+the offsets in the exported trace (see that module).
+"""
+
+from .reader import (
+    DEFAULT_PATH,
+    BadFormat,
+    BadVersion,
+    Busy,
+    ClockmeshError,
+    DeviceMap,
+    Missing,
+    NoData,
+    OffsetsReader,
+    Snapshot,
+    Stale,
+)
+
+__all__ = [
+    "DEFAULT_PATH",
+    "BadFormat",
+    "BadVersion",
+    "Busy",
+    "ClockmeshError",
+    "DeviceMap",
+    "Missing",
+    "NoData",
+    "OffsetsReader",
+    "Snapshot",
+    "Stale",
+]
