@@ -6,6 +6,7 @@
 //! `spacing` apart by the sender's clock.
 
 pub mod graph;
+pub mod pairs;
 pub mod wire;
 
 use std::{

@@ -1,0 +1,278 @@
+//! The stateful estimator the agent drives: one call per window, queries at any time.
+//!
+//! No I/O and no system time: every query takes the current time explicitly
+//! ([`Estimator::offset_at`]) or from an injected [`Clock`] ([`Estimator::offset_now`]), so
+//! tests and the simulator drive it with synthetic time.
+use std::cell::Cell;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    AnchorKind, EdgeFit, EdgeMeasurement, EstimatorError, FitConfig, NetConfig, NetworkSolution,
+    NodeId, PairingStats, ProbeTimestamps, PurityConfig, fit_edge, pair_probes, solve_network,
+};
+
+/// Source of "now" on the reference timeline, in ns.
+pub trait Clock {
+    fn now_ns(&self) -> i64;
+}
+
+/// A clock that only moves when told to (tests, simulator).
+#[derive(Debug, Default)]
+pub struct ManualClock(Cell<i64>);
+
+impl ManualClock {
+    pub fn new(now_ns: i64) -> Self {
+        Self(Cell::new(now_ns))
+    }
+    pub fn set(&self, now_ns: i64) {
+        self.0.set(now_ns);
+    }
+    pub fn advance(&self, ns: i64) {
+        self.0.set(self.0.get().saturating_add(ns));
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ns(&self) -> i64 {
+        self.0.get()
+    }
+}
+
+/// All estimator parameters (see each part for defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EstimatorConfig {
+    pub purity: PurityConfig,
+    pub fit: FitConfig,
+    /// `reference` and solver settings; `epoch_ns` is set per window.
+    pub net: NetConfig,
+    /// Extra frequency uncertainty assumed while extrapolating (drift wander), added to the
+    /// drift bound when a bound is aged (default 20 ppb).
+    pub holdover_wander_ppb: f64,
+    /// Estimates older than this are flagged stale (default 10 s).
+    pub max_age_ns: i64,
+}
+
+impl Default for EstimatorConfig {
+    fn default() -> Self {
+        Self {
+            purity: PurityConfig::default(),
+            fit: FitConfig::default(),
+            net: NetConfig::default(),
+            holdover_wander_ppb: 20.0,
+            max_age_ns: 10_000_000_000,
+        }
+    }
+}
+
+/// Probes of one edge in one window. `forward`: `from` sends, `to` receives; `backward`: the
+/// other way round. The fit is `clock_to − clock_from`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EdgeProbes {
+    pub from: NodeId,
+    pub to: NodeId,
+    pub forward: Vec<ProbeTimestamps>,
+    pub backward: Vec<ProbeTimestamps>,
+}
+
+/// Pairing counts and fit (or the reason there is none) of one edge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EdgeOutcome {
+    pub from: NodeId,
+    pub to: NodeId,
+    pub forward: PairingStats,
+    pub backward: PairingStats,
+    pub fit: Result<EdgeFit, EstimatorError>,
+}
+
+impl EdgeOutcome {
+    /// The measurement for [`solve_network`], if the fit succeeded.
+    pub fn measurement(&self) -> Option<EdgeMeasurement> {
+        self.fit.as_ref().ok().map(|fit| EdgeMeasurement {
+            from: self.from,
+            to: self.to,
+            fit: fit.clone(),
+        })
+    }
+}
+
+/// Pairing, purity and fit of one edge. Never fails as a whole: the fit field carries the error.
+pub fn estimate_edge(edge: &EdgeProbes, purity: &PurityConfig, fit: &FitConfig) -> EdgeOutcome {
+    // A direction without probes is not a malformed input here, just one-sided data: let
+    // fit_edge report it with both counts.
+    let pair = |probes: &[ProbeTimestamps]| match pair_probes(probes, purity) {
+        Err(EstimatorError::Empty(_)) => Ok(crate::Pairing {
+            pure: Vec::new(),
+            stats: crate::PairingStats::default(),
+        }),
+        other => other,
+    };
+    let (fwd, bwd) = (pair(&edge.forward), pair(&edge.backward));
+    let stats = |p: &Result<crate::Pairing, EstimatorError>| {
+        p.as_ref().map(|p| p.stats).unwrap_or_default()
+    };
+    let (forward, backward) = (stats(&fwd), stats(&bwd));
+    let fit = match (fwd, bwd) {
+        (Ok(f), Ok(b)) => fit_edge(&f.pure, &b.pure, fit),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    EdgeOutcome {
+        from: edge.from,
+        to: edge.to,
+        forward,
+        backward,
+        fit,
+    }
+}
+
+/// What the agent publishes for one node at one instant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PublishedOffset {
+    pub node: NodeId,
+    /// clock_node − clock_reference at `now`, rounded to ns.
+    pub offset_ns: i64,
+    pub drift_ppb: f64,
+    /// Covers the true offset at `now`: window bound + (drift bound + wander) × age.
+    pub bound_ns: f64,
+    /// now − window epoch (negative if `now` is before the epoch).
+    pub age_ns: i64,
+    pub stale: bool,
+    pub anchor_kind: AnchorKind,
+}
+
+/// Window-by-window estimator state.
+#[derive(Debug, Clone)]
+pub struct Estimator {
+    cfg: EstimatorConfig,
+    current: Option<NetworkSolution>,
+}
+
+impl Estimator {
+    pub fn new(cfg: EstimatorConfig) -> Self {
+        Self { cfg, current: None }
+    }
+
+    pub fn config(&self) -> &EstimatorConfig {
+        &self.cfg
+    }
+
+    /// Pairs and fits every edge of a window (see [`estimate_edge`]).
+    pub fn fit_edges(&self, edges: &[EdgeProbes]) -> Vec<EdgeOutcome> {
+        edges
+            .iter()
+            .map(|e| estimate_edge(e, &self.cfg.purity, &self.cfg.fit))
+            .collect()
+    }
+
+    /// Solves the window's network at `epoch_ns` (reference clock) and makes it current. If
+    /// the reference is absent, the substitute component is put back on the reference timeline
+    /// through the node of that component with the tightest aged bound in the previous window
+    /// (ties: lowest id); its bound is added (holdover). Without a previous window the
+    /// component stays flagged [`AnchorKind::Substitute`].
+    pub fn apply_fits(
+        &mut self,
+        epoch_ns: i64,
+        measurements: &[EdgeMeasurement],
+    ) -> Result<&NetworkSolution, EstimatorError> {
+        let net = NetConfig {
+            epoch_ns,
+            ..self.cfg.net.clone()
+        };
+        let mut sol = solve_network(measurements, &net)?;
+        if !sol.reference_present
+            && let Some(prev) = &self.current
+        {
+            self.holdover(prev, &mut sol);
+        }
+        self.current = Some(sol);
+        Ok(self.current.as_ref().expect("just set"))
+    }
+
+    /// [`Estimator::fit_edges`] then [`Estimator::apply_fits`] on the edges that fitted.
+    pub fn process_window(
+        &mut self,
+        epoch_ns: i64,
+        edges: &[EdgeProbes],
+    ) -> Result<(Vec<EdgeOutcome>, &NetworkSolution), EstimatorError> {
+        let outcomes = self.fit_edges(edges);
+        let ms: Vec<EdgeMeasurement> = outcomes.iter().filter_map(|o| o.measurement()).collect();
+        let sol = self.apply_fits(epoch_ns, &ms)?;
+        Ok((outcomes, sol))
+    }
+
+    pub fn solution(&self) -> Option<&NetworkSolution> {
+        self.current.as_ref()
+    }
+
+    /// The node's offset, drift and bound extrapolated to `now_ns`. `None` before the first
+    /// window or when the node was not in the last window.
+    pub fn offset_at(&self, node: NodeId, now_ns: i64) -> Option<PublishedOffset> {
+        let sol = self.current.as_ref()?;
+        let est = sol.get(node)?;
+        let age_ns = now_ns.saturating_sub(sol.epoch_ns);
+        let age = age_ns as f64;
+        let drift_allowance = est.drift_bound + self.cfg.holdover_wander_ppb * 1e-9;
+        Some(PublishedOffset {
+            node,
+            offset_ns: est
+                .offset_base_ns
+                .saturating_add((est.offset_rel_ns + est.drift * age).round() as i64),
+            drift_ppb: est.drift * 1e9,
+            bound_ns: est.bound_ns + drift_allowance * age.abs(),
+            age_ns,
+            stale: age_ns.unsigned_abs() > self.cfg.max_age_ns.unsigned_abs(),
+            anchor_kind: est.anchor_kind,
+        })
+    }
+
+    /// [`Estimator::offset_at`] at the injected clock's now.
+    pub fn offset_now(&self, node: NodeId, clock: &dyn Clock) -> Option<PublishedOffset> {
+        self.offset_at(node, clock.now_ns())
+    }
+
+    fn holdover(&self, prev: &NetworkSolution, sol: &mut NetworkSolution) {
+        let Some(comp) = sol
+            .components
+            .iter()
+            .position(|c| c.kind == AnchorKind::Substitute)
+        else {
+            return;
+        };
+        let on_timeline = |k: AnchorKind| matches!(k, AnchorKind::Reference | AnchorKind::Holdover);
+        // Previous estimate of each candidate, aged to the new epoch.
+        let pivot = sol
+            .nodes
+            .iter()
+            .filter(|n| n.component == comp)
+            .filter_map(|n| {
+                let p = self.offset_at(n.node, sol.epoch_ns)?;
+                on_timeline(p.anchor_kind).then_some((n.node, p))
+            })
+            .min_by(|a, b| a.1.bound_ns.total_cmp(&b.1.bound_ns).then(a.0.cmp(&b.0)));
+        let Some((pivot_id, prior)) = pivot else {
+            return;
+        };
+        let Some(pivot_now) = sol.get(pivot_id).cloned() else {
+            return;
+        };
+        let prior_drift = prev.get(pivot_id).map_or(0.0, |p| p.drift);
+        let prior_drift_bound =
+            prev.get(pivot_id).map_or(0.0, |p| p.drift_bound) + self.cfg.holdover_wander_ppb * 1e-9;
+        for n in sol.nodes.iter_mut().filter(|n| n.component == comp) {
+            // clock_n − ref = (clock_n − clock_pivot) + (clock_pivot − ref)
+            n.offset_base_ns = n
+                .offset_base_ns
+                .saturating_sub(pivot_now.offset_base_ns)
+                .saturating_add(prior.offset_ns);
+            n.offset_rel_ns -= pivot_now.offset_rel_ns;
+            n.drift += prior_drift - pivot_now.drift;
+            n.bound_ns += pivot_now.bound_ns + prior.bound_ns;
+            n.drift_bound += pivot_now.drift_bound + prior_drift_bound;
+            n.anchor = sol.reference;
+            n.anchor_kind = AnchorKind::Holdover;
+        }
+        sol.components[comp].kind = AnchorKind::Holdover;
+        sol.components[comp].anchor = sol.reference;
+    }
+}

@@ -1,0 +1,228 @@
+//! Scenario description (TOML) with defaults for every field.
+use clockmesh_estimator::EstimatorConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::SimError;
+
+/// A simulated cluster. Every table and field is optional; see each default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    /// Seed of the deterministic RNG (ChaCha8).
+    pub seed: u64,
+    /// Number of nodes (default 64).
+    pub nodes: u32,
+    /// K: peers each node picks at random; edges are undirected and probed both ways (default 10).
+    pub degree: u32,
+    /// Windows to simulate (default 10).
+    pub windows: u32,
+    /// Window length (default 1000 ms).
+    pub window_ms: u64,
+    /// Probe pairs per second per edge per direction (default 200).
+    pub pairs_per_second: f64,
+    /// Reference node id (default 0).
+    pub reference: u32,
+    /// Windows (0-based) in which every edge of the reference is missing (default none).
+    pub reference_outage_windows: Vec<u32>,
+    pub clock: ClockModel,
+    pub link: LinkModel,
+    pub queue: QueueModel,
+    pub timestamps: TimestampModel,
+    /// Estimator configuration the simulated agent runs with.
+    pub estimator: EstimatorConfig,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Self {
+            name: "unnamed".into(),
+            seed: 1,
+            nodes: 64,
+            degree: 10,
+            windows: 10,
+            window_ms: 1000,
+            pairs_per_second: 200.0,
+            reference: 0,
+            reference_outage_windows: Vec::new(),
+            clock: ClockModel::default(),
+            link: LinkModel::default(),
+            queue: QueueModel::default(),
+            timestamps: TimestampModel::default(),
+            estimator: EstimatorConfig::default(),
+        }
+    }
+}
+
+/// Per-node clocks: `clock(t) = t + offset + ∫ frequency`, frequency = drift + random walk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClockModel {
+    /// Initial offsets uniform in ±this (default 1 ms).
+    pub offset_spread_ns: f64,
+    /// Frequency errors uniform in ±this (default 10 ppm; Huygens saw 5–30 µs/s).
+    pub drift_spread_ppm: f64,
+    /// Random-walk frequency wander, σ per √s (default 1 ppb).
+    pub wander_ppb_per_sqrt_s: f64,
+    /// Step of the wander process (default 50 ms).
+    pub wander_step_ms: u64,
+}
+
+impl Default for ClockModel {
+    fn default() -> Self {
+        Self {
+            offset_spread_ns: 1e6,
+            drift_spread_ppm: 10.0,
+            wander_ppb_per_sqrt_s: 1.0,
+            wander_step_ms: 50,
+        }
+    }
+}
+
+/// Per-link propagation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinkModel {
+    /// Minimum one-way delay uniform in [min, max] per link (default 1–3 µs).
+    pub base_delay_ns: [f64; 2],
+    /// Forward − backward minimum delay per link, normal with this σ (default 10 ns).
+    pub asymmetry_ns: f64,
+    /// Packet loss probability (default 0.001).
+    pub loss: f64,
+}
+
+impl Default for LinkModel {
+    fn default() -> Self {
+        Self {
+            base_delay_ns: [1_000.0, 3_000.0],
+            asymmetry_ns: 10.0,
+            loss: 0.001,
+        }
+    }
+}
+
+/// Queueing delay: with `busy_probability` a packet meets a queue of this distribution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueModel {
+    pub kind: QueueKind,
+    /// Probability a packet is queued (default 0.3).
+    pub busy_probability: f64,
+    /// Mean queueing delay when queued (default 2 µs).
+    pub mean_ns: f64,
+    /// Pareto shape for `kind = "pareto"` (default 1.5, heavy tail).
+    pub pareto_shape: f64,
+}
+
+impl Default for QueueModel {
+    fn default() -> Self {
+        Self {
+            kind: QueueKind::Exponential,
+            busy_probability: 0.3,
+            mean_ns: 2_000.0,
+            pareto_shape: 1.5,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueKind {
+    Exponential,
+    Pareto,
+}
+
+/// Timestamping.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimestampModel {
+    /// Timestamp tick; readings are floored to it (default 1 ns).
+    pub resolution_ns: i64,
+    /// Software TX stamps are taken before the packet leaves: early by Exp(mean) (default 0).
+    pub tx_early_mean_ns: f64,
+    /// Software RX stamps are taken after the packet arrived: late by Exp(mean) (default 0).
+    pub rx_late_mean_ns: f64,
+    /// Probability a TX stamp is late (NIC quirk; default 0.001).
+    pub late_tx_probability: f64,
+    /// Lateness uniform in [min, max] (default 10–200 ns).
+    pub late_tx_ns: [f64; 2],
+}
+
+impl Default for TimestampModel {
+    fn default() -> Self {
+        Self {
+            resolution_ns: 1,
+            tx_early_mean_ns: 0.0,
+            rx_late_mean_ns: 0.0,
+            late_tx_probability: 0.001,
+            late_tx_ns: [10.0, 200.0],
+        }
+    }
+}
+
+impl Scenario {
+    /// Parses and validates a TOML scenario.
+    pub fn from_toml_str(text: &str) -> Result<Self, SimError> {
+        let s: Scenario = toml::from_str(text).map_err(|e| SimError::Parse(e.to_string()))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    pub fn validate(&self) -> Result<(), SimError> {
+        let bad = |m: &str| Err(SimError::Invalid(m.to_string()));
+        if self.nodes < 2 {
+            return bad("nodes must be >= 2");
+        }
+        if self.degree == 0 || self.degree >= self.nodes {
+            return bad("degree must be in 1..nodes");
+        }
+        if self.reference >= self.nodes {
+            return bad("reference must be < nodes");
+        }
+        if self.windows == 0 || self.window_ms == 0 {
+            return bad("windows and window_ms must be >= 1");
+        }
+        let pairs = self.pairs_per_second * self.window_ms as f64 / 1000.0;
+        if !(2.0..=1e6).contains(&pairs) {
+            return bad("pairs_per_second × window must give 2..=1e6 pairs per window");
+        }
+        let probs = [
+            self.link.loss,
+            self.queue.busy_probability,
+            self.timestamps.late_tx_probability,
+        ];
+        if probs.iter().any(|p| !(0.0..=1.0).contains(p)) {
+            return bad("probabilities must be in 0..=1");
+        }
+        let [lo, hi] = self.link.base_delay_ns;
+        if !(lo > 0.0 && hi >= lo && hi < 1e9) {
+            return bad("link.base_delay_ns must be 0 < min <= max < 1 s");
+        }
+        let nonneg = [
+            self.clock.offset_spread_ns,
+            self.clock.drift_spread_ppm,
+            self.clock.wander_ppb_per_sqrt_s,
+            self.link.asymmetry_ns,
+            self.queue.mean_ns,
+            self.timestamps.tx_early_mean_ns,
+            self.timestamps.rx_late_mean_ns,
+        ];
+        if nonneg.iter().any(|v| !(v.is_finite() && *v >= 0.0)) {
+            return bad("spreads, σ and means must be finite and >= 0");
+        }
+        if self.clock.offset_spread_ns > 1e15 || self.clock.drift_spread_ppm > 1000.0 {
+            return bad("clock spreads too large (offset <= 1e15 ns, drift <= 1000 ppm)");
+        }
+        if self.clock.wander_step_ms == 0 {
+            return bad("clock.wander_step_ms must be >= 1");
+        }
+        if self.queue.kind == QueueKind::Pareto && self.queue.pareto_shape <= 1.0 {
+            return bad("queue.pareto_shape must be > 1 (finite mean)");
+        }
+        let [l0, l1] = self.timestamps.late_tx_ns;
+        if !(l0 >= 0.0 && l1 >= l0) || self.timestamps.resolution_ns < 1 {
+            return bad("timestamps.late_tx_ns must be 0 <= min <= max; resolution_ns >= 1");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,102 @@
+//! The simulator end to end on small scenarios (debug build friendly).
+use clockmesh_sim::{Scenario, SimError, run};
+
+fn small(extra: &str) -> Scenario {
+    let text = format!(
+        "name = \"small\"\nnodes = 12\ndegree = 3\nwindows = 3\npairs_per_second = 100\n{extra}"
+    );
+    Scenario::from_toml_str(&text).unwrap()
+}
+
+#[test]
+fn small_nic_cluster_is_accurate_and_covered() {
+    let r = run(&small("")).unwrap();
+    let o = &r.overall;
+    assert_eq!(o.node_windows, 3 * 11);
+    assert_eq!(o.coverage, 1.0, "{o:?}");
+    assert!(o.abs_error_ns.p99 < 20.0, "p99 {}", o.abs_error_ns.p99);
+    assert!(o.median_bound_ns >= o.median_asymmetry_term_ns);
+    assert_eq!(o.edges_failed, 0);
+    assert!(
+        o.pure_fraction > 0.3 && o.pure_fraction < 0.7,
+        "{}",
+        o.pure_fraction
+    );
+}
+
+#[test]
+fn same_seed_same_scores() {
+    let a = run(&small("seed = 9")).unwrap();
+    let b = run(&small("seed = 9")).unwrap();
+    let c = run(&small("seed = 10")).unwrap();
+    assert_eq!(a.overall.abs_error_ns, b.overall.abs_error_ns);
+    assert_eq!(a.overall.abs_drift_error_ppb, b.overall.abs_drift_error_ppb);
+    assert_ne!(a.overall.abs_error_ns, c.overall.abs_error_ns);
+}
+
+#[test]
+fn asymmetry_shows_up_as_error_and_stays_inside_the_bound() {
+    let sym = run(&small("[link]\nasymmetry_ns = 0.0")).unwrap();
+    let asym = run(&small("[link]\nasymmetry_ns = 200.0")).unwrap();
+    assert!(asym.overall.abs_error_ns.p50 > 3.0 * sym.overall.abs_error_ns.p50);
+    assert_eq!(asym.overall.coverage, 1.0);
+}
+
+#[test]
+fn software_timestamps_are_worse_but_covered() {
+    let nic = run(&small("")).unwrap();
+    let sw = run(&small(
+        "[timestamps]\ntx_early_mean_ns = 1000.0\nrx_late_mean_ns = 5000.0\nlate_tx_probability = 0.0\n[estimator.purity]\ntolerance_ns = 10000",
+    ))
+    .unwrap();
+    assert!(sw.overall.abs_error_ns.p50 > 5.0 * nic.overall.abs_error_ns.p50);
+    assert_eq!(sw.overall.coverage, 1.0);
+}
+
+#[test]
+fn reference_outage_is_bridged_by_holdover() {
+    let r = run(&small("reference_outage_windows = [1]")).unwrap();
+    assert!(r.windows[1].holdover);
+    assert!(!r.windows[0].holdover && !r.windows[2].holdover);
+    assert_eq!(r.overall.coverage, 1.0);
+    assert!(r.windows[1].median_bound_ns > r.windows[0].median_bound_ns);
+}
+
+#[test]
+fn bad_scenarios_are_clear_errors() {
+    let parse = |t: &str| Scenario::from_toml_str(t);
+    assert!(matches!(parse("nodes = \"x\""), Err(SimError::Parse(_))));
+    assert!(matches!(parse("nodez = 3"), Err(SimError::Parse(_))));
+    assert!(matches!(parse("nodes = 1"), Err(SimError::Invalid(_))));
+    assert!(matches!(
+        parse("nodes = 4\ndegree = 4"),
+        Err(SimError::Invalid(_))
+    ));
+    assert!(matches!(
+        parse("[link]\nloss = 1.5"),
+        Err(SimError::Invalid(_))
+    ));
+    assert!(matches!(
+        parse("[queue]\nkind = \"pareto\"\npareto_shape = 0.5"),
+        Err(SimError::Invalid(_))
+    ));
+    assert!(matches!(
+        parse("pairs_per_second = 0.1"),
+        Err(SimError::Invalid(_))
+    ));
+}
+
+#[test]
+fn shipped_scenarios_parse() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/scenarios");
+    let mut count = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            Scenario::from_toml_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            count += 1;
+        }
+    }
+    assert!(count >= 5);
+}
