@@ -17,6 +17,15 @@ use clockmesh_testbed::{
     root_or_skip,
 };
 
+/// A current-thread runtime: namespace membership is per thread, so capture
+/// and its ring buffer stay on the thread that entered the namespace.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
 fn exchange_on_pair(cfg: &ExchangeConfig) -> [HostRecord; 2] {
     let bed = Testbed::pair().expect("testbed");
     exchange::run(&bed, cfg).expect("exchange")
@@ -175,10 +184,7 @@ fn test_run_carries_injected_hw_and_sw_timestamps() {
     let events = bed
         .host(0)
         .run(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
+            let rt = runtime();
             let _g = rt.enter();
             let mut cfg = CaptureConfig::new("eth0", port..=port);
             cfg.tracepoints = false;
@@ -226,10 +232,7 @@ fn malformed_packets_on_the_probe_port_make_no_event_but_count() {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let capture = receiver.spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let _g = rt.enter();
         let mut cfg = CaptureConfig::new("eth0", port..=port);
         cfg.tracepoints = false;
@@ -280,10 +283,7 @@ fn clear_errors_for_missing_interface_btf_and_privileges() {
     if !root_or_skip("clear_errors") {
         return;
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let _g = rt.enter();
     let err = Capture::attach(&CaptureConfig::new("nosuch0", 1000..=1000))
         .err()
@@ -305,10 +305,7 @@ fn clear_errors_for_missing_interface_btf_and_privileges() {
         // SAFETY: plain syscall on this thread's credentials; no memory involved.
         let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
         assert_eq!(rc, 0);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let _g = rt.enter();
         Capture::attach(&CaptureConfig::new("lo", 1000..=1000))
             .err()
@@ -333,10 +330,7 @@ fn detach_leaves_no_tcx_links_or_qdiscs() {
     let (during, after) = bed
         .host(0)
         .run(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
+            let rt = runtime();
             let _g = rt.enter();
             let tcx = |dir| SchedClassifier::query_tcx("eth0", dir).unwrap().1.len();
             let cap = Capture::attach(&CaptureConfig::new("eth0", 31_905..=31_905)).unwrap();
@@ -367,10 +361,7 @@ fn fentry_refusal_falls_back_to_the_error_queue() {
     let source = bed
         .host(0)
         .run(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
+            let rt = runtime();
             let _g = rt.enter();
             let cap = Capture::attach(&CaptureConfig::new("eth0", 31_906..=31_906)).unwrap();
             cap.tx_stamp_source()

@@ -197,8 +197,9 @@ fn require_root(task: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn demo(args: &[String]) -> anyhow::Result<()> {
-    require_root("demo")?;
+/// Builds `clockmesh-demo` (release) after the root and setup checks.
+fn build_demo(task: &str) -> anyhow::Result<PathBuf> {
+    require_root(task)?;
     setup()?;
     run(cargo().args([
         "build",
@@ -209,7 +210,11 @@ fn demo(args: &[String]) -> anyhow::Result<()> {
         "--bin",
         "clockmesh-demo",
     ]))?;
-    run(Command::new(root().join("target/release/clockmesh-demo")).args(args))
+    Ok(root().join("target/release/clockmesh-demo"))
+}
+
+fn demo(args: &[String]) -> anyhow::Result<()> {
+    run(Command::new(build_demo("demo")?).args(args))
 }
 
 fn test() -> anyhow::Result<()> {
@@ -269,17 +274,6 @@ fn nightly_cargo() -> Command {
 }
 
 fn bench() -> anyhow::Result<()> {
-    require_root("bench")?;
-    setup()?;
-    run(cargo().args([
-        "build",
-        "--release",
-        "--quiet",
-        "-p",
-        "clockmesh-testbed",
-        "--bin",
-        "clockmesh-demo",
-    ]))?;
-    run(Command::new(root().join("target/release/clockmesh-demo")).arg("bench"))?;
+    run(Command::new(build_demo("bench")?).arg("bench"))?;
     run(cargo().args(["bench", "--workspace", "--exclude", "clockmesh-ebpf"]))
 }
