@@ -107,23 +107,22 @@ impl Capture {
     /// Must run inside a tokio runtime (the ring buffer is polled by it).
     pub fn attach(config: &CaptureConfig) -> Result<Self, CaptureError> {
         check_prerequisites(config)?;
-        let blob = std::fs::read(&config.btf_path).map_err(|e| CaptureError::NoBtf {
+        // Read the kernel BTF once: our offset parser and aya's loader share it.
+        let no_btf = |reason: String| CaptureError::NoBtf {
             path: config.btf_path.clone(),
-            reason: e.to_string(),
-        })?;
+            reason,
+        };
+        let blob = std::fs::read(&config.btf_path).map_err(|e| no_btf(e.to_string()))?;
         let offsets = KernelOffsets::from_btf(&btf::Btf::parse(&blob)?)?;
         let mut ebpf = load_object(config, &offsets)?;
         attach_tc(&mut ebpf, &config.interface)?;
+        let kernel_btf = Btf::parse(&blob, aya::Endianness::default()).map_err(|e| e.to_string());
         if config.tracepoints {
-            let kernel_btf = Btf::parse_file(&config.btf_path, aya::Endianness::default())
-                .map_err(|e| CaptureError::NoBtf {
-                    path: config.btf_path.clone(),
-                    reason: e.to_string(),
-                })?;
-            attach_tracepoints(&mut ebpf, &kernel_btf)?;
+            let btf = kernel_btf.as_ref().map_err(|e| no_btf(e.clone()))?;
+            attach_tracepoints(&mut ebpf, btf)?;
         }
         let tx_stamps = if config.tx_completion {
-            attach_tx_completion(&mut ebpf, &config.btf_path)
+            attach_tx_completion(&mut ebpf, kernel_btf.as_ref().map_err(String::clone))
         } else {
             TxStampSource::ErrQueue
         };
@@ -294,12 +293,11 @@ fn attach_tracepoints(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), CaptureError> {
 
 /// fentry is optional: some kernels (this project's CI among them) refuse it
 /// with EPERM. Log one line and fall back to the SO_TIMESTAMPING error queue.
-fn attach_tx_completion(ebpf: &mut Ebpf, btf_path: &Path) -> TxStampSource {
+fn attach_tx_completion(ebpf: &mut Ebpf, btf: Result<&Btf, String>) -> TxStampSource {
     let result = (|| -> Result<(), String> {
-        let btf =
-            Btf::parse_file(btf_path, aya::Endianness::default()).map_err(|e| e.to_string())?;
+        let btf = btf?;
         let prog: &mut FEntry = program_mut(ebpf, PROG_TX_COMPLETION).map_err(|e| e.to_string())?;
-        prog.load("__skb_tstamp_tx", &btf)
+        prog.load("__skb_tstamp_tx", btf)
             .map_err(|e| e.to_string())?;
         prog.attach().map_err(|e| e.to_string())?;
         Ok(())
