@@ -195,6 +195,36 @@ pub fn one_way_delays(
         .collect()
 }
 
+/// SO_TIMESTAMPING `OPT_ID` of a probe: the probe socket sends nothing but
+/// probes, two per pair, so the n-th datagram is (seq n / 2, packet n % 2).
+pub fn tx_report_id(seq: u64, pair_index: u8) -> u32 {
+    (seq * 2 + u64::from(pair_index)) as u32
+}
+
+/// Inverse of [`tx_report_id`].
+pub fn probe_of_tx_report(id: u32) -> (u64, u8) {
+    (u64::from(id / 2), (id % 2) as u8)
+}
+
+/// Summary of the one-way delays between two points, both directions pooled.
+pub fn both_directions(
+    a: &HostRecord,
+    b: &HostRecord,
+    tx_point: u8,
+    rx_point: u8,
+) -> Option<Summary> {
+    let mut d = one_way_delays(a, b, tx_point, rx_point);
+    d.extend(one_way_delays(b, a, tx_point, rx_point));
+    summarize(&d)
+}
+
+/// Summary of the SO_TIMESTAMPING one-way delays, both directions pooled.
+pub fn socket_both_directions(a: &HostRecord, b: &HostRecord) -> Option<Summary> {
+    let mut d = socket_one_way_delays(a, b);
+    d.extend(socket_one_way_delays(b, a));
+    summarize(&d)
+}
+
 /// One-way delays from SO_TIMESTAMPING software stamps (REALTIME both ends).
 pub fn socket_one_way_delays(tx_host: &HostRecord, rx_host: &HostRecord) -> Vec<i64> {
     rx_host
@@ -202,7 +232,7 @@ pub fn socket_one_way_delays(tx_host: &HostRecord, rx_host: &HostRecord) -> Vec<
         .iter()
         .filter(|(h, _)| h.sender == tx_host.node)
         .filter_map(|(h, d)| {
-            let id = (h.seq * 2 + u64::from(h.pair_index)) as u32;
+            let id = tx_report_id(h.seq, h.pair_index);
             let tx = tx_host.tx_reports.iter().find(|r| r.id == id)?;
             Some(d.stamps.software_ns - tx.stamps.software_ns)
         })
@@ -238,7 +268,7 @@ pub fn xmit_to_socket_tx_gaps(host: &HostRecord) -> Vec<i64> {
     host.tx_reports
         .iter()
         .filter_map(|r| {
-            let (seq, idx) = (u64::from(r.id / 2), (r.id % 2) as u8);
+            let (seq, idx) = probe_of_tx_report(r.id);
             let ev = find(
                 &host.events,
                 clockmesh_common::point::TP_XMIT,

@@ -128,7 +128,7 @@ fn ebpf_stamps_agree_with_so_timestamping() {
         // TX: the driver's software stamp follows net_dev_start_xmit closely.
         let mut checked = 0;
         for r in &tx.tx_reports {
-            let (seq, idx) = (u64::from(r.id / 2), (r.id % 2) as u8);
+            let (seq, idx) = exchange::probe_of_tx_report(r.id);
             let ev = exchange::find(&tx.events, point::TP_XMIT, tx.node, seq, idx)
                 .next()
                 .expect("xmit event");

@@ -69,20 +69,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         ..ExchangeConfig::default()
     };
     let [a, b] = exchange::run(&bed, &cfg)?;
-    let both = |tp, rp| {
-        let mut d = exchange::one_way_delays(&a, &b, tp, rp);
-        d.extend(exchange::one_way_delays(&b, &a, tp, rp));
-        exchange::summarize(&d)
-    };
-    let mut sock = exchange::socket_one_way_delays(&a, &b);
-    sock.extend(exchange::socket_one_way_delays(&b, &a));
     use clockmesh_common::point::*;
+    let both = |tp, rp| exchange::both_directions(&a, &b, tp, rp);
     let delays = serde_json::json!({
         "tc": both(TC_EGRESS, TC_INGRESS),
         "tp_btf": both(TP_XMIT, TP_RECEIVE),
         "tc_egress_to_tp_receive": both(TC_EGRESS, TP_RECEIVE),
         "tp_xmit_to_tc_ingress": both(TP_XMIT, TC_INGRESS),
-        "so_timestamping": exchange::summarize(&sock),
+        "so_timestamping": exchange::socket_both_directions(&a, &b),
     });
     let gaps = |f: fn(&exchange::HostRecord) -> Vec<i64>| {
         let mut g = f(&a);

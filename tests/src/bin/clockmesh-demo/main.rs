@@ -107,17 +107,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn delay_summary(a: &HostRecord, b: &HostRecord) -> DelaySummary {
-    let both = |tp, rp| {
-        let mut d = exchange::one_way_delays(a, b, tp, rp);
-        d.extend(exchange::one_way_delays(b, a, tp, rp));
-        exchange::summarize(&d)
-    };
-    let mut sock = exchange::socket_one_way_delays(a, b);
-    sock.extend(exchange::socket_one_way_delays(b, a));
     DelaySummary {
-        tc: both(point::TC_EGRESS, point::TC_INGRESS),
-        tp_btf: both(point::TP_XMIT, point::TP_RECEIVE),
-        so_timestamping: exchange::summarize(&sock),
+        tc: exchange::both_directions(a, b, point::TC_EGRESS, point::TC_INGRESS),
+        tp_btf: exchange::both_directions(a, b, point::TP_XMIT, point::TP_RECEIVE),
+        so_timestamping: exchange::socket_both_directions(a, b),
     }
 }
 
@@ -157,7 +150,7 @@ fn print_probe_table(tx: &HostRecord, rx: &HostRecord) {
 }
 
 fn socket_delay(tx: &HostRecord, rx: &HostRecord, seq: u64, idx: u8) -> Option<i64> {
-    let id = (seq * 2 + u64::from(idx)) as u32;
+    let id = exchange::tx_report_id(seq, idx);
     let sent = tx.tx_reports.iter().find(|r| r.id == id)?;
     let (_, got) = rx
         .received
