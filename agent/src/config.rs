@@ -170,6 +170,48 @@ pub const KEYS: &[Key] = &[
         default: None,
         help: "file holding the shared probe HMAC key (≥ 16 bytes); unset: no authentication",
     },
+    Key {
+        name: "discovery",
+        env: &["CLOCKMESH_DISCOVERY"],
+        file_aliases: &[],
+        default: Some("static"),
+        help: "membership backend: static (the `members` list) or etcd",
+    },
+    Key {
+        name: "members",
+        env: &["CLOCKMESH_MEMBERS"],
+        file_aliases: &[],
+        default: None,
+        help: "static members, comma separated `name=ip:port` (or `name#id=ip:port`)",
+    },
+    Key {
+        name: "etcd_endpoints",
+        env: &["CLOCKMESH_ETCD_ENDPOINTS"],
+        file_aliases: &[],
+        default: Some("http://127.0.0.1:2379"),
+        help: "etcd client URLs, comma separated",
+    },
+    Key {
+        name: "cluster",
+        env: &["CLOCKMESH_CLUSTER"],
+        file_aliases: &[],
+        default: Some("default"),
+        help: "cluster name: the etcd key prefix /clockmesh/<cluster>/",
+    },
+    Key {
+        name: "advertise_addr",
+        env: &["CLOCKMESH_ADVERTISE_ADDR"],
+        file_aliases: &[],
+        default: None,
+        help: "address peers probe (default: the interface's first IPv4 address)",
+    },
+    Key {
+        name: "inject_skew",
+        env: &["CLOCKMESH_INJECT_SKEW"],
+        file_aliases: &[],
+        default: None,
+        help: "TESTING ONLY: `offset_ns,drift_ppb,epoch_ns` added to every local stamp",
+    },
 ];
 
 /// Configuration files are looked for here unless `--config` says otherwise.
@@ -306,6 +348,76 @@ pub struct AgentConfig {
     pub metrics_addr: Sourced<SocketAddr>,
     pub snapshot_period_ms: Sourced<u64>,
     pub auth_key_file: Option<Sourced<PathBuf>>,
+    pub discovery: Sourced<DiscoveryKind>,
+    pub members: Option<Sourced<Vec<String>>>,
+    pub etcd_endpoints: Sourced<Vec<String>>,
+    pub cluster: Sourced<String>,
+    pub advertise_addr: Option<Sourced<std::net::IpAddr>>,
+    pub inject_skew: Option<Sourced<InjectedSkew>>,
+}
+
+/// Which membership backend the agent uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiscoveryKind {
+    Static,
+    Etcd,
+}
+
+/// A known skew added to every local timestamp (tests and the demo): the
+/// node then behaves as if its clock read `true + offset + drift·(t − epoch)`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct InjectedSkew {
+    pub offset_ns: i64,
+    pub drift_ppb: f64,
+    pub epoch_ns: i64,
+}
+
+impl InjectedSkew {
+    /// The skew at local time `t_ns`.
+    pub fn at(&self, t_ns: i64) -> i64 {
+        let age_s = t_ns.saturating_sub(self.epoch_ns) as f64 / 1e9;
+        self.offset_ns
+            .saturating_add((self.drift_ppb * age_s).round() as i64)
+    }
+}
+
+fn discovery_kind(s: &str) -> Result<DiscoveryKind, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "static" => Ok(DiscoveryKind::Static),
+        "etcd" => Ok(DiscoveryKind::Etcd),
+        _ => Err("expected `static` or `etcd`".into()),
+    }
+}
+
+fn list(s: &str) -> Result<Vec<String>, String> {
+    let items: Vec<String> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if items.is_empty() {
+        return Err("expected a comma-separated list".into());
+    }
+    Ok(items)
+}
+
+fn skew(s: &str) -> Result<InjectedSkew, String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let bad = || "expected offset_ns,drift_ppb,epoch_ns (whole ns, ppb, whole ns)".to_string();
+    let [o, d, e] = parts[..] else {
+        return Err(bad());
+    };
+    let drift_ppb: f64 = d.parse().map_err(|_| bad())?;
+    if !drift_ppb.is_finite() || drift_ppb.abs() > 1e6 {
+        return Err("drift_ppb must be finite and within ±1e6".into());
+    }
+    Ok(InjectedSkew {
+        offset_ns: o.parse().map_err(|_| bad())?,
+        drift_ppb,
+        epoch_ns: e.parse().map_err(|_| bad())?,
+    })
 }
 
 fn typed<T>(
@@ -450,6 +562,22 @@ impl AgentConfig {
                 "snapshot-period-ms",
             )?,
             auth_key_file: typed(layers, "auth_key_file", path)?,
+            discovery: required(
+                typed(layers, "discovery", discovery_kind)?,
+                "discovery",
+                "discovery",
+            )?,
+            members: typed(layers, "members", list)?,
+            etcd_endpoints: required(
+                typed(layers, "etcd_endpoints", list)?,
+                "etcd_endpoints",
+                "etcd-endpoints",
+            )?,
+            cluster: required(typed(layers, "cluster", non_empty)?, "cluster", "cluster")?,
+            advertise_addr: typed(layers, "advertise_addr", |s| {
+                s.parse().map_err(|_| "expected an IP address".to_string())
+            })?,
+            inject_skew: typed(layers, "inject_skew", skew)?,
         };
         cfg.check_consistency()?;
         Ok(cfg)

@@ -10,4 +10,5 @@ pub mod devclock;
 pub mod discovery;
 pub mod probe;
 pub mod publish;
+pub mod runtime;
 pub mod trace;

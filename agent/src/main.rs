@@ -16,6 +16,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the node agent (probing, estimation, publication) until SIGTERM.
+    Agent(cli::agent::AgentArgs),
+    /// Show what the local agent knows: offset ± bound, reference, peers.
+    Status(cli::status::StatusArgs),
     /// Attach the eBPF programs to an interface and print probe timestamps.
     Capture(cli::capture::CaptureArgs),
     /// Print the effective configuration and where each value came from.
@@ -42,6 +46,8 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Agent(a) => cli::agent::run(a),
+        Command::Status(a) => cli::status::run(a),
         Command::Capture(a) => cli::capture::run(a),
         Command::Config(a) => cli::config::run(a),
         Command::Simulate(a) => cli::simulate::run(a),

@@ -1,6 +1,8 @@
 //! A throwaway etcd server on loopback (Debian `etcd-server`), with its own
 //! data directory, killed and removed on drop.
 
+use crate::netns::Host;
+
 use std::{
     net::{TcpListener, TcpStream},
     path::PathBuf,
@@ -11,6 +13,8 @@ use std::{
 pub struct EtcdServer {
     child: Child,
     dir: PathBuf,
+    /// Namespace etcd runs in (`None`: the caller's).
+    netns: Option<String>,
     pub endpoint: String,
 }
 
@@ -19,14 +23,41 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 impl EtcdServer {
-    /// Starts etcd and waits until it accepts clients (up to 20 s).
+    /// Starts etcd on loopback and waits until it accepts clients (up to 20 s).
     pub fn start() -> anyhow::Result<Self> {
         let (client, peer) = (free_port()?, free_port()?);
-        let dir =
-            std::env::temp_dir().join(format!("clockmesh-etcd-{}-{client}", std::process::id()));
-        let client_url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new("etcd")
+        Self::launch(Command::new("etcd"), None, "127.0.0.1", client, peer)
+    }
+
+    /// Starts etcd inside `host`'s network namespace, on its address (ports
+    /// 2379/2380), for agents in other test hosts to reach.
+    pub fn start_in(host: &Host) -> anyhow::Result<Self> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &host.netns, "etcd"]);
+        Self::launch(
+            cmd,
+            Some(host.netns.clone()),
+            &host.addr.to_string(),
+            2379,
+            2380,
+        )
+    }
+
+    fn launch(
+        mut cmd: Command,
+        netns: Option<String>,
+        ip: &str,
+        client: u16,
+        peer: u16,
+    ) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "clockmesh-etcd-{}-{ip}-{client}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let client_url = format!("http://{ip}:{client}");
+        let peer_url = format!("http://{ip}:{peer}");
+        let child = cmd
             .args(["--name", "clockmesh-test", "--data-dir"])
             .arg(&dir)
             .args([
@@ -49,14 +80,38 @@ impl EtcdServer {
         let server = EtcdServer {
             child,
             dir,
-            endpoint: format!("127.0.0.1:{client}"),
+            netns,
+            endpoint: format!("{ip}:{client}"),
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(&server.endpoint).is_err() {
-            anyhow::ensure!(Instant::now() < deadline, "etcd did not start within 20 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        server.wait_ready()?;
         Ok(server)
+    }
+}
+
+impl EtcdServer {
+    /// Waits (up to 20 s) until etcd accepts TCP connections; probes from
+    /// the namespace of its host when it runs in one.
+    fn wait_ready(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = if let Some(ns) = &self.netns {
+                // A connect from inside the namespace (bash's /dev/tcp).
+                let (ip, port) = self.endpoint.split_once(':').unwrap_or(("", ""));
+                Command::new("ip")
+                    .args(["netns", "exec", ns, "bash", "-c"])
+                    .arg(format!("exec 3<>/dev/tcp/{ip}/{port}"))
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            } else {
+                TcpStream::connect(&self.endpoint).is_ok()
+            };
+            if ok {
+                return Ok(());
+            }
+            anyhow::ensure!(Instant::now() < deadline, "etcd did not start within 20 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 

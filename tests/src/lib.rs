@@ -1,5 +1,6 @@
 //! Test hosts for clockmesh (network namespaces joined by veth pairs) and the
 //! two-host probe exchange used by the integration tests and the demo.
+pub mod cluster;
 pub mod etcd;
 pub mod exchange;
 pub mod netns;

@@ -19,6 +19,8 @@ use thiserror::Error;
 
 /// Every namespace this crate creates starts with this, then `<pid>-`.
 const NS_PREFIX: &str = "cmtb-";
+/// Address of the switch namespace's bridge (hosts are .1 to .250).
+pub const SWITCH_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 254);
 /// Interface name of every host's link, inside its own namespace.
 pub const HOST_IFACE: &str = "eth0";
 
@@ -115,6 +117,7 @@ impl Testbed {
         bed.switch = Some(sw.clone());
         ipn(&sw, &["link", "add", "br0", "type", "bridge"])?;
         ipn(&sw, &["link", "set", "br0", "up"])?;
+        disable_bridge_netfilter(&sw);
         for (i, host) in bed.hosts.iter().enumerate() {
             let port = format!("p{i}");
             ip(&[
@@ -134,8 +137,24 @@ impl Testbed {
             ipn(&sw, &["link", "set", &port, "master", "br0"])?;
             ipn(&sw, &["link", "set", &port, "up"])?;
         }
+        // The switch also gets an address: services every host reaches
+        // (etcd in the cluster tests and the demo) run there.
+        ipn(&sw, &["link", "set", "lo", "up"])?;
+        ipn(
+            &sw,
+            &["addr", "add", &format!("{SWITCH_ADDR}/24"), "dev", "br0"],
+        )?;
         bed.configure_hosts()?;
         Ok(bed)
+    }
+
+    /// The switch namespace as a host (only for [`Testbed::switched`]).
+    pub fn switch_host(&self) -> Option<Host> {
+        self.switch.as_ref().map(|sw| Host {
+            netns: sw.clone(),
+            addr: SWITCH_ADDR,
+            iface: "br0",
+        })
     }
 
     /// Creates `n` empty host namespaces; dropped (deleted) on error.
@@ -193,6 +212,18 @@ impl Drop for Testbed {
         for ns in names {
             let _ = ip(&["netns", "del", &ns]);
         }
+    }
+}
+
+/// A switch forwards frames; with br_netfilter loaded the kernel would also
+/// run bridged frames through iptables, adding microseconds of jitter that a
+/// real switch does not have. Best effort: absent without br_netfilter.
+fn disable_bridge_netfilter(ns: &str) {
+    for key in ["iptables", "ip6tables", "arptables"] {
+        let _ = Command::new("ip")
+            .args(["netns", "exec", ns, "sysctl", "-qw"])
+            .arg(format!("net.bridge.bridge-nf-call-{key}=0"))
+            .output();
     }
 }
 

@@ -12,6 +12,8 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod image;
+
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 const EBPF_TARGET: &str = "bpfel-unknown-none";
@@ -29,9 +31,10 @@ enum Task {
     Setup,
     /// Build the eBPF object with nightly and -Z build-std=core (+ BTF).
     BuildEbpf,
-    /// Two netns hosts exchange probes with real eBPF capture (needs root).
+    /// etcd + N netns hosts running the agent with injected skews; prints
+    /// estimated vs true offsets (needs root). `-- --help` lists the options.
     Demo {
-        /// Arguments passed to `clockmesh-demo` (e.g. `--pairs 20 --json`).
+        /// Arguments passed to `clockmesh-demo` (e.g. `--nodes 8 --duration 30 --json`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -41,6 +44,12 @@ enum Task {
     Lint,
     /// Benchmarks: capture path figures and criterion benches.
     Bench,
+    /// Container image as an OCI layout in target/image/clockmesh-oci, no daemon (needs root).
+    Image {
+        /// Then unpack it and run the binary in it with chroot.
+        #[arg(long)]
+        smoke: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,6 +60,7 @@ fn main() -> anyhow::Result<()> {
         Task::Test => test(),
         Task::Lint => lint(),
         Task::Bench => bench(),
+        Task::Image { smoke } => image::image(smoke),
     }
 }
 
@@ -209,6 +219,11 @@ fn build_demo(task: &str) -> anyhow::Result<PathBuf> {
         "clockmesh-testbed",
         "--bin",
         "clockmesh-demo",
+        // The cluster demo runs the agent binary next to itself.
+        "-p",
+        "clockmesh",
+        "--bin",
+        "clockmesh",
     ]))?;
     Ok(root().join("target/release/clockmesh-demo"))
 }

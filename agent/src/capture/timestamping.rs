@@ -54,6 +54,17 @@ pub fn enable(sock: &impl AsFd, mode: StampMode) -> nix::Result<()> {
     setsockopt(sock, Timestamping, &flags)
 }
 
+/// Enables RX timestamps only: for a socket that also sends datagrams whose
+/// TX stamps nobody reads (their reports would fill the error queue, which
+/// shares the receive buffer, until received datagrams are dropped).
+pub fn enable_rx(sock: &impl AsFd, mode: StampMode) -> nix::Result<()> {
+    let mut flags = F::SOF_TIMESTAMPING_SOFTWARE | F::SOF_TIMESTAMPING_RX_SOFTWARE;
+    if mode == StampMode::Hardware {
+        flags |= F::SOF_TIMESTAMPING_RAW_HARDWARE | F::SOF_TIMESTAMPING_RX_HARDWARE;
+    }
+    setsockopt(sock, Timestamping, &flags)
+}
+
 /// Timestamps of one datagram; 0 means "not provided".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stamps {

@@ -26,6 +26,46 @@ pub struct ConfigFlags {
     /// Estimation window, seconds.
     #[arg(long)]
     pub probe_window_s: Option<u64>,
+    /// Spacing between the two packets of a coded pair, µs.
+    #[arg(long)]
+    pub packet_spacing_us: Option<u64>,
+    /// Out-neighbours each node probes (1–20).
+    #[arg(long)]
+    pub degree: Option<usize>,
+    /// Directory for the per-window JSONL results.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// The offsets file readers (XLA hook, Python) map.
+    #[arg(long, value_name = "FILE")]
+    pub offsets_path: Option<PathBuf>,
+    /// Local HTTP endpoint for /metrics, /healthz, /readyz, /status.
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_addr: Option<String>,
+    /// File with the shared probe HMAC key (≥ 16 bytes).
+    #[arg(long, value_name = "FILE")]
+    pub auth_key_file: Option<PathBuf>,
+    /// Membership backend: static or etcd.
+    #[arg(long)]
+    pub discovery: Option<String>,
+    /// Static members, `name=ip:port,...`.
+    #[arg(long)]
+    pub members: Option<String>,
+    /// etcd client URLs, comma separated.
+    #[arg(long)]
+    pub etcd_endpoints: Option<String>,
+    /// Cluster name (etcd key prefix).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// Address peers probe (default: the interface's first IPv4).
+    #[arg(long)]
+    pub advertise_addr: Option<String>,
+    /// TESTING ONLY: add a known skew `offset_ns,drift_ppb,epoch_ns` to every local timestamp.
+    #[arg(
+        long,
+        value_name = "OFFSET_NS,DRIFT_PPB,EPOCH_NS",
+        allow_hyphen_values = true
+    )]
+    pub inject_skew: Option<String>,
     /// Any key as KEY=VALUE (repeatable), e.g. `--set degree=8`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
@@ -58,6 +98,38 @@ impl ConfigFlags {
                 "--probe-window-s",
                 self.probe_window_s.map(|v| v.to_string()),
             ),
+            (
+                "packet_spacing_us",
+                "--packet-spacing-us",
+                self.packet_spacing_us.map(|v| v.to_string()),
+            ),
+            ("degree", "--degree", self.degree.map(|v| v.to_string())),
+            ("output_dir", "--output-dir", path_text(&self.output_dir)),
+            (
+                "offsets_path",
+                "--offsets-path",
+                path_text(&self.offsets_path),
+            ),
+            ("metrics_addr", "--metrics-addr", self.metrics_addr.clone()),
+            (
+                "auth_key_file",
+                "--auth-key-file",
+                path_text(&self.auth_key_file),
+            ),
+            ("discovery", "--discovery", self.discovery.clone()),
+            ("members", "--members", self.members.clone()),
+            (
+                "etcd_endpoints",
+                "--etcd-endpoints",
+                self.etcd_endpoints.clone(),
+            ),
+            ("cluster", "--cluster", self.cluster.clone()),
+            (
+                "advertise_addr",
+                "--advertise-addr",
+                self.advertise_addr.clone(),
+            ),
+            ("inject_skew", "--inject-skew", self.inject_skew.clone()),
         ];
         for (key, flag, value) in flags {
             if let Some(v) = value {
@@ -69,6 +141,10 @@ impl ConfigFlags {
         }
         Ok(AgentConfig::from_layers(&layers, &hostname())?)
     }
+}
+
+fn path_text(p: &Option<PathBuf>) -> Option<String> {
+    p.as_ref().map(|p| p.display().to_string())
 }
 
 fn hostname() -> String {

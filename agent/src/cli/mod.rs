@@ -1,6 +1,8 @@
 //! Subcommands of the `clockmesh` binary, one module each.
+pub mod agent;
 pub mod capture;
 pub mod config;
 pub mod gpu;
 pub mod simulate;
+pub mod status;
 pub mod trace;

@@ -27,11 +27,16 @@ pub struct EtcdConfig {
 
 pub struct EtcdDiscovery {
     client: Client,
+    /// Campaigning blocks until elected: it needs a connection without the
+    /// request timeout (etcd withdraws a candidacy whose request is cancelled).
+    campaign_client: Client,
     cfg: EtcdConfig,
     me: Option<String>,
     lease: Option<i64>,
     keepalive: Option<JoinHandle<()>>,
     campaign: Option<JoinHandle<Option<LeaderKey>>>,
+    /// Our election key once elected (to resign on leave).
+    won: Option<LeaderKey>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> DiscoveryError {
@@ -51,17 +56,33 @@ impl EtcdDiscovery {
         client.status().await.map_err(|e| {
             unavailable(format!("etcd at {:?} does not answer: {e}", cfg.endpoints))
         })?;
+        let no_timeout = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
+        let campaign_client = Client::connect(&cfg.endpoints, Some(no_timeout))
+            .await
+            .map_err(|e| unavailable(format!("connecting to {:?}: {e}", cfg.endpoints)))?;
         Ok(EtcdDiscovery {
             client,
+            campaign_client,
             cfg,
             me: None,
             lease: None,
             keepalive: None,
             campaign: None,
+            won: None,
         })
     }
 
-    fn prefix(&self) -> String {
+    pub(crate) fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    pub(crate) fn lease(&self) -> Option<i64> {
+        self.lease
+    }
+
+    pub(crate) fn prefix(&self) -> String {
         format!("/clockmesh/{}/", self.cfg.cluster)
     }
 
@@ -101,7 +122,7 @@ impl EtcdDiscovery {
     }
 
     fn start_campaign(&mut self, name: String, lease: i64) {
-        let mut client = self.client.clone();
+        let mut client = self.campaign_client.clone();
         let election = self.election();
         self.campaign = Some(tokio::spawn(async move {
             match client.campaign(election, name.clone(), lease).await {
@@ -115,6 +136,29 @@ impl EtcdDiscovery {
                 }
             }
         }));
+    }
+}
+
+impl EtcdDiscovery {
+    /// A campaign that ended without winning (connection trouble) is
+    /// started again, so this node stays a candidate.
+    async fn restart_failed_campaign(&mut self) {
+        let finished = self.campaign.as_ref().is_some_and(|c| c.is_finished());
+        if !finished {
+            return;
+        }
+        let Some(c) = self.campaign.take() else {
+            return;
+        };
+        match c.await {
+            Ok(Some(key)) => self.won = Some(key),
+            _ => {
+                if let (Some(name), Some(lease)) = (self.me.clone(), self.lease) {
+                    warn!("campaign ended without a result; campaigning again");
+                    self.start_campaign(name, lease);
+                }
+            }
+        }
     }
 }
 
@@ -170,6 +214,7 @@ impl Discovery for EtcdDiscovery {
     }
 
     async fn leadership(&mut self) -> Result<Leadership, DiscoveryError> {
+        self.restart_failed_campaign().await;
         let leader = match self.client.leader(self.election()).await {
             Ok(r) => r.kv().and_then(|kv| kv.value_str().ok()).map(str::to_owned),
             // "election: no leader" is an answer, not an outage.
@@ -182,16 +227,20 @@ impl Discovery for EtcdDiscovery {
 
     async fn leave(&mut self) -> Result<(), DiscoveryError> {
         if let Some(c) = self.campaign.take() {
-            if c.is_finished()
-                && let Ok(Some(key)) = c.await
-            {
-                let _ = self
-                    .client
-                    .resign(Some(ResignOptions::new().with_leader(key)))
-                    .await;
+            if c.is_finished() {
+                if let Ok(Some(key)) = c.await {
+                    self.won = Some(key);
+                }
             } else {
                 // Still campaigning: the revoked lease withdraws the candidacy.
+                c.abort();
             }
+        }
+        if let Some(key) = self.won.take() {
+            let _ = self
+                .client
+                .resign(Some(ResignOptions::new().with_leader(key)))
+                .await;
         }
         if let Some(k) = self.keepalive.take() {
             k.abort();

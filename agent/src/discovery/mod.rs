@@ -52,7 +52,7 @@ pub enum DiscoveryError {
 }
 
 /// Who the reference is, and whether it is us.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Leadership {
     /// The elected reference/solver node.
     pub leader: Option<String>,
@@ -78,6 +78,7 @@ pub trait Discovery {
 pub struct StaticDiscovery {
     members: Vec<Member>,
     me: Option<String>,
+    store: crate::runtime::coord::LocalStore,
 }
 
 impl StaticDiscovery {
@@ -88,7 +89,15 @@ impl StaticDiscovery {
         }
         check_unique(&members)?;
         members.sort();
-        Ok(StaticDiscovery { members, me: None })
+        Ok(StaticDiscovery {
+            members,
+            me: None,
+            store: Default::default(),
+        })
+    }
+
+    pub(crate) fn store(&mut self) -> &mut crate::runtime::coord::LocalStore {
+        &mut self.store
     }
 }
 

@@ -141,6 +141,13 @@ impl PairBook {
         }
     }
 
+    /// Drops every complete probe not taken (directions this node does not fit).
+    pub fn clear_complete(&mut self) {
+        for book in self.books.values_mut() {
+            book.complete.clear();
+        }
+    }
+
     /// Forgets directions involving `node` (it left the membership).
     pub fn forget(&mut self, node: NodeId) {
         self.books.retain(|&(f, t), _| f != node && t != node);

@@ -64,7 +64,22 @@ pub fn append(path: &Path, entry: &HistoryEntry) -> Result<(), HistoryError> {
     f.write_all(&line).map_err(io)
 }
 
-/// Reads all entries; blank lines are skipped, anything else must parse.
+/// The agent's JSONL also holds other records (`"type": "edge"`); history
+/// entries have no type or `"type": "node"`.
+fn is_node_line(line: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Typed {
+        #[serde(rename = "type")]
+        kind: Option<String>,
+    }
+    match serde_json::from_str::<Typed>(line) {
+        Ok(t) => t.kind.is_none_or(|k| k == "node"),
+        Err(_) => true, // let the full parse report it
+    }
+}
+
+/// Reads all node entries; blank lines and other record types are skipped,
+/// anything else must parse.
 pub fn load(path: &Path) -> Result<Vec<HistoryEntry>, HistoryError> {
     let io = |error| HistoryError::Io {
         path: path.display().to_string(),
@@ -74,7 +89,7 @@ pub fn load(path: &Path) -> Result<Vec<HistoryEntry>, HistoryError> {
     let mut out = Vec::new();
     for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
         let line = line.map_err(io)?;
-        if line.trim().is_empty() {
+        if line.trim().is_empty() || !is_node_line(&line) {
             continue;
         }
         let e = serde_json::from_str(&line).map_err(|error| HistoryError::Parse {
@@ -138,6 +153,9 @@ mod tests {
         );
         assert_eq!(lookup(&all, "b", 0).unwrap().offset_ns, 9);
         assert!(lookup(&all, "c", 0).is_none());
+        // The agent's edge lines are skipped, its node lines read.
+        std::fs::write(&p, "{\"type\":\"edge\",\"from\":\"a\"}\n{\"type\":\"node\",\"host\":\"a\",\"window\":1,\"anchor_ns\":1,\"offset_ns\":2,\"bound_ns\":3}\n").unwrap();
+        assert_eq!(load(&p).unwrap().len(), 1);
         std::fs::write(&p, "{\"host\":1}\n").unwrap();
         let err = load(&p).unwrap_err().to_string();
         assert!(err.contains(":1:"), "{err}");

@@ -1,6 +1,7 @@
-//! `clockmesh-demo`: two network-namespace hosts probe each other with real
-//! eBPF capture; prints each probe's TX/RX timestamps and one-way delays per
-//! timestamp point. `clockmesh-demo bench` measures the capture path.
+//! `clockmesh-demo`: by default a cluster of `clockmesh agent`s on netns
+//! hosts with etcd and injected skews, printing estimated vs true offsets;
+//! `clockmesh-demo exchange` shows the raw eBPF timestamps of two hosts;
+//! `clockmesh-demo bench` measures the capture path.
 //! Run through `cargo xtask demo` (needs root).
 
 use std::time::Duration;
@@ -14,14 +15,21 @@ use clockmesh_testbed::{
 use serde::Serialize;
 
 mod bench;
+mod cluster;
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "Two netns hosts exchange clockmesh probes; prints eBPF timestamps and one-way delays"
+    about = "clockmesh demo: N netns hosts run the agent with etcd and known skews; prints estimated vs true offsets"
 )]
 struct Args {
     #[command(subcommand)]
     command: Option<Cmd>,
+    #[command(flatten)]
+    cluster: cluster::ClusterArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct ExchangeArgs {
     /// Coded pairs each host sends.
     #[arg(long, default_value_t = 10)]
     pairs: u64,
@@ -35,6 +43,8 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Two netns hosts exchange probes; prints eBPF timestamps and one-way delays.
+    Exchange(ExchangeArgs),
     /// Benchmarks: tc program cost per packet, sustained event rate, delay
     /// distributions per timestamp point.
     Bench(bench::BenchArgs),
@@ -56,9 +66,14 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    if let Some(Cmd::Bench(b)) = args.command {
-        return bench::run(b);
+    match args.command {
+        Some(Cmd::Bench(b)) => bench::run(b),
+        Some(Cmd::Exchange(e)) => exchange_demo(e),
+        None => cluster::run(args.cluster),
     }
+}
+
+fn exchange_demo(args: ExchangeArgs) -> anyhow::Result<()> {
     let bed = Testbed::pair()?;
     let cfg = ExchangeConfig {
         pairs: args.pairs,

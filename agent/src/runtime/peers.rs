@@ -1,0 +1,242 @@
+//! Per-peer handshake state: a peer is probed only after it answered a
+//! hello (it runs a responder and speaks our version). Unanswered hellos are
+//! retried with exponential backoff; a ready peer that falls silent goes back
+//! to the handshake.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use clockmesh_estimator::NodeId;
+use serde::Serialize;
+
+/// Handshake timing, ns.
+#[derive(Clone, Copy, Debug)]
+pub struct HandshakeConfig {
+    pub first_retry_ns: i64,
+    pub max_retry_ns: i64,
+    /// A ready peer silent for this long is handshaken again.
+    pub silence_ns: i64,
+}
+
+impl Default for HandshakeConfig {
+    fn default() -> Self {
+        HandshakeConfig {
+            first_retry_ns: 250_000_000,
+            max_retry_ns: 30_000_000_000,
+            silence_ns: 15_000_000_000,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerState {
+    /// Hello sent, waiting for the answer.
+    Connecting,
+    /// Answered: probes flow.
+    Ready,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Peer {
+    pub id: NodeId,
+    pub name: String,
+    pub addr: SocketAddr,
+    pub state: PeerState,
+    /// Version agreed in the handshake (0 before).
+    pub version: u8,
+    pub capabilities: u32,
+    /// Hellos sent without an answer since the last success.
+    pub attempts: u32,
+    #[serde(skip)]
+    next_hello_ns: i64,
+    #[serde(skip)]
+    pub last_heard_ns: i64,
+    /// Hello nonce we expect echoed back.
+    #[serde(skip)]
+    nonce: u64,
+}
+
+/// What the caller must do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HelloDue {
+    pub id: NodeId,
+    pub addr: SocketAddr,
+    pub nonce: u64,
+}
+
+pub struct Peers {
+    cfg: HandshakeConfig,
+    peers: BTreeMap<NodeId, Peer>,
+    next_nonce: u64,
+}
+
+impl Peers {
+    pub fn new(cfg: HandshakeConfig, nonce_base: u64) -> Self {
+        Peers {
+            cfg,
+            peers: BTreeMap::new(),
+            next_nonce: nonce_base,
+        }
+    }
+
+    /// Makes the peer set equal to `wanted`; returns the ids that left.
+    /// Peers that stay keep their state (no re-handshake on graph changes).
+    pub fn set(&mut self, wanted: &[(NodeId, String, SocketAddr)], now_ns: i64) -> Vec<NodeId> {
+        let gone: Vec<NodeId> = self
+            .peers
+            .keys()
+            .filter(|id| !wanted.iter().any(|w| w.0 == **id))
+            .copied()
+            .collect();
+        for id in &gone {
+            self.peers.remove(id);
+        }
+        for (id, name, addr) in wanted {
+            let changed = self.peers.get(id).is_some_and(|p| p.addr != *addr);
+            if changed || !self.peers.contains_key(id) {
+                self.peers.insert(
+                    *id,
+                    Peer {
+                        id: *id,
+                        name: name.clone(),
+                        addr: *addr,
+                        state: PeerState::Connecting,
+                        version: 0,
+                        capabilities: 0,
+                        attempts: 0,
+                        next_hello_ns: now_ns,
+                        last_heard_ns: now_ns,
+                        nonce: 0,
+                    },
+                );
+            }
+        }
+        gone
+    }
+
+    /// Hellos to send now; schedules their retries with backoff.
+    pub fn due_hellos(&mut self, now_ns: i64) -> Vec<HelloDue> {
+        let cfg = self.cfg;
+        let mut out = Vec::new();
+        for p in self.peers.values_mut() {
+            if p.state == PeerState::Ready && now_ns - p.last_heard_ns > cfg.silence_ns {
+                p.state = PeerState::Connecting;
+                p.attempts = 0;
+                p.next_hello_ns = now_ns;
+            }
+            if p.state != PeerState::Connecting || now_ns < p.next_hello_ns {
+                continue;
+            }
+            let backoff = cfg
+                .first_retry_ns
+                .saturating_mul(1 << p.attempts.min(20))
+                .min(cfg.max_retry_ns);
+            p.attempts += 1;
+            p.next_hello_ns = now_ns + backoff;
+            self.next_nonce += 1;
+            p.nonce = self.next_nonce;
+            out.push(HelloDue {
+                id: p.id,
+                addr: p.addr,
+                nonce: p.nonce,
+            });
+        }
+        out
+    }
+
+    /// A hello answer arrived; `true` if it matched an outstanding hello.
+    pub fn acked(
+        &mut self,
+        id: NodeId,
+        nonce: u64,
+        version: u8,
+        capabilities: u32,
+        now_ns: i64,
+    ) -> bool {
+        let Some(p) = self.peers.get_mut(&id) else {
+            return false;
+        };
+        if p.state != PeerState::Connecting || p.nonce != nonce {
+            return false;
+        }
+        p.state = PeerState::Ready;
+        p.version = version;
+        p.capabilities = capabilities;
+        p.attempts = 0;
+        p.last_heard_ns = now_ns;
+        true
+    }
+
+    /// Any valid message from the peer shows it is alive.
+    pub fn heard(&mut self, id: NodeId, now_ns: i64) {
+        if let Some(p) = self.peers.get_mut(&id) {
+            p.last_heard_ns = now_ns;
+        }
+    }
+
+    pub fn get(&self, id: NodeId) -> Option<&Peer> {
+        self.peers.get(&id)
+    }
+
+    /// Peers to probe now.
+    pub fn ready(&self) -> impl Iterator<Item = &Peer> {
+        self.peers.values().filter(|p| p.state == PeerState::Ready)
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Peer> {
+        self.peers.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(i: u8) -> SocketAddr {
+        SocketAddr::from(([198, 18, 0, i], 31_900))
+    }
+
+    fn peers() -> Peers {
+        let mut p = Peers::new(HandshakeConfig::default(), 1000);
+        p.set(&[(2, "b".into(), addr(2)), (3, "c".into(), addr(3))], 0);
+        p
+    }
+
+    #[test]
+    fn hello_retries_back_off_until_answered() {
+        let mut p = peers();
+        let first = p.due_hellos(0);
+        assert_eq!(first.len(), 2);
+        assert!(p.due_hellos(249_999_999).is_empty());
+        assert_eq!(p.due_hellos(250_000_000).len(), 2, "first retry");
+        assert!(p.due_hellos(700_000_000).is_empty(), "second waits 500 ms");
+        let again = p.due_hellos(750_000_000);
+        assert_eq!(again.len(), 2);
+        // A stale nonce is not an answer; the current one is.
+        assert!(!p.acked(2, first[0].nonce, 1, 0, 1));
+        assert!(p.acked(2, again[0].nonce, 1, 3, 1));
+        assert_eq!(p.ready().map(|x| x.id).collect::<Vec<_>>(), [2]);
+        // Backoff is capped.
+        for k in 0..40 {
+            p.due_hellos(1_000_000_000 * k);
+        }
+        let c = p.get(3).unwrap();
+        assert!(c.next_hello_ns - 39_000_000_000 <= 30_000_000_000);
+    }
+
+    #[test]
+    fn silent_peers_handshake_again_and_departures_are_reported() {
+        let mut p = peers();
+        let h = p.due_hellos(0);
+        p.acked(2, h[0].nonce, 1, 0, 0);
+        p.heard(2, 10_000_000_000);
+        assert!(p.due_hellos(20_000_000_000).iter().all(|d| d.id != 2));
+        let later = p.due_hellos(26_000_000_000);
+        assert!(later.iter().any(|d| d.id == 2), "silent > 15 s");
+        assert_eq!(p.get(2).unwrap().state, PeerState::Connecting);
+        let gone = p.set(&[(3, "c".into(), addr(3))], 0);
+        assert_eq!(gone, [2]);
+        assert!(p.get(2).is_none());
+    }
+}

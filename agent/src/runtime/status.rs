@@ -1,0 +1,340 @@
+//! What the agent knows, as one snapshot: served as JSON on `/status` (read
+//! by `clockmesh status`) and rendered as Prometheus text on `/metrics`.
+
+use std::{collections::BTreeMap, fmt::Write as _};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Status {
+    pub node: String,
+    pub node_id: u32,
+    pub addr: String,
+    pub version: String,
+    pub started_at_ns: i64,
+    /// Local clock when the main loop last ran (health).
+    pub last_tick_ns: i64,
+    pub ready: bool,
+    pub leader: Option<String>,
+    pub is_leader: bool,
+    pub window: u64,
+    /// This node's clock against the reference.
+    pub offset: Option<NodeOffsetStatus>,
+    pub peers: Vec<PeerStatus>,
+    /// Every node's result (leader only).
+    pub nodes: Vec<NodeOffsetStatus>,
+    pub counters: BTreeMap<String, u64>,
+    pub dropped: BTreeMap<String, u64>,
+    pub ebpf: BTreeMap<String, u64>,
+    pub timings: Timings,
+    pub config: BTreeMap<String, String>,
+}
+
+/// A node's clock against the reference: `clock_node − clock_reference`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct NodeOffsetStatus {
+    pub node: String,
+    pub node_id: u32,
+    pub reference: String,
+    pub window: u64,
+    pub offset_ns: i64,
+    pub drift_ppb: f64,
+    pub bound_ns: u64,
+    /// Local clock at which `offset_ns` holds.
+    pub anchor_ns: i64,
+    pub valid_until_ns: i64,
+    pub anchor_kind: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct PeerStatus {
+    pub id: u32,
+    pub name: String,
+    pub addr: String,
+    /// `connecting` or `ready`.
+    pub state: String,
+    /// This node fits the edge to the peer (an out-edge of the graph).
+    pub out_edge: bool,
+    pub hello_attempts: u32,
+    pub last_heard_ms: Option<u64>,
+    pub edge: Option<EdgeStatus>,
+}
+
+/// The last window's fit of an out-edge (`clock_peer − clock_self`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct EdgeStatus {
+    pub window: u64,
+    pub offset_ns: Option<i64>,
+    pub drift_ppb: Option<f64>,
+    pub bound_ns: Option<f64>,
+    pub min_rtt_ns: Option<f64>,
+    pub probes: u64,
+    pub pure: u64,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Timings {
+    pub last_fit_us: u64,
+    pub last_solve_us: u64,
+    pub windows: u64,
+    pub solves: u64,
+}
+
+impl EdgeStatus {
+    /// Pure pairs over pairs received, 0 when none.
+    pub fn pure_ratio(&self) -> f64 {
+        if self.probes == 0 {
+            0.0
+        } else {
+            self.pure as f64 / self.probes as f64
+        }
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+struct Prom(String);
+
+/// A gauge family: name, help, and how to read it from a row.
+type Series<T, V> = (&'static str, &'static str, fn(&T) -> V);
+
+impl Prom {
+    fn help(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: f64) {
+        let l: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
+            .collect();
+        let l = if l.is_empty() {
+            String::new()
+        } else {
+            format!("{{{}}}", l.join(","))
+        };
+        let _ = writeln!(self.0, "{name}{l} {v}");
+    }
+}
+
+impl Status {
+    /// Prometheus text exposition format 0.0.4.
+    pub fn to_prometheus(&self) -> String {
+        let mut p = Prom(String::new());
+        let me = [("node", self.node.as_str())];
+        p.help(
+            "clockmesh_up",
+            "gauge",
+            "1 while the agent runs; ready label says if probing",
+        );
+        p.sample(
+            "clockmesh_up",
+            &[
+                ("node", &self.node),
+                ("ready", if self.ready { "true" } else { "false" }),
+            ],
+            1.0,
+        );
+        p.help(
+            "clockmesh_is_leader",
+            "gauge",
+            "1 on the leader (reference clock and solver)",
+        );
+        p.sample(
+            "clockmesh_is_leader",
+            &me,
+            f64::from(u8::from(self.is_leader)),
+        );
+        p.help("clockmesh_window", "counter", "last estimator window");
+        p.sample("clockmesh_window", &me, self.window as f64);
+        self.offsets(&mut p);
+        self.edges(&mut p);
+        p.help("clockmesh_peers", "gauge", "peers by handshake state");
+        for state in ["connecting", "ready"] {
+            let n = self.peers.iter().filter(|x| x.state == state).count();
+            p.sample(
+                "clockmesh_peers",
+                &[("node", &self.node), ("state", state)],
+                n as f64,
+            );
+        }
+        for (name, v) in &self.counters {
+            let metric = format!("clockmesh_{name}_total");
+            p.help(&metric, "counter", &name.replace('_', " "));
+            p.sample(&metric, &me, *v as f64);
+        }
+        p.help(
+            "clockmesh_dropped_total",
+            "counter",
+            "messages dropped, by reason",
+        );
+        for (reason, v) in &self.dropped {
+            p.sample(
+                "clockmesh_dropped_total",
+                &[("node", &self.node), ("reason", reason)],
+                *v as f64,
+            );
+        }
+        p.help(
+            "clockmesh_ebpf_total",
+            "counter",
+            "eBPF program counters (emitted, ringbuf_full, skipped, malformed, read_failed)",
+        );
+        for (c, v) in &self.ebpf {
+            p.sample(
+                "clockmesh_ebpf_total",
+                &[("node", &self.node), ("counter", c)],
+                *v as f64,
+            );
+        }
+        p.help(
+            "clockmesh_estimator_seconds",
+            "gauge",
+            "duration of the last edge fits / network solve",
+        );
+        p.sample(
+            "clockmesh_estimator_seconds",
+            &[("node", &self.node), ("stage", "fit")],
+            self.timings.last_fit_us as f64 / 1e6,
+        );
+        p.sample(
+            "clockmesh_estimator_seconds",
+            &[("node", &self.node), ("stage", "solve")],
+            self.timings.last_solve_us as f64 / 1e6,
+        );
+        p.0
+    }
+
+    fn offsets(&self, p: &mut Prom) {
+        let mut all: Vec<&NodeOffsetStatus> = self.nodes.iter().collect();
+        if let Some(o) = &self.offset
+            && !all.iter().any(|n| n.node == o.node)
+        {
+            all.push(o);
+        }
+        let series: [Series<NodeOffsetStatus, f64>; 3] = [
+            (
+                "clockmesh_node_offset_ns",
+                "node clock minus reference clock at the anchor, ns",
+                |n| n.offset_ns as f64,
+            ),
+            (
+                "clockmesh_node_drift_ppb",
+                "rate of the node offset, ppb",
+                |n| n.drift_ppb,
+            ),
+            (
+                "clockmesh_node_bound_ns",
+                "error bound of the node offset at the anchor, ns",
+                |n| n.bound_ns as f64,
+            ),
+        ];
+        for (name, help, value) in series {
+            p.help(name, "gauge", help);
+            for n in &all {
+                p.sample(
+                    name,
+                    &[("node", &n.node), ("reference", &n.reference)],
+                    value(n),
+                );
+            }
+        }
+    }
+
+    fn edges(&self, p: &mut Prom) {
+        let edges: Vec<(&PeerStatus, &EdgeStatus)> = self
+            .peers
+            .iter()
+            .filter_map(|x| x.edge.as_ref().map(|e| (x, e)))
+            .collect();
+        let series: [Series<EdgeStatus, Option<f64>>; 4] = [
+            (
+                "clockmesh_edge_pure_ratio",
+                "pure pairs over received pairs, last window",
+                |e| Some(e.pure_ratio()),
+            ),
+            (
+                "clockmesh_edge_offset_ns",
+                "peer clock minus this clock, last window fit",
+                |e| e.offset_ns.map(|v| v as f64),
+            ),
+            ("clockmesh_edge_bound_ns", "edge fit error bound, ns", |e| {
+                e.bound_ns
+            }),
+            (
+                "clockmesh_edge_min_rtt_ns",
+                "best pure round trip, ns",
+                |e| e.min_rtt_ns,
+            ),
+        ];
+        for (name, help, value) in series {
+            p.help(name, "gauge", help);
+            for (peer, e) in &edges {
+                if let Some(v) = value(e) {
+                    p.sample(name, &[("node", &self.node), ("peer", &peer.name)], v);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_has_the_documented_series() {
+        let mut s = Status {
+            node: "a\"b".into(),
+            ready: true,
+            offset: Some(NodeOffsetStatus {
+                node: "a\"b".into(),
+                reference: "r".into(),
+                offset_ns: -12,
+                bound_ns: 80,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        s.counters.insert("probes_sent".into(), 10);
+        s.dropped.insert("unauthenticated".into(), 2);
+        s.peers.push(PeerStatus {
+            name: "p".into(),
+            state: "ready".into(),
+            edge: Some(EdgeStatus {
+                probes: 4,
+                pure: 3,
+                offset_ns: Some(5),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let text = s.to_prometheus();
+        for needle in [
+            "clockmesh_node_offset_ns{node=\"a\\\"b\",reference=\"r\"} -12",
+            "clockmesh_node_bound_ns{node=\"a\\\"b\",reference=\"r\"} 80",
+            "clockmesh_edge_pure_ratio{node=\"a\\\"b\",peer=\"p\"} 0.75",
+            "clockmesh_probes_sent_total{node=\"a\\\"b\"} 10",
+            "clockmesh_dropped_total{node=\"a\\\"b\",reason=\"unauthenticated\"} 2",
+            "clockmesh_peers{node=\"a\\\"b\",state=\"ready\"} 1",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+        // Every sample line belongs to a declared metric family.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap();
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
+        }
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), s);
+    }
+}

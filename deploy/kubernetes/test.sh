@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Offline checks of the Kubernetes manifests (deploy/kubernetes, the example
+# overlay deploy/overlays/gpu-nodes, examples/training-pod.yaml):
+# rendering, schema validation with kubernetes-validate --strict against
+# Kubernetes 1.30 and 1.37 (K8S_VERSIONS overrides), our own invariants,
+# negative tests, and the agent's configuration parser on the ConfigMap and
+# the DaemonSet's environment. Details: validate.py.
+#
+# Creates/reuses a virtualenv at $CARGO_TARGET_DIR/k8s-venv (default
+# target/k8s-venv) with kubernetes-validate from PyPI (it bundles the
+# schemas: no network needed after the install). Uses kubectl for
+# `kubectl kustomize` where present. CLOCKMESH_BIN names the clockmesh binary
+# for the configuration checks; otherwise a debug build is made.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+target=${CARGO_TARGET_DIR:-target}
+venv="$target/k8s-venv"
+kv_version=1.37.0
+
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+if [ "$("$venv/bin/kubernetes-validate" --version 2>/dev/null)" != "$kv_version" ]; then
+  "$venv/bin/pip" install -q "kubernetes-validate==$kv_version"
+fi
+
+if [ -z "${CLOCKMESH_BIN:-}" ]; then
+  AYA_BUILD_SKIP=1 cargo build -q -p clockmesh --bin clockmesh
+  CLOCKMESH_BIN="$target/debug/clockmesh"
+fi
+
+"$venv/bin/python" deploy/kubernetes/validate.py \
+  --kubernetes-validate "$venv/bin/kubernetes-validate" \
+  --clockmesh "$CLOCKMESH_BIN"
+echo "deploy/kubernetes/test.sh: ok"

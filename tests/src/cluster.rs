@@ -1,0 +1,445 @@
+//! A cluster of `clockmesh agent` processes, one per test host, with etcd in
+//! the switch namespace and a known clock skew injected into every agent.
+//!
+//! All test hosts share one kernel clock, so the injected skew is the exact
+//! truth: node `i` behaves as if its clock read `t + skew_i(t)`, and the
+//! offset the agents should find for node `i` is `skew_i − skew_reference`.
+
+use std::{
+    collections::BTreeMap,
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use clockmesh::{config::InjectedSkew, runtime::status::Status};
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    etcd::EtcdServer,
+    netns::{HOST_IFACE, Testbed},
+};
+
+pub const PROBE_PORT: u16 = 31_900;
+pub const METRICS_PORT: u16 = 9_977;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Etcd,
+    Static,
+}
+
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub nodes: usize,
+    pub backend: Backend,
+    pub cadence_us: u64,
+    pub window_s: u64,
+    pub degree: usize,
+    /// Inject the per-node skews of [`skew_of`]; otherwise the truth is 0.
+    pub inject_skew: bool,
+    /// Shared HMAC key for every agent.
+    pub auth_key: Option<Vec<u8>>,
+    /// Two nodes only: one veth pair instead of a bridge (the lowest-noise
+    /// path); etcd then runs in host 0's namespace.
+    pub direct_pair: bool,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            nodes: 4,
+            backend: Backend::Etcd,
+            cadence_us: 10_000,
+            window_s: 2,
+            degree: 4,
+            inject_skew: true,
+            auth_key: None,
+            direct_pair: false,
+        }
+    }
+}
+
+/// A deterministic skew for node `i`: offset within ±1 ms, drift within ±20 ppm.
+pub fn skew_of(i: usize, epoch_ns: i64) -> InjectedSkew {
+    let i = i as i64;
+    InjectedSkew {
+        offset_ns: ((i * 7919 + 311) % 2001 - 1000) * 1_000,
+        drift_ppb: (((i * 104_729 + 17) % 41) - 20) as f64 * 1_000.0,
+        epoch_ns,
+    }
+}
+
+pub struct Cluster {
+    pub cfg: ClusterConfig,
+    pub bed: Testbed,
+    pub dir: PathBuf,
+    pub skews: Vec<InjectedSkew>,
+    agents: Vec<Option<Child>>,
+    bin: PathBuf,
+    // Dropped last: agents leave etcd before it stops.
+    etcd: Option<EtcdServer>,
+}
+
+/// A node result line of an agent's JSONL (`docs/agent.md`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct NodeLine {
+    pub host: String,
+    pub node_id: u32,
+    pub window: u64,
+    pub anchor_ns: i64,
+    pub offset_ns: i64,
+    pub drift_ppb: f64,
+    pub bound_ns: u64,
+    pub reference: String,
+    pub anchor_kind: String,
+}
+
+/// One node-window checked against the truth.
+#[derive(Clone, Debug, Serialize)]
+pub struct Checked {
+    pub node: String,
+    pub window: u64,
+    pub reference: String,
+    pub estimated_ns: i64,
+    pub true_ns: f64,
+    pub error_ns: f64,
+    pub bound_ns: u64,
+}
+
+impl Checked {
+    pub fn covered(&self) -> bool {
+        self.error_ns.abs() <= self.bound_ns as f64
+    }
+}
+
+/// The `clockmesh` binary next to this executable (`target/<profile>/`), or `CLOCKMESH_BIN`.
+pub fn agent_binary() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("CLOCKMESH_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()?;
+    let mut dir = exe.parent().context("executable has no directory")?;
+    if dir.ends_with("deps") {
+        dir = dir.parent().context("deps has no parent")?;
+    }
+    let bin = dir.join("clockmesh");
+    anyhow::ensure!(
+        bin.exists(),
+        "{} not built (cargo build -p clockmesh)",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+impl Cluster {
+    /// Creates the hosts and etcd (if asked) and starts every agent.
+    pub fn start(cfg: ClusterConfig) -> anyhow::Result<Self> {
+        let bed = if cfg.direct_pair && cfg.nodes == 2 {
+            Testbed::pair()?
+        } else {
+            Testbed::switched(cfg.nodes)?
+        };
+        let etcd = match cfg.backend {
+            Backend::Etcd => Some(EtcdServer::start_in(
+                &bed.switch_host().unwrap_or_else(|| bed.host(0).clone()),
+            )?),
+            Backend::Static => None,
+        };
+        let dir = std::env::temp_dir().join(format!("clockmesh-cluster-{}", bed.host(0).netns));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        if let Some(key) = &cfg.auth_key {
+            std::fs::write(dir.join("auth.key"), key)?;
+        }
+        let epoch = clockmesh::publish::realtime_now_ns();
+        let skews = (0..cfg.nodes)
+            .map(|i| {
+                if cfg.inject_skew {
+                    skew_of(i, epoch)
+                } else {
+                    InjectedSkew {
+                        offset_ns: 0,
+                        drift_ppb: 0.0,
+                        epoch_ns: epoch,
+                    }
+                }
+            })
+            .collect();
+        let mut cluster = Cluster {
+            agents: (0..cfg.nodes).map(|_| None).collect(),
+            bin: agent_binary()?,
+            cfg,
+            bed,
+            dir,
+            skews,
+            etcd,
+        };
+        for i in 0..cluster.cfg.nodes {
+            cluster.start_agent(i)?;
+        }
+        Ok(cluster)
+    }
+
+    pub fn name(i: usize) -> String {
+        format!("n{i}")
+    }
+
+    pub fn node_dir(&self, i: usize) -> PathBuf {
+        self.dir.join(Self::name(i))
+    }
+
+    fn metrics_addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::new(self.bed.host(i).addr.into(), METRICS_PORT)
+    }
+
+    /// The agent command line for node `i`.
+    pub fn agent_args(&self, i: usize) -> Vec<String> {
+        let c = &self.cfg;
+        let node_dir = self.node_dir(i);
+        let mut args: Vec<String> = vec![
+            "agent".into(),
+            "--interface".into(),
+            HOST_IFACE.into(),
+            "--node-name".into(),
+            Self::name(i),
+            "--probe-cadence-us".into(),
+            c.cadence_us.to_string(),
+            "--probe-window-s".into(),
+            c.window_s.to_string(),
+            "--degree".into(),
+            c.degree.to_string(),
+            "--output-dir".into(),
+            node_dir.display().to_string(),
+            "--offsets-path".into(),
+            node_dir.join("offsets").display().to_string(),
+            "--metrics-addr".into(),
+            self.metrics_addr(i).to_string(),
+        ];
+        match (&self.etcd, c.backend) {
+            (Some(e), Backend::Etcd) => args.extend([
+                "--discovery".into(),
+                "etcd".into(),
+                "--etcd-endpoints".into(),
+                format!("http://{}", e.endpoint),
+                "--cluster".into(),
+                "test".into(),
+            ]),
+            _ => {
+                let members: Vec<String> = (0..c.nodes)
+                    .map(|j| format!("{}={}:{PROBE_PORT}", Self::name(j), self.bed.host(j).addr))
+                    .collect();
+                args.extend(["--members".into(), members.join(",")]);
+            }
+        }
+        if c.inject_skew {
+            let s = self.skews[i];
+            args.extend([
+                "--inject-skew".into(),
+                format!("{},{},{}", s.offset_ns, s.drift_ppb, s.epoch_ns),
+            ]);
+        }
+        if c.auth_key.is_some() {
+            args.extend([
+                "--auth-key-file".into(),
+                self.dir.join("auth.key").display().to_string(),
+            ]);
+        }
+        args
+    }
+
+    /// Starts (or restarts) the agent of node `i`; its log goes to `<dir>/n<i>.log`.
+    pub fn start_agent(&mut self, i: usize) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{}.log", Self::name(i))))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.bed.host(i).netns])
+            .arg(&self.bin)
+            .args(self.agent_args(i))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting clockmesh agent")?;
+        self.agents[i] = Some(child);
+        Ok(())
+    }
+
+    /// Sends `signal` to agent `i` and waits for it to exit (SIGKILL after 10 s).
+    pub fn stop_agent(&mut self, i: usize, signal: Signal) -> anyhow::Result<()> {
+        let Some(mut child) = self.agents[i].take() else {
+            return Ok(());
+        };
+        let _ = kill(Pid::from_raw(child.id() as i32), signal);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.agents[i].as_ref().map(Child::id)
+    }
+
+    /// `true` while agent `i` runs.
+    pub fn running(&mut self, i: usize) -> bool {
+        self.agents[i]
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// GET `path` from agent `i`'s HTTP endpoint (from inside its namespace).
+    pub fn http_get(&self, i: usize, path: &str) -> anyhow::Result<(u16, String)> {
+        let addr = self.metrics_addr(i);
+        let path = path.to_owned();
+        self.bed.host(i).run(move || http_get(addr, &path))?
+    }
+
+    pub fn status(&self, i: usize) -> anyhow::Result<Status> {
+        let (code, body) = self.http_get(i, "/status")?;
+        anyhow::ensure!(code == 200, "/status answered {code}");
+        Ok(serde_json::from_str(&body)?)
+    }
+
+    /// Every node line agent `i` wrote.
+    pub fn node_lines(&self, i: usize) -> Vec<NodeLine> {
+        jsonl_records(&self.node_dir(i).join("clockmesh.jsonl"), "node")
+    }
+
+    /// Checks every node line of every agent (except the reference's own)
+    /// against the injected truth.
+    pub fn check_all(&self) -> Vec<Checked> {
+        let index: BTreeMap<String, usize> =
+            (0..self.cfg.nodes).map(|i| (Self::name(i), i)).collect();
+        let mut out = Vec::new();
+        for i in 0..self.cfg.nodes {
+            for l in self.node_lines(i) {
+                let Some(&r) = index.get(&l.reference) else {
+                    continue;
+                };
+                if r == i {
+                    continue; // the reference's offset is 0 by definition
+                }
+                out.push(self.check(i, r, &l));
+            }
+        }
+        out
+    }
+
+    fn check(&self, i: usize, r: usize, l: &NodeLine) -> Checked {
+        // The anchor is on node i's clock; undo its skew to get true time.
+        let local = l.anchor_ns;
+        let t = local - self.skews[i].at(local);
+        let truth = (self.skews[i].at(t) - self.skews[r].at(t)) as f64;
+        let estimated = -l.offset_ns;
+        Checked {
+            node: l.host.clone(),
+            window: l.window,
+            reference: l.reference.clone(),
+            estimated_ns: estimated,
+            true_ns: truth,
+            error_ns: estimated as f64 - truth,
+            bound_ns: l.bound_ns,
+        }
+    }
+
+    /// Waits until `pred` holds (polling every 500 ms) or `timeout` passes.
+    pub fn wait_for(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+        mut pred: impl FnMut(&mut Self) -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if pred(self) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        bail!(
+            "timed out after {timeout:?} waiting for {what}; logs in {}",
+            self.dir.display()
+        )
+    }
+
+    /// CPU seconds (user + system) and RSS (KiB) of agent `i`.
+    pub fn usage(&self, i: usize) -> Option<(f64, u64)> {
+        let pid = self.pid(i)?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let after = stat.rsplit_once(')')?.1;
+        let f: Vec<&str> = after.split_whitespace().collect();
+        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+        let cpu = (f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64
+            / ticks as f64;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let rss = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())?;
+        Some((cpu, rss))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.agents.len() {
+            let _ = self.stop_agent(i, Signal::SIGTERM);
+        }
+    }
+}
+
+/// Records of one `type` from a JSONL file (missing file: none).
+pub fn jsonl_records<T: for<'de> Deserialize<'de>>(path: &Path, kind: &str) -> Vec<T> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == kind)
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect()
+}
+
+/// A minimal HTTP GET: (status code, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("malformed HTTP response")?;
+    Ok((code, body.to_owned()))
+}
+
+/// p-quantile (0..=1) of `v` by nearest rank; `None` when empty.
+pub fn quantile(v: &[f64], p: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let rank = ((p * s.len() as f64).ceil() as usize).clamp(1, s.len());
+    Some(s[rank - 1])
+}

@@ -1,0 +1,414 @@
+//! Distributed tests: `clockmesh agent` processes on netns hosts with real
+//! eBPF, etcd in the switch namespace and known injected skews (root).
+//!
+//! Accuracy figures are the demo's job (`cargo xtask demo`); these tests
+//! assert convergence, bound coverage against the injected truth, fail-over
+//! and robustness. Through the test bridge the one-way delay jitter of this
+//! VM is microseconds, so error limits here are sanity limits.
+
+use std::{
+    net::{Ipv4Addr, SocketAddr, UdpSocket},
+    time::Duration,
+};
+
+use aya::programs::{SchedClassifier, tc::TcAttachType};
+use clockmesh::{
+    probe::{
+        ProbeHeader,
+        wire::{AuthKey, Message},
+    },
+    publish::{OffsetsReader, PublishError},
+};
+use clockmesh_testbed::{
+    cluster::{Backend, Checked, Cluster, ClusterConfig, PROBE_PORT, jsonl_records},
+    netns::Host,
+    root_or_skip,
+};
+use nix::sys::signal::Signal;
+
+const WINDOW_S: u64 = 2;
+
+/// One cluster at a time: several would overload a 2-core machine.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn config(nodes: usize) -> ClusterConfig {
+    ClusterConfig {
+        nodes,
+        window_s: WINDOW_S,
+        cadence_us: 10_000,
+        ..ClusterConfig::default()
+    }
+}
+
+/// Waits until every node except the reference has `windows` results.
+fn wait_converged(c: &mut Cluster, windows: usize) {
+    let n = c.cfg.nodes;
+    c.wait_for(Duration::from_secs(60), "every node's results", |c| {
+        let results: Vec<usize> = (0..n).map(|i| c.node_lines(i).len()).collect();
+        results.iter().filter(|&&r| r >= windows).count() >= n - 1
+    })
+    .unwrap();
+}
+
+/// Every checked node-window is within its bound and within `limit_ns`.
+fn assert_within(checked: &[Checked], limit_ns: f64) {
+    assert!(!checked.is_empty());
+    for c in checked {
+        assert!(c.covered(), "bound violated: {c:?}");
+        assert!(c.error_ns.abs() <= limit_ns, "error too large: {c:?}");
+    }
+}
+
+fn cluster_converges(nodes: usize, direct_pair: bool) {
+    let mut c = Cluster::start(ClusterConfig {
+        direct_pair,
+        ..config(nodes)
+    })
+    .unwrap();
+    wait_converged(&mut c, 3);
+    let checked = c.check_all();
+    // Each node's second and later results: the first window may be partial.
+    let settled: Vec<Checked> = checked
+        .iter()
+        .filter(|x| {
+            checked
+                .iter()
+                .any(|y| y.node == x.node && y.window < x.window)
+        })
+        .cloned()
+        .collect();
+    assert_within(&settled, 50_000.0);
+    let refs: std::collections::BTreeSet<_> = checked.iter().map(|x| &x.reference).collect();
+    assert_eq!(refs.len(), 1, "one reference: {refs:?}");
+    // JSONL: documented fields of edge and node lines.
+    let edges: Vec<serde_json::Value> =
+        jsonl_records(&c.node_dir(0).join("clockmesh.jsonl"), "edge");
+    let e = edges.last().expect("edge lines");
+    for f in [
+        "window",
+        "from",
+        "to",
+        "probes_forward",
+        "pure_forward",
+        "impure",
+        "fit",
+        "error",
+    ] {
+        assert!(e.get(f).is_some(), "edge line lacks {f}: {e}");
+    }
+    let fit = edges
+        .iter()
+        .rev()
+        .find_map(|e| e["fit"].as_object().cloned())
+        .expect("a fit");
+    for f in [
+        "anchor_ns",
+        "offset_ns",
+        "drift_ppb",
+        "bound_ns",
+        "min_rtt_ns",
+        "margin_ns",
+    ] {
+        assert!(fit.contains_key(f), "fit lacks {f}");
+    }
+    // /metrics on every node.
+    for i in 0..nodes {
+        let (code, text) = c.http_get(i, "/metrics").unwrap();
+        assert_eq!(code, 200);
+        for m in [
+            "clockmesh_node_offset_ns",
+            "clockmesh_node_bound_ns",
+            "clockmesh_node_drift_ppb",
+            "clockmesh_edge_pure_ratio",
+            "clockmesh_probes_sent_total",
+            "clockmesh_probes_received_total",
+            "clockmesh_ebpf_total",
+            "clockmesh_estimator_seconds",
+        ] {
+            assert!(text.contains(m), "node {i} /metrics lacks {m}");
+        }
+        assert_eq!(c.http_get(i, "/healthz").unwrap().0, 200);
+        assert_eq!(c.http_get(i, "/readyz").unwrap().0, 200);
+    }
+}
+
+#[test]
+fn two_nodes_converge() {
+    if root_or_skip("two_nodes_converge") {
+        let _one = serial();
+        cluster_converges(2, true);
+    }
+}
+
+#[test]
+fn four_nodes_converge() {
+    if root_or_skip("four_nodes_converge") {
+        let _one = serial();
+        cluster_converges(4, false);
+    }
+}
+
+#[test]
+fn eight_nodes_converge_and_survive_kills_of_an_agent_and_the_leader() {
+    if !root_or_skip("eight_nodes_converge_and_survive_kills") {
+        return;
+    }
+    let _one = serial();
+    let mut c = Cluster::start(config(8)).unwrap();
+    wait_converged(&mut c, 2);
+    let leader = c.status(0).unwrap().leader.expect("a leader");
+    let leader_i: usize = leader.trim_start_matches('n').parse().unwrap();
+    let victim = (leader_i + 3) % 8;
+
+    // Kill a non-leader: after its lease lapses the others re-form the graph
+    // without it and keep publishing within bounds.
+    c.stop_agent(victim, Signal::SIGKILL).unwrap();
+    let victim_name = Cluster::name(victim);
+    let probe = (victim + 1) % 8;
+    c.wait_for(
+        Duration::from_secs(30),
+        "the killed node to leave the graph",
+        |c| {
+            c.status(probe)
+                .is_ok_and(|s| s.peers.iter().all(|p| p.name != victim_name))
+                && c.status(leader_i)
+                    .is_ok_and(|s| s.peers.iter().all(|p| p.name != victim_name))
+        },
+    )
+    .unwrap();
+    let before = c.node_lines(probe).len();
+    c.wait_for(
+        Duration::from_secs(20),
+        "results without the killed node",
+        |c| c.node_lines(probe).len() >= before + 2,
+    )
+    .unwrap();
+
+    // Restart it: it registers again (new id) and gets results again.
+    let victim_before = c.node_lines(victim).len();
+    c.start_agent(victim).unwrap();
+    c.wait_for(
+        Duration::from_secs(40),
+        "the restarted node's results",
+        |c| c.node_lines(victim).len() >= victim_before + 2,
+    )
+    .unwrap();
+
+    // Kill the leader: a new one is elected and results continue with it.
+    c.stop_agent(leader_i, Signal::SIGKILL).unwrap();
+    let watcher = (leader_i + 1) % 8;
+    c.wait_for(Duration::from_secs(40), "a new leader", |c| {
+        c.status(watcher)
+            .is_ok_and(|s| s.leader.as_deref().is_some_and(|l| l != leader))
+    })
+    .unwrap();
+    let new_leader = c.status(watcher).unwrap().leader.unwrap();
+    c.wait_for(
+        Duration::from_secs(30),
+        "results under the new reference",
+        |c| {
+            c.node_lines(watcher)
+                .iter()
+                .filter(|l| l.reference == new_leader)
+                .count()
+                >= 2
+                || new_leader == Cluster::name(watcher)
+        },
+    )
+    .unwrap();
+    let checked = c.check_all();
+    let under_new: Vec<Checked> = checked
+        .iter()
+        .filter(|x| x.reference == new_leader)
+        .cloned()
+        .collect();
+    assert_within(&under_new, 50_000.0);
+    assert_within(&checked, 50_000.0);
+}
+
+/// The key the rogue test's agents share.
+const KEY: &[u8] = b"clockmesh-test-key-0123456789";
+
+fn forged(sender: u32, receiver: u32, seq: u64, key: Option<&AuthKey>) -> Vec<u8> {
+    Message::Probe {
+        header: ProbeHeader::probe(sender, receiver, seq, 0, 100_000),
+    }
+    .encode(key)
+}
+
+/// Sends `datagrams`, then a flood of `flood` unauthenticated probes, to the
+/// probe port of `target`.
+fn send_all(target: Ipv4Addr, datagrams: Vec<Vec<u8>>, flood: Option<(u32, u32, usize)>) {
+    let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+    let to = SocketAddr::from((target, PROBE_PORT));
+    for d in &datagrams {
+        sock.send_to(d, to).unwrap();
+    }
+    let Some((sender, receiver, n)) = flood else {
+        return;
+    };
+    for i in 0..n {
+        let _ = sock.send_to(&forged(sender, receiver, 10 + i as u64, None), to);
+        if i % 2000 == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+#[test]
+fn rogue_host_traffic_is_dropped_and_counted() {
+    if !root_or_skip("rogue_host_traffic_is_dropped_and_counted") {
+        return;
+    }
+    let _one = serial();
+    // 3 agents plus one host that runs no agent (the rogue).
+    let mut c = Cluster::start(ClusterConfig {
+        auth_key: Some(KEY.to_vec()),
+        ..config(3)
+    })
+    .unwrap();
+    wait_converged(&mut c, 2);
+    let before = c.check_all();
+    let s = c.status(0).unwrap();
+    let victim = s.node_id;
+    let member = s.peers[0].id;
+    let rss_before = c.usage(0).unwrap().1;
+    let key = AuthKey::new(KEY.to_vec()).unwrap();
+    let mut bad_tag = forged(member, victim, 1, Some(&key));
+    let last = bad_tag.len() - 1;
+    bad_tag[last] ^= 0xff;
+    let from_rogue = vec![
+        b"garbage".to_vec(),
+        vec![0u8; 600],
+        forged(member, victim, 2, None), // unauthenticated
+        bad_tag,                         // wrong tag
+        forged(member, victim, u64::MAX / 4, Some(&key)), // member's id, foreign address
+        forged(999, victim, 5, Some(&key)), // not a member
+        forged(member, victim + 1000, 6, Some(&key)), // for someone else
+    ];
+    let target = c.bed.host(0).addr;
+    rogue_host(&c)
+        .run(move || send_all(target, from_rogue, Some((member, victim, 50_000))))
+        .unwrap();
+    // A replay (valid tag, old sequence) from the member's own address.
+    let member_host: usize = s.peers[0].name.trim_start_matches('n').parse().unwrap();
+    let replayed = vec![forged(member, victim, 3, Some(&key))];
+    c.bed
+        .host(member_host)
+        .run(move || send_all(target, replayed, None))
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let after = c.status(0).unwrap();
+    for reason in [
+        "malformed",
+        "unauthenticated",
+        "bad_tag",
+        "source_mismatch",
+        "unknown_sender",
+        "wrong_receiver",
+        "replayed",
+    ] {
+        assert!(
+            after.dropped.get(reason).copied().unwrap_or(0) > 0,
+            "{reason} not counted: {:?}",
+            after.dropped
+        );
+    }
+    let rss_after = c.usage(0).unwrap().1;
+    assert!(
+        rss_after < rss_before + 16 * 1024,
+        "memory grew from {rss_before} to {rss_after} KiB under the flood"
+    );
+    // Estimates unchanged: later windows still within bounds.
+    let n_before = before.len();
+    c.wait_for(Duration::from_secs(20), "windows after the flood", |c| {
+        c.check_all().len() >= n_before + 4
+    })
+    .unwrap();
+    assert_within(&c.check_all(), 50_000.0);
+}
+
+/// A host on the test bridge that runs no agent: an extra address on the
+/// switch namespace's bridge (198.18.0.200), reachable by every host.
+fn rogue_host(c: &Cluster) -> Host {
+    let sw = c.bed.switch_host().expect("switched testbed");
+    let status = std::process::Command::new("ip")
+        .args([
+            "-n",
+            &sw.netns,
+            "addr",
+            "add",
+            "198.18.0.200/24",
+            "dev",
+            "br0",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    Host {
+        addr: Ipv4Addr::new(198, 18, 0, 200),
+        ..sw
+    }
+}
+
+#[test]
+fn sigterm_marks_offsets_stale_leaves_and_detaches() {
+    if !root_or_skip("sigterm_marks_offsets_stale_leaves_and_detaches") {
+        return;
+    }
+    let _one = serial();
+    let mut c = Cluster::start(config(3)).unwrap();
+    wait_converged(&mut c, 1);
+    let reader = OffsetsReader::open(c.node_dir(1).join("offsets")).unwrap();
+    reader.read_record().unwrap();
+    c.stop_agent(1, Signal::SIGTERM).unwrap();
+    let fresh = reader
+        .snapshot()
+        .and_then(|x| x.check_fresh(clockmesh::publish::realtime_now_ns()));
+    assert!(
+        matches!(fresh, Err(PublishError::Stale { .. })),
+        "{fresh:?}"
+    );
+    // Left etcd at once (no lease wait): the others drop it quickly.
+    let gone = Cluster::name(1);
+    c.wait_for(
+        Duration::from_secs(6),
+        "peers to notice the departure",
+        |c| {
+            c.status(0)
+                .is_ok_and(|s| s.peers.iter().all(|p| p.name != gone))
+        },
+    )
+    .unwrap();
+    let tcx = c
+        .bed
+        .host(1)
+        .run(|| {
+            [TcAttachType::Ingress, TcAttachType::Egress]
+                .map(|d| SchedClassifier::query_tcx("eth0", d).map_or(0, |r| r.1.len()))
+        })
+        .unwrap();
+    assert_eq!(tcx, [0, 0], "TCX links left after SIGTERM");
+    let log = std::fs::read_to_string(c.dir.join("n1.log")).unwrap();
+    assert!(log.contains("SIGTERM"), "{log}");
+}
+
+#[test]
+fn static_membership_without_etcd() {
+    if !root_or_skip("static_membership_without_etcd") {
+        return;
+    }
+    let _one = serial();
+    let mut c = Cluster::start(ClusterConfig {
+        backend: Backend::Static,
+        degree: 2, // ≥ N − 1: with static membership each node solves with its own edges
+        ..config(3)
+    })
+    .unwrap();
+    wait_converged(&mut c, 2);
+    assert_within(&c.check_all(), 50_000.0);
+}
