@@ -111,7 +111,7 @@ pub const KEYS: &[Key] = &[
         name: "probe_cadence_us",
         env: &["CLOCKMESH_PROBE_CADENCE_US", "XLA_PROBE_CADENCE_US"],
         file_aliases: &[],
-        default: Some("800"),
+        default: Some("100000"),
         help: "interval between coded pairs on one edge, µs",
     },
     Key {
@@ -175,7 +175,7 @@ pub const KEYS: &[Key] = &[
         env: &["CLOCKMESH_DISCOVERY"],
         file_aliases: &[],
         default: Some("static"),
-        help: "membership backend: static (the `members` list) or etcd",
+        help: "membership backend: static (the `members` list), etcd or kubernetes",
     },
     Key {
         name: "members",
@@ -197,6 +197,27 @@ pub const KEYS: &[Key] = &[
         file_aliases: &[],
         default: Some("default"),
         help: "cluster name: the etcd key prefix /clockmesh/<cluster>/",
+    },
+    Key {
+        name: "kube_namespace",
+        env: &["CLOCKMESH_KUBE_NAMESPACE"],
+        file_aliases: &[],
+        default: Some("clockmesh"),
+        help: "kubernetes discovery: namespace of the agent pods and the leader Lease",
+    },
+    Key {
+        name: "kube_selector",
+        env: &["CLOCKMESH_KUBE_SELECTOR"],
+        file_aliases: &[],
+        default: Some("app.kubernetes.io/name=clockmesh"),
+        help: "kubernetes discovery: label selector of the agent pods",
+    },
+    Key {
+        name: "kube_lease",
+        env: &["CLOCKMESH_KUBE_LEASE"],
+        file_aliases: &[],
+        default: Some("clockmesh-leader"),
+        help: "kubernetes discovery: name of the leader Lease (coordination.k8s.io/v1)",
     },
     Key {
         name: "advertise_addr",
@@ -352,6 +373,9 @@ pub struct AgentConfig {
     pub members: Option<Sourced<Vec<String>>>,
     pub etcd_endpoints: Sourced<Vec<String>>,
     pub cluster: Sourced<String>,
+    pub kube_namespace: Sourced<String>,
+    pub kube_selector: Sourced<String>,
+    pub kube_lease: Sourced<String>,
     pub advertise_addr: Option<Sourced<std::net::IpAddr>>,
     pub inject_skew: Option<Sourced<InjectedSkew>>,
 }
@@ -362,6 +386,7 @@ pub struct AgentConfig {
 pub enum DiscoveryKind {
     Static,
     Etcd,
+    Kubernetes,
 }
 
 /// A known skew added to every local timestamp (tests and the demo): the
@@ -386,7 +411,8 @@ fn discovery_kind(s: &str) -> Result<DiscoveryKind, String> {
     match s.to_ascii_lowercase().as_str() {
         "static" => Ok(DiscoveryKind::Static),
         "etcd" => Ok(DiscoveryKind::Etcd),
-        _ => Err("expected `static` or `etcd`".into()),
+        "kubernetes" | "k8s" => Ok(DiscoveryKind::Kubernetes),
+        _ => Err("expected `static`, `etcd` or `kubernetes`".into()),
     }
 }
 
@@ -491,6 +517,32 @@ fn non_empty(s: &str) -> Result<String, String> {
     }
 }
 
+/// A Kubernetes object name: a DNS subdomain (RFC 1123), or a DNS label
+/// (at most 63 characters, no dots) where `label` is set (namespaces).
+fn kube_name(label: bool) -> impl Fn(&str) -> Result<String, String> {
+    move |s| {
+        let max = if label { 63 } else { 253 };
+        let parts_ok = s.split('.').all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !p.starts_with('-')
+                && !p.ends_with('-')
+        });
+        if s.is_empty() || s.len() > max || !parts_ok || (label && s.contains('.')) {
+            let what = if label {
+                "a DNS label"
+            } else {
+                "a DNS subdomain"
+            };
+            return Err(format!(
+                "expected a Kubernetes name ({what}: lowercase letters, digits, '-', at most {max} characters)"
+            ));
+        }
+        Ok(s.to_owned())
+    }
+}
+
 fn path(s: &str) -> Result<PathBuf, String> {
     non_empty(s).map(PathBuf::from)
 }
@@ -574,6 +626,21 @@ impl AgentConfig {
                 "etcd-endpoints",
             )?,
             cluster: required(typed(layers, "cluster", non_empty)?, "cluster", "cluster")?,
+            kube_namespace: required(
+                typed(layers, "kube_namespace", kube_name(true))?,
+                "kube_namespace",
+                "kube-namespace",
+            )?,
+            kube_selector: required(
+                typed(layers, "kube_selector", non_empty)?,
+                "kube_selector",
+                "kube-selector",
+            )?,
+            kube_lease: required(
+                typed(layers, "kube_lease", kube_name(false))?,
+                "kube_lease",
+                "kube-lease",
+            )?,
             advertise_addr: typed(layers, "advertise_addr", |s| {
                 s.parse().map_err(|_| "expected an IP address".to_string())
             })?,
@@ -741,10 +808,11 @@ mod tests {
                 {
                     let mut l = Layers::with_defaults();
                     l.apply_set("interface=eth0").unwrap();
+                    l.apply_set("probe_cadence_us=800").unwrap();
                     l.apply_set("packet_spacing_us=900").unwrap();
                     l
                 },
-                "packet_spacing_us (from flag --set packet_spacing_us): must be less than probe_cadence_us (800, from default)",
+                "packet_spacing_us (from flag --set packet_spacing_us): must be less than probe_cadence_us (800, from flag --set probe_cadence_us)",
             ),
             (
                 Layers::with_defaults(),
@@ -801,6 +869,62 @@ mod tests {
                 .to_string()
                 .contains("must be an object")
         );
+    }
+
+    #[test]
+    fn kubernetes_discovery_keys() {
+        let mut l = Layers::with_defaults();
+        l.apply_set("interface=eth0").unwrap();
+        let c = AgentConfig::from_layers(&l, "h").unwrap();
+        assert_eq!(c.kube_namespace.value, "clockmesh");
+        assert_eq!(c.kube_selector.value, "app.kubernetes.io/name=clockmesh");
+        assert_eq!(
+            (c.kube_lease.value.as_str(), &c.kube_lease.source),
+            ("clockmesh-leader", &Source::Default)
+        );
+        l.apply_env(env(&[
+            ("CLOCKMESH_DISCOVERY", "Kubernetes"),
+            ("CLOCKMESH_KUBE_NAMESPACE", "infra"),
+            ("CLOCKMESH_KUBE_SELECTOR", "app=clockmesh,tier=gpu"),
+            ("CLOCKMESH_KUBE_LEASE", "clockmesh.leader-2"),
+        ]));
+        let c = AgentConfig::from_layers(&l, "h").unwrap();
+        assert_eq!(c.discovery.value, DiscoveryKind::Kubernetes);
+        assert_eq!(
+            (c.kube_namespace.value.as_str(), &c.kube_namespace.source),
+            ("infra", &Source::Env("CLOCKMESH_KUBE_NAMESPACE".into()))
+        );
+        assert_eq!(c.kube_selector.value, "app=clockmesh,tier=gpu");
+        assert_eq!(c.kube_lease.value, "clockmesh.leader-2");
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["discovery"]["value"], "kubernetes");
+        for (set, expected) in [
+            (
+                "kube_namespace=Infra",
+                "kube_namespace (from flag --set kube_namespace)",
+            ),
+            ("kube_namespace=a.b", "DNS label"),
+            (
+                "kube_lease=-leader",
+                "kube_lease (from flag --set kube_lease)",
+            ),
+            (
+                "kube_selector=",
+                "kube_selector (from flag --set kube_selector): must not be empty",
+            ),
+            (
+                "discovery=consul",
+                "expected `static`, `etcd` or `kubernetes`",
+            ),
+        ] {
+            let mut bad = l.clone();
+            bad.apply_set(set).unwrap();
+            let err = AgentConfig::from_layers(&bad, "h").unwrap_err().to_string();
+            assert!(
+                err.contains(expected),
+                "{set}: {err:?} should contain {expected:?}"
+            );
+        }
     }
 
     #[test]

@@ -124,6 +124,10 @@ pub mod globals {
     /// This node's id; tracing programs (global, not per interface) keep only
     /// TX events it sent and RX events addressed to it. 0 keeps all (u32).
     pub const LOCAL_NODE: &str = "LOCAL_NODE";
+    /// Non-zero: submit events without waking the reader (`BPF_RB_NO_WAKEUP`);
+    /// the reader polls on its own schedule. Each wake-up is an irq_work
+    /// (a self-IPI, costly in VMs); the agent batches on a timer anyway (u32).
+    pub const RB_NO_WAKEUP: &str = "RB_NO_WAKEUP";
     /// Byte offsets inside kernel structs, read from the running kernel's BTF
     /// by the loader (Rust eBPF cannot emit CO-RE relocations).
     pub const SKB_HEAD_OFF: &str = "SKB_HEAD_OFF";

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Offline checks of the Kubernetes manifests (deploy/kubernetes, the example
-# overlay deploy/overlays/gpu-nodes, examples/training-pod.yaml):
+# Offline checks of the Kubernetes manifests (deploy/kubernetes, the
+# overlays deploy/overlays/gpu-nodes and deploy/overlays/privileged,
+# examples/training-pod.yaml):
 # rendering, schema validation with kubernetes-validate --strict against
 # Kubernetes 1.30 and 1.37 (K8S_VERSIONS overrides), our own invariants,
 # negative tests, and the agent's configuration parser on the ConfigMap and
@@ -10,7 +11,10 @@
 # target/k8s-venv) with kubernetes-validate from PyPI (it bundles the
 # schemas: no network needed after the install). Uses kubectl for
 # `kubectl kustomize` where present. CLOCKMESH_BIN names the clockmesh binary
-# for the configuration checks; otherwise a debug build is made.
+# for the configuration checks; otherwise a debug build is made: without the
+# eBPF programs (AYA_BUILD_SKIP=1, the checks need none) unless the caller
+# set AYA_BUILD_SKIP or has bpf-linker (`cargo xtask test` after its setup),
+# so that it reuses the caller's build instead of replacing it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 target=${CARGO_TARGET_DIR:-target}
@@ -25,7 +29,10 @@ if [ "$("$venv/bin/kubernetes-validate" --version 2>/dev/null)" != "$kv_version"
 fi
 
 if [ -z "${CLOCKMESH_BIN:-}" ]; then
-  AYA_BUILD_SKIP=1 cargo build -q -p clockmesh --bin clockmesh
+  if [ -z "${AYA_BUILD_SKIP+set}" ] && ! command -v bpf-linker >/dev/null 2>&1; then
+    export AYA_BUILD_SKIP=1
+  fi
+  cargo build -q -p clockmesh --bin clockmesh
   CLOCKMESH_BIN="$target/debug/clockmesh"
 fi
 

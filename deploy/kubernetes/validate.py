@@ -1,10 +1,12 @@
 """Offline checks of the clockmesh Kubernetes manifests (run by test.sh).
 
 1. Render deploy/kubernetes (kustomization: `resources` only) in Python, and
-   with `kubectl kustomize` where kubectl exists; both must agree.
-2. Schema-validate every rendered document, the example overlay and the
-   example training pod with `kubernetes-validate --strict` for each
-   Kubernetes version in K8S_VERSIONS.
+   with `kubectl kustomize` where kubectl exists; both must agree. kubectl
+   also renders the overlays deploy/overlays/gpu-nodes and
+   deploy/overlays/privileged (the `privileged: true` switch).
+2. Schema-validate every rendered document, the overlays and the example
+   training pod with `kubernetes-validate --strict` for each Kubernetes
+   version in K8S_VERSIONS.
 3. Check our own invariants (security context, probes, RBAC, wiring between
    objects) that a schema cannot express.
 4. Negative tests: broken copies must fail (schema or invariants).
@@ -33,15 +35,17 @@ import yaml
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 OVERLAY = REPO / "deploy" / "overlays" / "gpu-nodes"
+PRIVILEGED_OVERLAY = REPO / "deploy" / "overlays" / "privileged"
 TRAINING_POD = HERE / "examples" / "training-pod.yaml"
 K8S_VERSIONS = os.environ.get("K8S_VERSIONS", "1.30 1.37").split()
 
 NAMESPACE = "clockmesh"
 SELECTOR = "app.kubernetes.io/name=clockmesh"
+LEASE = "clockmesh-leader"
 CAPS = {"BPF", "PERFMON", "NET_ADMIN", "SYS_RESOURCE"}
 # The only permissions the agent may have: resource -> verbs.
 RBAC = {
-    ("", "pods"): {"get", "list", "watch"},
+    ("", "pods"): {"get", "list", "watch", "patch"},
     ("coordination.k8s.io", "leases"): {"get", "create", "update", "patch"},
 }
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
@@ -140,14 +144,18 @@ def selector_labels(s: str) -> dict:
     return dict(kv.split("=", 1) for kv in s.split(","))
 
 
-def check_security(ds: dict) -> str:
+def check_security(ds: dict, privileged: bool = False) -> str:
+    """The base: not privileged. The privileged overlay: privileged, and
+    allowPrivilegeEscalation true (the API server rejects false with it)."""
     pod = ds["spec"]["template"]["spec"]
     assert pod.get("hostNetwork") is True, "hostNetwork must be true"
     assert pod.get("dnsPolicy") == "ClusterFirstWithHostNet", "dnsPolicy must be ClusterFirstWithHostNet"
     assert not pod.get("hostPID") and not pod.get("hostIPC"), "no hostPID/hostIPC"
     sc = container(ds)["securityContext"]
-    assert sc.get("privileged") is False, "privileged must be false"
-    assert sc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation must be false"
+    assert sc.get("privileged") is privileged, f"privileged must be {str(privileged).lower()}"
+    assert sc.get("allowPrivilegeEscalation") is privileged, (
+        f"allowPrivilegeEscalation must be {str(privileged).lower()}"
+    )
     assert sc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem must be true"
     assert sc.get("runAsUser") == 0, "runAsUser must be 0"
     caps = sc["capabilities"]
@@ -155,7 +163,7 @@ def check_security(ds: dict) -> str:
     assert len(added) == len(set(added)) and set(added) == CAPS, f"capabilities.add {added} != {sorted(CAPS)}"
     assert caps.get("drop") == ["ALL"], f"capabilities.drop {caps.get('drop')} != ['ALL']"
     assert "securityContext" not in pod or not pod["securityContext"].get("privileged"), "pod-level privileged"
-    return "add " + ",".join(added) + "; drop ALL"
+    return ("privileged; " if privileged else "") + "add " + ",".join(added) + "; drop ALL"
 
 
 def check_lifecycle(ds: dict) -> str:
@@ -166,8 +174,11 @@ def check_lifecycle(ds: dict) -> str:
     assert pod.get("priorityClassName") == "system-node-critical", "priorityClassName"
     us = spec["updateStrategy"]
     assert us["type"] == "RollingUpdate", "updateStrategy.type"
-    assert us["rollingUpdate"]["maxUnavailable"] == "10%", "maxUnavailable must be 10%"
-    assert us["rollingUpdate"].get("maxSurge", 0) in (0, "0", "0%"), "maxSurge must be 0 (one agent per node)"
+    ru = us["rollingUpdate"]
+    assert ru.get("maxUnavailable") == "10%", "maxUnavailable must be 10%"
+    # Explicit, not left to the default: two agents on one node would fight
+    # over host UDP port 31900 and the interface's TC hooks.
+    assert "maxSurge" in ru and ru["maxSurge"] in (0, "0", "0%"), "maxSurge must be set to 0 (one agent per node)"
     tol = {(t["key"], t.get("operator"), t.get("effect")) for t in pod.get("tolerations", [])}
     for key in ("nvidia.com/gpu", "amd.com/gpu"):
         assert (key, "Exists", "NoSchedule") in tol, f"no toleration for {key}:NoSchedule"
@@ -204,6 +215,10 @@ def check_env(ds: dict, cm: dict, base: bool) -> str:
         "CLOCKMESH_NODE_NAME": "spec.nodeName",
         "CLOCKMESH_ADVERTISE_ADDR": "status.hostIP",
         "CLOCKMESH_KUBE_NAMESPACE": "metadata.namespace",
+        "NODE_NAME": "spec.nodeName",
+        "HOST_IP": "status.hostIP",
+        # The agent annotates its own pod; with hostNetwork HOSTNAME is the node's name.
+        "POD_NAME": "metadata.name",
     }
     for name, path in field.items():
         if name == "CLOCKMESH_ADVERTISE_ADDR" and not base and name not in env:
@@ -213,6 +228,7 @@ def check_env(ds: dict, cm: dict, base: bool) -> str:
     literal = {
         "CLOCKMESH_DISCOVERY": "kubernetes",
         "CLOCKMESH_KUBE_SELECTOR": SELECTOR,
+        "CLOCKMESH_KUBE_LEASE": LEASE,
         "CLOCKMESH_METRICS_ADDR": "0.0.0.0:9977",
         "CLOCKMESH_AUTH_KEY_FILE": "/etc/clockmesh/auth/key",
         "CLOCKMESH_CONFIG": "/etc/clockmesh/config.toml",
@@ -297,7 +313,7 @@ def check_rbac(docs: list[dict], ds: dict) -> str:
         {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
     ], f"subjects {rb['subjects']}"
     assert ds["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"], "serviceAccountName"
-    return "pods get/list/watch; leases get/create/update/patch; namespaced"
+    return "pods get/list/watch/patch; leases get/create/update/patch; namespaced"
 
 
 def check_namespace_service(docs: list[dict], ds: dict) -> str:
@@ -329,11 +345,11 @@ def check_training_pod(pod: dict) -> str:
     return "/run/clockmesh read-only, CLOCKMESH_OFFSETS set"
 
 
-def invariants(docs: list[dict], base: bool = True) -> list[tuple[str, object]]:
+def invariants(docs: list[dict], base: bool = True, privileged: bool = False) -> list[tuple[str, object]]:
     """Checks of deploy/kubernetes (base) or of an overlay built on it."""
     ds, cm = one(docs, "DaemonSet"), one(docs, "ConfigMap")
     return [
-        ("hostNetwork, security context, capabilities", lambda: check_security(ds)),
+        ("hostNetwork, security context, capabilities", lambda: check_security(ds, privileged)),
         ("grace period, priority, rollout, tolerations", lambda: check_lifecycle(ds)),
         ("ports, probes, metrics annotations, resources", lambda: check_probes_ports(ds)),
         ("environment and discovery selector", lambda: check_env(ds, cm, base)),
@@ -394,12 +410,38 @@ def wildcard_verbs(role: dict) -> None:
     role["rules"][0]["verbs"] = ["*"]
 
 
+def surge_one(ds: dict) -> None:
+    ds["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"] = 1
+
+
+def no_pod_name(ds: dict) -> None:
+    c = pod_spec(ds)["containers"][0]
+    c["env"] = [e for e in c["env"] if e["name"] != "POD_NAME"]
+
+
+def no_pod_patch(role: dict) -> None:
+    for rule in role["rules"]:
+        if "pods" in rule["resources"]:
+            rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
+
+
+def privileged_base(ds: dict) -> None:
+    sc = pod_spec(ds)["containers"][0]["securityContext"]
+    sc["privileged"] = True
+    sc["allowPrivilegeEscalation"] = True
+
+
 # ------------------------------------------------------- the agent's parser
 
 
 def env_for_agent(ds: dict, cm: dict, config_path: Path) -> dict:
     """The DaemonSet's environment as the kubelet would set it on a node."""
-    downward = {"spec.nodeName": "node-a", "status.hostIP": "198.18.0.1", "metadata.namespace": NAMESPACE}
+    downward = {
+        "spec.nodeName": "node-a",
+        "status.hostIP": "198.18.0.1",
+        "metadata.namespace": NAMESPACE,
+        "metadata.name": "clockmesh-agent-x7k2p",
+    }
     env = {}
     for e in container(ds)["env"]:
         if "value" in e:
@@ -449,6 +491,17 @@ def check_agent_env(clockmesh: str, ds: dict, cm: dict, conf: Path) -> str:
     ignored = sorted(n for n in env if n.startswith("CLOCKMESH_") and n != "CLOCKMESH_CONFIG" and n not in used)
     assert not ignored, f"the agent ignores {ignored}"
     assert from_source(effective, "file"), "no key came from CLOCKMESH_CONFIG's file"
+    # Kubernetes discovery, configured from the DaemonSet's environment.
+    want = {
+        "discovery": ("kubernetes", "CLOCKMESH_DISCOVERY"),
+        "kube_namespace": (NAMESPACE, "CLOCKMESH_KUBE_NAMESPACE"),
+        "kube_selector": (SELECTOR, "CLOCKMESH_KUBE_SELECTOR"),
+        "kube_lease": (LEASE, "CLOCKMESH_KUBE_LEASE"),
+        "node_name": ("node-a", "CLOCKMESH_NODE_NAME"),
+    }
+    for key, (value, var) in want.items():
+        got = effective[key]
+        assert (got["value"], got["source"]) == (value, {"kind": "env", "name": var}), f"{key}: {got}"
     return f"{len(used)} variables read: " + ", ".join(f"{k}<-{n}" for n, k in sorted(used.items()))
 
 
@@ -484,6 +537,15 @@ def main() -> int:
                 return f"{len(overlay)} objects"
 
             res.check("kubectl kustomize renders deploy/overlays/gpu-nodes", render_overlay)
+
+        privileged = None
+        if kubectl():
+            def render_privileged():
+                nonlocal privileged
+                privileged = render_kubectl(PRIVILEGED_OVERLAY)
+                return f"{len(privileged)} objects"
+
+            res.check("kubectl kustomize renders deploy/overlays/privileged", render_privileged)
         pod = load_docs(TRAINING_POD.read_text())
         for v in K8S_VERSIONS:
             def ok(d, label, v=v):
@@ -495,6 +557,9 @@ def main() -> int:
             res.check(f"kubernetes-validate --strict -k {v}: examples/training-pod.yaml", lambda: ok(pod, "pod"))
             if overlay is not None:
                 res.check(f"kubernetes-validate --strict -k {v}: deploy/overlays/gpu-nodes", lambda: ok(overlay, "ov"))
+            if privileged is not None:
+                res.check(f"kubernetes-validate --strict -k {v}: deploy/overlays/privileged",
+                          lambda: ok(privileged, "priv"))
 
         for name, fn in invariants(docs):
             res.check(f"invariant: {name}", fn)
@@ -511,6 +576,14 @@ def main() -> int:
                 return "image, interface, nodeSelector, advertise address; every invariant holds"
 
             res.check("invariant: deploy/overlays/gpu-nodes", overlay_ok)
+        if privileged is not None:
+            def privileged_ok():
+                for name, fn in invariants(privileged, privileged=True):
+                    fn()
+                sc = container(one(privileged, "DaemonSet"))["securityContext"]
+                return f"privileged: {str(sc['privileged']).lower()}; every other invariant holds"
+
+            res.check("invariant: deploy/overlays/privileged", privileged_ok)
 
         # Negative tests: each broken copy must be rejected.
         v = K8S_VERSIONS[-1]
@@ -532,6 +605,14 @@ def main() -> int:
                   lambda: invariants_fail(mutated(docs, "DaemonSet", short_grace)))
         res.check("negative: invariants reject RBAC verb `*`",
                   lambda: invariants_fail(mutated(docs, "Role", wildcard_verbs)))
+        res.check("negative: invariants reject maxSurge 1",
+                  lambda: invariants_fail(mutated(docs, "DaemonSet", surge_one)))
+        res.check("negative: invariants reject a DaemonSet without POD_NAME",
+                  lambda: invariants_fail(mutated(docs, "DaemonSet", no_pod_name)))
+        res.check("negative: invariants reject a Role without pods patch",
+                  lambda: invariants_fail(mutated(docs, "Role", no_pod_patch)))
+        res.check("negative: invariants reject a privileged base",
+                  lambda: invariants_fail(mutated(docs, "DaemonSet", privileged_base)))
 
         # The agent's own configuration parser.
         if a.clockmesh:

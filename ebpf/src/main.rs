@@ -43,6 +43,8 @@ static PORT_MAX: u16 = 0;
 #[unsafe(no_mangle)]
 static LOCAL_NODE: u32 = 0;
 #[unsafe(no_mangle)]
+static RB_NO_WAKEUP: u32 = 0;
+#[unsafe(no_mangle)]
 static SKB_HEAD_OFF: u32 = 0;
 #[unsafe(no_mangle)]
 static SKB_DATA_OFF: u32 = 0;
@@ -138,7 +140,8 @@ fn emit(ev: ProbeEvent) {
     match EVENTS.reserve::<ProbeEvent>(0) {
         Some(mut slot) => {
             slot.write(ev);
-            slot.submit(0);
+            // BPF_RB_NO_WAKEUP = 1: the reader polls on a timer.
+            slot.submit(if global(&RB_NO_WAKEUP) != 0 { 1 } else { 0 });
             count(counter::EMITTED);
         }
         None => count(counter::RINGBUF_FULL),

@@ -244,13 +244,17 @@ fn test() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Tests outside cargo (C reader, C++ hook, Python), one script each.
+/// Tests outside cargo (C reader, C++ hook, Python, Kubernetes manifests), one script each.
 fn extra_test_scripts() -> Vec<PathBuf> {
-    ["hook/test.sh", "python/test.sh"]
-        .iter()
-        .map(|p| root().join(p))
-        .filter(|p| p.exists())
-        .collect()
+    [
+        "hook/test.sh",
+        "python/test.sh",
+        "deploy/kubernetes/test.sh",
+    ]
+    .iter()
+    .map(|p| root().join(p))
+    .filter(|p| p.exists())
+    .collect()
 }
 
 fn lint() -> anyhow::Result<()> {

@@ -58,6 +58,9 @@ pub struct CaptureConfig {
     pub tx_completion: bool,
     /// Kernel BTF; the tracing programs need it.
     pub btf_path: PathBuf,
+    /// Events do not wake the reader; it must poll ([`Capture::poll_events`])
+    /// on its own schedule. Saves a wake-up (and in VMs an IPI) per packet.
+    pub polled: bool,
 }
 
 impl CaptureConfig {
@@ -69,6 +72,7 @@ impl CaptureConfig {
             tracepoints: true,
             tx_completion: true,
             btf_path: PathBuf::from(DEFAULT_BTF),
+            polled: false,
         }
     }
 }
@@ -247,11 +251,13 @@ fn check_prerequisites(config: &CaptureConfig) -> Result<(), CaptureError> {
 
 fn load_object(config: &CaptureConfig, o: &KernelOffsets) -> Result<Ebpf, CaptureError> {
     let (port_min, port_max) = (*config.ports.start(), *config.ports.end());
+    let no_wakeup = u32::from(config.polled);
     let mut loader = EbpfLoader::new();
     loader
         .override_global(globals::PORT_MIN, &port_min, true)
         .override_global(globals::PORT_MAX, &port_max, true)
         .override_global(globals::LOCAL_NODE, &config.local_node, true)
+        .override_global(globals::RB_NO_WAKEUP, &no_wakeup, true)
         .override_global(globals::SKB_HEAD_OFF, &o.skb_head, true)
         .override_global(globals::SKB_DATA_OFF, &o.skb_data, true)
         .override_global(globals::SKB_NETWORK_HEADER_OFF, &o.skb_network_header, true)

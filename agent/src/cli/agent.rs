@@ -5,6 +5,7 @@ use clockmesh::{
     discovery::{
         StaticDiscovery,
         etcd::{EtcdConfig, EtcdDiscovery},
+        kubernetes::{KubeConfig, KubeDiscovery},
     },
     runtime::{self, RuntimeError},
 };
@@ -51,6 +52,17 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                     endpoints: cfg.etcd_endpoints.value.clone(),
                     cluster: cfg.cluster.value.clone(),
                     lease_ttl_s: ETCD_LEASE_TTL_S,
+                })
+                .await?;
+                runtime::run(cfg, d, shutdown).await?;
+            }
+            DiscoveryKind::Kubernetes => {
+                let d = KubeDiscovery::connect(KubeConfig {
+                    namespace: cfg.kube_namespace.value.clone(),
+                    selector: cfg.kube_selector.value.clone(),
+                    lease: cfg.kube_lease.value.clone(),
+                    probe_port: cfg.probe_port.value,
+                    pod_name: None,
                 })
                 .await?;
                 runtime::run(cfg, d, shutdown).await?;

@@ -44,7 +44,7 @@ pub struct ConfigFlags {
     /// File with the shared probe HMAC key (≥ 16 bytes).
     #[arg(long, value_name = "FILE")]
     pub auth_key_file: Option<PathBuf>,
-    /// Membership backend: static or etcd.
+    /// Membership backend: static, etcd or kubernetes.
     #[arg(long)]
     pub discovery: Option<String>,
     /// Static members, `name=ip:port,...`.
@@ -56,6 +56,15 @@ pub struct ConfigFlags {
     /// Cluster name (etcd key prefix).
     #[arg(long)]
     pub cluster: Option<String>,
+    /// Kubernetes discovery: namespace of the agent pods and the Lease.
+    #[arg(long)]
+    pub kube_namespace: Option<String>,
+    /// Kubernetes discovery: label selector of the agent pods.
+    #[arg(long)]
+    pub kube_selector: Option<String>,
+    /// Kubernetes discovery: name of the leader Lease.
+    #[arg(long)]
+    pub kube_lease: Option<String>,
     /// Address peers probe (default: the interface's first IPv4).
     #[arg(long)]
     pub advertise_addr: Option<String>,
@@ -124,6 +133,17 @@ impl ConfigFlags {
                 self.etcd_endpoints.clone(),
             ),
             ("cluster", "--cluster", self.cluster.clone()),
+            (
+                "kube_namespace",
+                "--kube-namespace",
+                self.kube_namespace.clone(),
+            ),
+            (
+                "kube_selector",
+                "--kube-selector",
+                self.kube_selector.clone(),
+            ),
+            ("kube_lease", "--kube-lease", self.kube_lease.clone()),
             (
                 "advertise_addr",
                 "--advertise-addr",

@@ -8,6 +8,7 @@
 //! known membership and only election and the shared solve stop.
 
 pub mod etcd;
+pub mod kubernetes;
 
 use std::{
     collections::BTreeSet,
@@ -49,6 +50,8 @@ pub enum DiscoveryError {
     BadEntry { entry: String, reason: String },
     #[error("coordination engine unavailable: {0}")]
     Unavailable(String),
+    #[error("discovery misconfigured: {0}")]
+    Misconfigured(String),
 }
 
 /// Who the reference is, and whether it is us.

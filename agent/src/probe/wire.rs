@@ -108,6 +108,16 @@ pub enum Message {
     Hello { header: ProbeHeader, hello: Hello },
     /// Handshake answer with the version both will use.
     HelloAck { header: ProbeHeader, hello: Hello },
+    /// Member → leader: one protobuf `clockmesh.v1.EdgeFit` of a window.
+    EdgeFit {
+        header: ProbeHeader,
+        payload: Vec<u8>,
+    },
+    /// Leader → member: its protobuf `clockmesh.v1.NodeOffset`.
+    Result {
+        header: ProbeHeader,
+        payload: Vec<u8>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +129,12 @@ pub struct Hello {
 
 /// `kind` value of RX reports (not seen by the eBPF programs).
 pub const KIND_RX_REPORT: u8 = 5;
+/// `kind` of an edge fit sent to the leader (backends without a shared store).
+pub const KIND_EDGE_FIT: u8 = 6;
+/// `kind` of a node result sent by the leader.
+pub const KIND_RESULT: u8 = 7;
+/// Largest protobuf payload of an edge fit or result message.
+pub const MAX_RECORD_LEN: usize = MAX_PROBE_PAYLOAD as usize - PROBE_HEADER_LEN - TAG_LEN - 2;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum WireError {
@@ -166,7 +182,20 @@ impl std::fmt::Debug for AuthKey {
     }
 }
 
-fn body_len(k: u8) -> Option<usize> {
+/// Body length of kind `k`; records carry their own (u16 LE, then the bytes).
+fn body_len(k: u8, body: &[u8]) -> Result<usize, WireError> {
+    if matches!(k, KIND_EDGE_FIT | KIND_RESULT) {
+        let n = body.get(..2).ok_or(WireError::Truncated)?;
+        let n = usize::from(u16::from_le_bytes([n[0], n[1]]));
+        if n > MAX_RECORD_LEN {
+            return Err(WireError::BadField("record length"));
+        }
+        return Ok(2 + n);
+    }
+    fixed_body_len(k).ok_or(WireError::UnknownKind(k))
+}
+
+fn fixed_body_len(k: u8) -> Option<usize> {
     Some(match k {
         kind::PROBE => PROBE_LEN - PROBE_HEADER_LEN,
         kind::FOLLOW_UP | KIND_RX_REPORT => 2 * WireStamp::LEN,
@@ -182,7 +211,9 @@ impl Message {
             | Message::FollowUp { header, .. }
             | Message::RxReport { header, .. }
             | Message::Hello { header, .. }
-            | Message::HelloAck { header, .. } => header,
+            | Message::HelloAck { header, .. }
+            | Message::EdgeFit { header, .. }
+            | Message::Result { header, .. } => header,
         }
     }
 
@@ -199,6 +230,11 @@ impl Message {
             Message::Probe { .. } => out.resize(PROBE_LEN, 0),
             Message::FollowUp { tx: s, .. } | Message::RxReport { rx: s, .. } => {
                 s.iter().for_each(|st| st.write(&mut out))
+            }
+            Message::EdgeFit { payload, .. } | Message::Result { payload, .. } => {
+                let n = payload.len().min(MAX_RECORD_LEN);
+                out.extend((n as u16).to_le_bytes());
+                out.extend(&payload[..n]);
             }
             Message::Hello { hello, .. } | Message::HelloAck { hello, .. } => {
                 out.push(hello.max_version);
@@ -224,7 +260,7 @@ pub fn parse(datagram: &[u8], key: Option<&AuthKey>) -> Result<Message, WireErro
     if !header_is_valid(&header) {
         return Err(WireError::NotClockmesh);
     }
-    let len = body_len(header.kind).ok_or(WireError::UnknownKind(header.kind))?;
+    let len = body_len(header.kind, &datagram[PROBE_HEADER_LEN..])?;
     let body_end = PROBE_HEADER_LEN + len;
     let authed = header.flags & FLAG_AUTH != 0;
     let expected = body_end + if authed { TAG_LEN } else { 0 };
@@ -283,6 +319,14 @@ fn decode_body(header: ProbeHeader, body: &[u8]) -> Result<Message, WireError> {
         KIND_RX_REPORT => Message::RxReport {
             header,
             rx: stamps()?,
+        },
+        KIND_EDGE_FIT => Message::EdgeFit {
+            header,
+            payload: body[2..].to_vec(),
+        },
+        KIND_RESULT => Message::Result {
+            header,
+            payload: body[2..].to_vec(),
         },
         kind::HELLO | kind::HELLO_ACK => {
             let hello = Hello {
@@ -404,7 +448,31 @@ mod tests {
                 header: h(kind::HELLO_ACK, 4, 0),
                 hello,
             },
+            Message::EdgeFit {
+                header: h(KIND_EDGE_FIT, 5, 0),
+                payload: vec![1, 2, 3, 250],
+            },
+            Message::Result {
+                header: h(KIND_RESULT, 6, 0),
+                payload: Vec::new(),
+            },
         ]
+    }
+
+    #[test]
+    fn record_lengths_are_checked() {
+        let m = Message::EdgeFit {
+            header: h(KIND_EDGE_FIT, 1, 0),
+            payload: vec![7; 10],
+        };
+        let mut bytes = m.encode(None);
+        bytes[PROBE_HEADER_LEN] = 11; // claims one byte more than present
+        assert_eq!(parse(&bytes, None), Err(WireError::Truncated));
+        bytes[PROBE_HEADER_LEN..PROBE_HEADER_LEN + 2].copy_from_slice(&600u16.to_le_bytes());
+        assert_eq!(
+            parse(&bytes, None),
+            Err(WireError::BadField("record length"))
+        );
     }
 
     #[test]
@@ -419,7 +487,9 @@ mod tests {
                 | Message::FollowUp { header, .. }
                 | Message::RxReport { header, .. }
                 | Message::Hello { header, .. }
-                | Message::HelloAck { header, .. } => header.flags |= FLAG_AUTH,
+                | Message::HelloAck { header, .. }
+                | Message::EdgeFit { header, .. }
+                | Message::Result { header, .. } => header.flags |= FLAG_AUTH,
             }
             assert_eq!(parse(&signed, Some(&key)), Ok(expected));
         }

@@ -101,8 +101,8 @@ impl Coordination for EtcdDiscovery {
 /// In-process store for the static backend.
 #[derive(Default)]
 pub struct LocalStore {
-    edges: BTreeMap<String, pb::Snapshot>,
-    results: BTreeMap<String, pb::NodeOffset>,
+    pub(crate) edges: BTreeMap<String, pb::Snapshot>,
+    pub(crate) results: BTreeMap<String, pb::NodeOffset>,
 }
 
 impl Coordination for StaticDiscovery {

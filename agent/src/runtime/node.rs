@@ -10,7 +10,8 @@ use std::{
 
 use clockmesh_common::{ProbeEvent, kind, point};
 use clockmesh_estimator::{Estimator, EstimatorConfig, NodeId, PurityConfig};
-use tokio::{io::Interest, net::UdpSocket, sync::mpsc};
+use clockmesh_proto::{clockmesh as pb, prost::Message as _};
+use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::{
@@ -46,16 +47,19 @@ use crate::{
     publish::{OffsetsWriter, realtime_now_ns},
 };
 
-/// How often the loop settles stamps, sends reports and handshakes.
-const TICK: Duration = Duration::from_millis(20);
-/// A pair is settled this long after its first stamp.
-const SETTLE_NS: i64 = 20_000_000;
+/// The loop runs on this tick only: it drains the ring buffer, the socket
+/// and the sender's reports, settles stamps, sends reports and handshakes.
+/// Nothing here needs lower latency (every stamp is taken by the kernel), and
+/// waking per packet costs far more CPU than the work itself.
+const TICK: Duration = Duration::from_millis(50);
+/// A pair is settled this long after its first stamp (two ticks).
+const SETTLE_NS: i64 = 100_000_000;
 /// Bounds on per-packet state (a flood cannot grow memory past these).
 const MAX_PENDING_PAIRS: usize = 8192;
 const MAX_PENDING_PER_DIRECTION: usize = 4096;
 const MAX_REPLAY_SENDERS: usize = 4096;
 const MEMBERSHIP_PERIOD: Duration = Duration::from_secs(2);
-const STATUS_PERIOD: Duration = Duration::from_millis(500);
+const STATUS_PERIOD: Duration = Duration::from_secs(1);
 /// Software stamps: a pair is pure when its gaps agree within this.
 const SOFTWARE_PURITY_NS: i64 = 10_000;
 /// The sender sleeps between the packets of a pair; sleeps overshoot, so
@@ -73,9 +77,9 @@ pub(super) struct Agent<D> {
     capture: Capture,
     phc: Option<u32>,
     maps: Vec<ClockMap>,
-    sock: UdpSocket,
+    sock: std::net::UdpSocket,
     sender: Sender,
-    sender_rx: mpsc::UnboundedReceiver<SenderEvent>,
+    sender_rx: mpsc::UnboundedReceiver<Vec<SenderEvent>>,
     pub(super) peers: Peers,
     pub(super) members: Vec<Member>,
     pub(super) graph: ProbeGraph,
@@ -92,15 +96,17 @@ pub(super) struct Agent<D> {
     pub(super) dropped: BTreeMap<&'static str, u64>,
     pub(super) windows: WindowClock,
     pub(super) status_extra: Status,
+    /// Backends without a shared store exchange fits and results over UDP.
+    pub(super) relay: Relay,
     started_at_ns: i64,
 }
 
-enum Wake {
-    Shutdown,
-    Events(std::io::Result<usize>),
-    Readable(std::io::Result<()>),
-    Sender(Option<SenderEvent>),
-    Tick,
+/// Fits received by the leader and the result received from it.
+#[derive(Default)]
+pub(super) struct Relay {
+    /// Latest fit per directed edge (bounded: edges between members only).
+    pub(super) edges: BTreeMap<(NodeId, NodeId), pb::EdgeFit>,
+    pub(super) result: Option<pb::NodeOffset>,
 }
 
 /// Runs the agent until `shutdown` resolves; then marks the offsets stale,
@@ -158,7 +164,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         std_sock
             .set_nonblocking(true)
             .map_err(io_err("probe socket"))?;
-        let sock = UdpSocket::from_std(std_sock).map_err(io_err("probe socket"))?;
+        let sock = std_sock;
         if !timestamping::wait_for_rx_stamping(Duration::from_secs(2)).unwrap_or(false) {
             warn!("kernel RX timestamps not active after 2 s; early probes may lack them");
         }
@@ -174,6 +180,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         info!(node = %me.name, id = me.id, %addr, port, "registered");
         let capture = Capture::attach(&CaptureConfig {
             local_node: me.id,
+            polled: true,
             ..CaptureConfig::new(iface.clone(), port..=port)
         })?;
         let (tx, sender_rx) = mpsc::unbounded_channel();
@@ -222,6 +229,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             dropped: BTreeMap::new(),
             windows: WindowClock::new(window_ns),
             status_extra: Status::default(),
+            relay: Relay::default(),
             started_at_ns: start_ns,
             me,
             discovery,
@@ -239,39 +247,27 @@ impl<D: Discovery + Coordination> Agent<D> {
         let mut events: Vec<ProbeEvent> = Vec::new();
         let (mut next_membership, mut next_status) = (Instant::now(), Instant::now());
         loop {
-            let wake = tokio::select! {
-                _ = &mut shutdown => Wake::Shutdown,
-                r = self.capture.next_events(&mut events) => Wake::Events(r),
-                r = self.sock.readable() => Wake::Readable(r),
-                e = self.sender_rx.recv() => Wake::Sender(e),
-                _ = tick.tick() => Wake::Tick,
-            };
-            match wake {
-                Wake::Shutdown => return Ok(()),
-                Wake::Events(r) => {
-                    r.map_err(io_err("reading the eBPF ring buffer"))?;
-                    self.on_capture_events(&events);
-                    events.clear();
-                }
-                Wake::Readable(r) => {
-                    r.map_err(io_err("probe socket"))?;
-                    self.on_readable();
-                }
-                Wake::Sender(Some(e)) => self.on_sender_event(e),
-                Wake::Sender(None) => warn!("probe sender stopped"),
-                Wake::Tick => {
-                    self.on_tick();
-                    let now = Instant::now();
-                    if now >= next_membership {
-                        next_membership = now + MEMBERSHIP_PERIOD;
-                        self.refresh_membership().await?;
-                    }
-                    self.run_window_phases().await;
-                    if now >= next_status {
-                        next_status = now + STATUS_PERIOD;
-                        self.publish_status();
-                    }
-                }
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                _ = tick.tick() => {}
+            }
+            self.capture.poll_events(&mut events);
+            self.on_capture_events(&events);
+            events.clear();
+            self.drain_socket();
+            while let Ok(batch) = self.sender_rx.try_recv() {
+                batch.into_iter().for_each(|e| self.on_sender_event(e));
+            }
+            self.on_tick();
+            let now = Instant::now();
+            if now >= next_membership {
+                next_membership = now + MEMBERSHIP_PERIOD;
+                self.refresh_membership().await?;
+            }
+            self.run_window_phases().await;
+            if now >= next_status {
+                next_status = now + STATUS_PERIOD;
+                self.publish_status();
             }
         }
     }
@@ -418,7 +414,7 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     fn send(&mut self, msg: &Message, to: SocketAddr, counter: &'static str) {
         let bytes = msg.encode(self.key.as_ref());
-        match self.sock.try_send_to(&bytes, to) {
+        match self.sock.send_to(&bytes, to) {
             Ok(_) => self.count(counter),
             Err(e) => {
                 self.count("send_errors");
@@ -566,18 +562,16 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     // ---- datagrams ----
 
-    fn on_readable(&mut self) {
+    /// Receives every queued datagram (non-blocking).
+    fn drain_socket(&mut self) {
         let mut buf = [0u8; RECV_BUF];
         loop {
-            let got = self.sock.try_io(Interest::READABLE, || {
-                timestamping::recv_stamped(&self.sock, &mut buf).map_err(std::io::Error::from)
-            });
-            match got {
+            match timestamping::recv_stamped(&self.sock, &mut buf) {
                 Ok(d) => {
                     let len = d.len.min(buf.len());
                     self.on_datagram(&buf[..len], d.from, d.stamps);
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(nix::errno::Errno::EAGAIN) => return,
                 Err(e) => {
                     debug!("recv: {e}");
                     return;
@@ -624,6 +618,8 @@ impl<D: Discovery + Coordination> Agent<D> {
                 }
             }
             Message::Hello { header, .. } => self.on_hello(header),
+            Message::EdgeFit { header, payload } => self.on_edge_fit(header, &payload),
+            Message::Result { header, payload } => self.on_result(header, &payload),
             Message::HelloAck { header, hello } => {
                 let version = hello.max_version.min(clockmesh_common::PROBE_VERSION);
                 if self
@@ -648,6 +644,54 @@ impl<D: Discovery + Coordination> Agent<D> {
         for w in self.socket_stamps(stamps) {
             self.collector.add(Side::Rx, key, header.pair_index, w, now);
         }
+    }
+
+    /// A member's edge fit, for the solve (we are, or were, the leader).
+    fn on_edge_fit(&mut self, header: ProbeHeader, payload: &[u8]) {
+        let Ok(fit) = pb::EdgeFit::decode(payload) else {
+            return self.drop_msg("malformed");
+        };
+        // A node reports only its own out-edges, between members.
+        if fit.from_id != header.sender || self.member(fit.to_id).is_none() {
+            return self.drop_msg("bad_record");
+        }
+        self.count("edge_fits_received");
+        self.relay.edges.insert((fit.from_id, fit.to_id), fit);
+    }
+
+    /// Our result from the leader.
+    fn on_result(&mut self, header: ProbeHeader, payload: &[u8]) {
+        let Ok(r) = pb::NodeOffset::decode(payload) else {
+            return self.drop_msg("malformed");
+        };
+        let from_leader = self
+            .leadership
+            .leader
+            .as_deref()
+            .is_some_and(|l| self.member(header.sender).is_some_and(|m| m.name == l));
+        if !from_leader || r.node_id != self.me.id || r.reference_id != header.sender {
+            return self.drop_msg("bad_record");
+        }
+        self.count("results_received");
+        self.relay.result = Some(r);
+    }
+
+    /// Sends a protobuf record (edge fit or result) to member `to`.
+    pub(super) fn send_record(&mut self, kind: u8, to: NodeId, seq: u64, payload: Vec<u8>) {
+        let Some(addr) = self.member(to).map(Member::probe_addr) else {
+            return;
+        };
+        let header = control_header(kind, self.me.id, to, seq);
+        let msg = match kind {
+            wire::KIND_EDGE_FIT => Message::EdgeFit { header, payload },
+            _ => Message::Result { header, payload },
+        };
+        let counter = if kind == wire::KIND_EDGE_FIT {
+            "edge_fits_sent"
+        } else {
+            "results_sent"
+        };
+        self.send(&msg, addr, counter);
     }
 
     fn on_hello(&mut self, header: ProbeHeader) {

@@ -3,15 +3,14 @@
 //!
 //! A thread rather than a task: the two packets of a pair must leave a known
 //! spacing apart, a sub-millisecond sleep the async runtime's timer cannot
-//! give. Between pairs the thread sleeps in `ppoll` on the socket's error
-//! queue, so TX stamps are read as soon as the kernel queues them.
+//! give. Between pairs the thread sleeps (at most 50 ms), then reads the TX
+//! stamps the kernel queued on the socket's error queue.
 //! Probes leave from their own socket so the `OPT_ID` counter of
 //! SO_TIMESTAMPING numbers probes only.
 
 use std::{
     collections::{HashMap, VecDeque},
     net::{SocketAddr, UdpSocket},
-    os::fd::AsFd,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -21,8 +20,8 @@ use std::{
 };
 
 use clockmesh_estimator::NodeId;
-use nix::poll::{PollFd, PollFlags, ppoll};
 use tokio::sync::mpsc::UnboundedSender;
+
 use tracing::{debug, warn};
 
 use crate::{
@@ -90,7 +89,7 @@ impl Sender {
     pub fn start(
         cfg: SenderConfig,
         bind: SocketAddr,
-        events: UnboundedSender<SenderEvent>,
+        events: UnboundedSender<Vec<SenderEvent>>,
     ) -> std::io::Result<Self> {
         let sock = UdpSocket::bind(bind)?;
         timestamping::enable(&sock, cfg.stamp_mode)?;
@@ -102,6 +101,7 @@ impl Sender {
             cfg,
             sock,
             events,
+            batch: Vec::new(),
             targets: targets.clone(),
             stop: stop.clone(),
             stats: stats.clone(),
@@ -146,13 +146,16 @@ type SentId = (u32, NodeId, u64, u8, i64);
 const MAX_SENT_IDS: usize = 4096;
 /// A TX report further than this from the send time belongs to another packet.
 const MAX_REPORT_DELAY_NS: i64 = 50_000_000;
-/// Longest sleep, so target changes and stop requests are seen promptly.
-const MAX_IDLE: Duration = Duration::from_millis(100);
+/// Longest sleep: TX reports are read at least this often (well inside the
+/// agent's settle time) and target changes and stop requests seen promptly.
+const MAX_IDLE: Duration = Duration::from_millis(50);
 
 struct Worker {
     cfg: SenderConfig,
     sock: UdpSocket,
-    events: UnboundedSender<SenderEvent>,
+    events: UnboundedSender<Vec<SenderEvent>>,
+    /// Reported once per loop turn: one wake-up of the agent loop, not three per pair.
+    batch: Vec<SenderEvent>,
     targets: Arc<Mutex<Vec<Target>>>,
     stop: Arc<AtomicBool>,
     stats: Arc<SenderStats>,
@@ -177,6 +180,9 @@ impl Worker {
                 None => self.wait(MAX_IDLE),
             }
             self.read_tx_reports();
+            if !self.batch.is_empty() {
+                let _ = self.events.send(std::mem::take(&mut self.batch));
+            }
         }
     }
 
@@ -254,7 +260,7 @@ impl Worker {
             return;
         }
         self.stats.pairs_sent.fetch_add(1, Ordering::Relaxed);
-        let _ = self.events.send(SenderEvent::Sent {
+        self.batch.push(SenderEvent::Sent {
             to: target.id,
             seq,
             sent_ns,
@@ -289,13 +295,10 @@ impl Worker {
         }
     }
 
-    /// Sleeps until `timeout` passes or TX reports are queued.
+    /// Sleeps until the next pair is due (at most [`MAX_IDLE`]). TX reports
+    /// are read after each turn; waking on each one would double the wake-ups.
     fn wait(&self, timeout: Duration) {
-        let timeout = timeout.min(MAX_IDLE);
-        let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::empty())];
-        let ts = nix::sys::time::TimeSpec::from_duration(timeout);
-        // POLLERR is always reported: the error queue has TX stamps.
-        let _ = ppoll(&mut fds, Some(ts), None);
+        thread::sleep(timeout.min(MAX_IDLE));
     }
 
     fn read_tx_reports(&mut self) {
@@ -315,7 +318,7 @@ impl Worker {
         };
         match found {
             Some((_, to, seq, index, sent)) if plausible(sent) => {
-                let _ = self.events.send(SenderEvent::TxStamp {
+                self.batch.push(SenderEvent::TxStamp {
                     to,
                     seq,
                     index,

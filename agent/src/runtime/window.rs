@@ -8,7 +8,7 @@
 use std::{collections::BTreeMap, time::Instant};
 
 use clockmesh_estimator::{AnchorKind, Estimator, NodeId, estimate_edge};
-use clockmesh_proto::clockmesh as pb;
+use clockmesh_proto::{clockmesh as pb, prost::Message as _};
 use serde::Serialize;
 use tracing::{debug, warn};
 
@@ -20,6 +20,7 @@ use super::{
 };
 use crate::{
     discovery::Discovery,
+    probe::wire,
     publish::{
         layout::{NodeMap, Record, flags},
         sample_kernel_clocks,
@@ -164,7 +165,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             self.windows.fitted = Some(k);
             self.fit_window(k).await;
         }
-        let solver = !self.discovery.shared() || self.leadership.is_me;
+        let solver = self.leadership.is_me;
         if let Some(k) = self.windows.due(now, SOLVE_DELAY, self.windows.solved) {
             self.windows.solved = Some(k);
             if solver {
@@ -237,6 +238,9 @@ impl<D: Discovery + Coordination> Agent<D> {
             };
             self.write_line(&line);
         }
+        if !self.discovery.shared() {
+            return self.relay_fits(k, fits);
+        }
         let snapshot = pb::Snapshot {
             window: k,
             produced_at_ns: self.local_now(),
@@ -246,6 +250,43 @@ impl<D: Discovery + Coordination> Agent<D> {
         if let Err(e) = self.discovery.put_edges(&me.name, &snapshot).await {
             self.count("discovery_errors");
             warn!("sharing edge fits of window {k}: {e}");
+        }
+    }
+
+    /// Without a shared store: fits go to the leader over UDP, one per datagram.
+    fn relay_fits(&mut self, k: u64, fits: Vec<pb::EdgeFit>) {
+        let Some(leader) = self.reference() else {
+            return;
+        };
+        for (i, fit) in fits.into_iter().enumerate() {
+            if leader == self.me.id {
+                self.relay.edges.insert((fit.from_id, fit.to_id), fit);
+            } else {
+                let seq = k.saturating_mul(64).saturating_add(i as u64);
+                self.send_record(wire::KIND_EDGE_FIT, leader, seq, fit.encode_to_vec());
+            }
+        }
+    }
+
+    /// The window's fits: from etcd, or those relayed to us.
+    async fn window_fits(&mut self, k: u64) -> Option<Vec<pb::EdgeFit>> {
+        let fresh = |w: u64| w + 1 >= k; // this window's, or the previous one's
+        if !self.discovery.shared() {
+            self.relay.edges.retain(|_, f| fresh(f.window));
+            return Some(self.relay.edges.values().cloned().collect());
+        }
+        match self.discovery.fetch_edges().await {
+            Ok(s) => Some(
+                s.into_iter()
+                    .filter(|s| fresh(s.window))
+                    .flat_map(|s| s.edges)
+                    .collect(),
+            ),
+            Err(e) => {
+                self.count("discovery_errors");
+                warn!("reading edge fits for window {k}: {e}");
+                None
+            }
         }
     }
 
@@ -266,18 +307,12 @@ impl<D: Discovery + Coordination> Agent<D> {
         let Some(reference) = self.reference() else {
             return;
         };
-        let snapshots = match self.discovery.fetch_edges().await {
-            Ok(s) => s,
-            Err(e) => {
-                self.count("discovery_errors");
-                return warn!("reading edge fits for window {k}: {e}");
-            }
+        let Some(fits) = self.window_fits(k).await else {
+            return;
         };
         let is_member = |id: NodeId| self.members.iter().any(|m| m.id == id);
-        let measurements: Vec<_> = snapshots
+        let measurements: Vec<_> = fits
             .iter()
-            .filter(|s| s.window + 1 >= k) // this window's, or the previous one's
-            .flat_map(|s| s.edges.iter())
             .filter_map(codec::edge_from_pb)
             .filter(|m| is_member(m.from) && is_member(m.to))
             .collect();
@@ -332,6 +367,16 @@ impl<D: Discovery + Coordination> Agent<D> {
             })
             .collect();
         self.status_extra.nodes = results.iter().map(node_status).collect();
+        if !self.discovery.shared() {
+            for r in results {
+                if r.node_id == self.me.id {
+                    self.relay.result = Some(r);
+                } else {
+                    self.send_record(wire::KIND_RESULT, r.node_id, k, r.encode_to_vec());
+                }
+            }
+            return;
+        }
         if let Err(e) = self.discovery.put_results(&results).await {
             self.count("discovery_errors");
             warn!("publishing results of window {k}: {e}");
@@ -340,7 +385,12 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     async fn fetch_result(&mut self) {
         let name = self.me.name.clone();
-        let r = match self.discovery.my_result(&name).await {
+        let fetched = if self.discovery.shared() {
+            self.discovery.my_result(&name).await
+        } else {
+            Ok(self.relay.result.clone())
+        };
+        let r = match fetched {
             Ok(Some(r)) => r,
             Ok(None) => return,
             Err(e) => {

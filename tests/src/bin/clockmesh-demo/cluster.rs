@@ -246,7 +246,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
 }
 
 /// The agent's shipped default cadence (`probe_cadence_us`).
-const DEFAULT_CADENCE_US: u64 = 10_000;
+const DEFAULT_CADENCE_US: u64 = 100_000;
 /// Bytes on the wire per probe / follow-up / RX report: 64 B payload + UDP, IPv4, Ethernet.
 const WIRE_BYTES: f64 = 64.0 + 8.0 + 20.0 + 14.0;
 
