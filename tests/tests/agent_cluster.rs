@@ -211,12 +211,11 @@ fn eight_nodes_converge_and_survive_kills_of_an_agent_and_the_leader() {
         Duration::from_secs(30),
         "results under the new reference",
         |c| {
-            c.node_lines(watcher)
+            c.check_all()
                 .iter()
-                .filter(|l| l.reference == new_leader)
+                .filter(|x| x.reference == new_leader)
                 .count()
                 >= 2
-                || new_leader == Cluster::name(watcher)
         },
     )
     .unwrap();
