@@ -7,15 +7,17 @@
 
 use std::{
     collections::BTreeMap,
-    io::{Read, Write},
-    net::{SocketAddr, TcpStream},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
-use clockmesh::{config::InjectedSkew, runtime::status::Status};
+use clockmesh::{
+    config::InjectedSkew,
+    runtime::{http, status::Status},
+};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
@@ -305,7 +307,7 @@ impl Cluster {
     pub fn http_get(&self, i: usize, path: &str) -> anyhow::Result<(u16, String)> {
         let addr = self.metrics_addr(i);
         let path = path.to_owned();
-        self.bed.host(i).run(move || http_get(addr, &path))?
+        Ok(self.bed.host(i).run(move || http::get(addr, &path))??)
     }
 
     pub fn status(&self, i: usize) -> anyhow::Result<Status> {
@@ -412,25 +414,6 @@ pub fn jsonl_records<T: for<'de> Deserialize<'de>>(path: &Path, kind: &str) -> V
         .filter(|v| v["type"] == kind)
         .filter_map(|v| serde_json::from_value(v).ok())
         .collect()
-}
-
-/// A minimal HTTP GET: (status code, body).
-pub fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("malformed HTTP response")?;
-    Ok((code, body.to_owned()))
 }
 
 /// p-quantile (0..=1) of `v` by nearest rank; `None` when empty.

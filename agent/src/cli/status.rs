@@ -1,13 +1,9 @@
 //! `clockmesh status`: what the local agent knows, like `chronyc tracking`
 //! and `chronyc sources` (reads the agent's `/status` endpoint).
-use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpStream},
-    time::Duration,
-};
+use std::net::SocketAddr;
 
 use anyhow::{Context as _, bail};
-use clockmesh::runtime::status::Status;
+use clockmesh::runtime::{http, status::Status};
 
 use super::config::ConfigFlags;
 
@@ -48,19 +44,11 @@ fn local_endpoint(a: SocketAddr) -> SocketAddr {
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    if !head.starts_with("HTTP/1.1 200") {
-        bail!("{}", head.lines().next().unwrap_or("bad response"));
+    let (code, body) = http::get(addr, path)?;
+    if code != 200 {
+        bail!("{path} answered HTTP {code}");
     }
-    Ok(body.to_owned())
+    Ok(body)
 }
 
 fn signed(v: i64) -> String {

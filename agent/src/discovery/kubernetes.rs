@@ -19,8 +19,9 @@
 //! * **Election**: a Lease named `kube_lease`, held by node name, 15 s
 //!   long, renewed every 5 s in a background task; [`Discovery::leadership`]
 //!   answers from what that task saw last.
-//! * The per-window exchange is not shared through the API server: like the
-//!   static backend, every agent keeps its own [`LocalStore`].
+//! * The per-window exchange does not go through the API server: like the
+//!   static backend, this one has no shared store, and the runtime relays
+//!   fits and results over UDP to and from the leader.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -51,8 +52,7 @@ use tokio::{sync::watch as signal, task::JoinHandle};
 use tracing::{debug, info, warn};
 
 use super::{Discovery, DiscoveryError, Leadership, Member, check_unique};
-use crate::runtime::coord::{Coordination, LocalStore};
-use clockmesh_proto::clockmesh as pb;
+use crate::runtime::coord::Coordination;
 
 /// Annotation with the address peers probe (`ip:port`), written by each
 /// agent on its own pod.
@@ -212,7 +212,6 @@ pub struct KubeDiscovery {
     lease_task: Option<JoinHandle<()>>,
     /// Whether the current outage has been logged by `members()`.
     outage_logged: bool,
-    store: LocalStore,
 }
 
 impl Drop for KubeDiscovery {
@@ -252,12 +251,7 @@ impl KubeDiscovery {
             watch_task: None,
             lease_task: None,
             outage_logged: false,
-            store: LocalStore::default(),
         }
-    }
-
-    pub(crate) fn store(&mut self) -> &mut LocalStore {
-        &mut self.store
     }
 
     fn stop_tasks(&mut self) {
@@ -791,33 +785,9 @@ impl Discovery for KubeDiscovery {
     }
 }
 
-/// Not shared: fits stay in this agent, and every agent solves with its own
-/// (the API server carries no per-window traffic).
-impl Coordination for KubeDiscovery {
-    fn shared(&self) -> bool {
-        false
-    }
-
-    async fn put_edges(&mut self, me: &str, snapshot: &pb::Snapshot) -> Result<(), DiscoveryError> {
-        self.store().edges.insert(me.to_owned(), snapshot.clone());
-        Ok(())
-    }
-
-    async fn fetch_edges(&mut self) -> Result<Vec<pb::Snapshot>, DiscoveryError> {
-        Ok(self.store().edges.values().cloned().collect())
-    }
-
-    async fn put_results(&mut self, results: &[pb::NodeOffset]) -> Result<(), DiscoveryError> {
-        for r in results {
-            self.store().results.insert(r.node.clone(), r.clone());
-        }
-        Ok(())
-    }
-
-    async fn my_result(&mut self, me: &str) -> Result<Option<pb::NodeOffset>, DiscoveryError> {
-        Ok(self.store().results.get(me).cloned())
-    }
-}
+/// No shared store: the API server carries no per-window traffic; fits and
+/// results go over UDP (`docs/coordination.md`).
+impl Coordination for KubeDiscovery {}
 
 #[cfg(test)]
 mod tests;

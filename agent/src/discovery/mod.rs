@@ -81,7 +81,6 @@ pub trait Discovery {
 pub struct StaticDiscovery {
     members: Vec<Member>,
     me: Option<String>,
-    store: crate::runtime::coord::LocalStore,
 }
 
 impl StaticDiscovery {
@@ -92,15 +91,7 @@ impl StaticDiscovery {
         }
         check_unique(&members)?;
         members.sort();
-        Ok(StaticDiscovery {
-            members,
-            me: None,
-            store: Default::default(),
-        })
-    }
-
-    pub(crate) fn store(&mut self) -> &mut crate::runtime::coord::LocalStore {
-        &mut self.store
+        Ok(StaticDiscovery { members, me: None })
     }
 }
 

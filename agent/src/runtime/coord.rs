@@ -3,10 +3,9 @@
 //!
 //! With etcd every agent writes its fits under `edges/<name>` (bound to its
 //! lease), the leader reads the prefix, solves and writes `results/<name>`;
-//! each agent reads its own result. The static backend has no shared store:
-//! every agent solves with the edges it fitted itself.
-
-use std::collections::BTreeMap;
+//! each agent reads its own result. Backends without a shared store (static,
+//! Kubernetes) keep the defaults: the runtime then relays fits and results
+//! over UDP to and from the leader and never calls the store methods.
 
 use clockmesh_proto::{clockmesh as pb, prost::Message as _};
 use etcd_client::{GetOptions, PutOptions, Txn, TxnOp};
@@ -18,26 +17,41 @@ use crate::discovery::{DiscoveryError, StaticDiscovery, etcd::EtcdDiscovery};
 const RESULTS_PER_TXN: usize = 128;
 
 pub trait Coordination {
-    /// Whether fits are shared: `false` means every agent solves locally.
-    fn shared(&self) -> bool;
+    /// Whether the backend has a shared store for fits and results. `false`
+    /// (the default): the runtime relays them over UDP instead.
+    fn shared(&self) -> bool {
+        false
+    }
     /// Replaces this node's edge fits.
     fn put_edges(
         &mut self,
-        me: &str,
-        snapshot: &pb::Snapshot,
-    ) -> impl Future<Output = Result<(), DiscoveryError>>;
+        _me: &str,
+        _snapshot: &pb::Snapshot,
+    ) -> impl Future<Output = Result<(), DiscoveryError>> {
+        async { Err(no_store()) }
+    }
     /// Every node's latest edge fits (bad records are skipped).
-    fn fetch_edges(&mut self) -> impl Future<Output = Result<Vec<pb::Snapshot>, DiscoveryError>>;
+    fn fetch_edges(&mut self) -> impl Future<Output = Result<Vec<pb::Snapshot>, DiscoveryError>> {
+        async { Err(no_store()) }
+    }
     /// Publishes the solve's per-node results.
     fn put_results(
         &mut self,
-        results: &[pb::NodeOffset],
-    ) -> impl Future<Output = Result<(), DiscoveryError>>;
+        _results: &[pb::NodeOffset],
+    ) -> impl Future<Output = Result<(), DiscoveryError>> {
+        async { Err(no_store()) }
+    }
     /// This node's latest result, if any.
     fn my_result(
         &mut self,
-        me: &str,
-    ) -> impl Future<Output = Result<Option<pb::NodeOffset>, DiscoveryError>>;
+        _me: &str,
+    ) -> impl Future<Output = Result<Option<pb::NodeOffset>, DiscoveryError>> {
+        async { Err(no_store()) }
+    }
+}
+
+fn no_store() -> DiscoveryError {
+    DiscoveryError::Unavailable("this membership backend has no shared store".into())
 }
 
 fn unavailable(e: impl std::fmt::Display) -> DiscoveryError {
@@ -98,38 +112,8 @@ impl Coordination for EtcdDiscovery {
     }
 }
 
-/// In-process store for the static backend.
-#[derive(Default)]
-pub struct LocalStore {
-    pub(crate) edges: BTreeMap<String, pb::Snapshot>,
-    pub(crate) results: BTreeMap<String, pb::NodeOffset>,
-}
-
-impl Coordination for StaticDiscovery {
-    fn shared(&self) -> bool {
-        false
-    }
-
-    async fn put_edges(&mut self, me: &str, snapshot: &pb::Snapshot) -> Result<(), DiscoveryError> {
-        self.store().edges.insert(me.to_owned(), snapshot.clone());
-        Ok(())
-    }
-
-    async fn fetch_edges(&mut self) -> Result<Vec<pb::Snapshot>, DiscoveryError> {
-        Ok(self.store().edges.values().cloned().collect())
-    }
-
-    async fn put_results(&mut self, results: &[pb::NodeOffset]) -> Result<(), DiscoveryError> {
-        for r in results {
-            self.store().results.insert(r.node.clone(), r.clone());
-        }
-        Ok(())
-    }
-
-    async fn my_result(&mut self, me: &str) -> Result<Option<pb::NodeOffset>, DiscoveryError> {
-        Ok(self.store().results.get(me).cloned())
-    }
-}
+/// No store: fits and results go over UDP (`docs/coordination.md`).
+impl Coordination for StaticDiscovery {}
 
 #[cfg(test)]
 mod tests {
@@ -137,28 +121,16 @@ mod tests {
     use crate::discovery::Discovery;
 
     #[test]
-    fn static_store_round_trips_edges_and_results() {
+    fn static_backend_has_no_store() {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         let mut d = StaticDiscovery::parse(&["a=198.18.0.1:1".into()]).unwrap();
         rt.block_on(async {
             assert!(!d.shared());
-            let snap = pb::Snapshot {
-                window: 3,
-                ..Default::default()
-            };
-            d.put_edges("a", &snap).await.unwrap();
-            d.put_edges("a", &snap).await.unwrap();
-            assert_eq!(d.fetch_edges().await.unwrap().len(), 1, "replaced");
-            let r = pb::NodeOffset {
-                node: "a".into(),
-                offset_ns: 5,
-                ..Default::default()
-            };
-            d.put_results(std::slice::from_ref(&r)).await.unwrap();
-            assert_eq!(d.my_result("a").await.unwrap(), Some(r));
-            assert_eq!(d.my_result("b").await.unwrap(), None);
+            let err = d.fetch_edges().await.unwrap_err().to_string();
+            assert!(err.contains("no shared store"), "{err}");
+            assert!(d.my_result("a").await.is_err());
             assert!(d.members().await.unwrap().len() == 1);
         });
     }

@@ -68,6 +68,27 @@ async fn handle(mut stream: TcpStream, status: SharedStatus) -> std::io::Result<
     stream.shutdown().await
 }
 
+/// A blocking GET against an agent's endpoint: (status code, body). For
+/// `clockmesh status` and the tests; one request per connection.
+pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("malformed HTTP response: {head:?}")))?;
+    Ok((code, body.to_owned()))
+}
+
 /// (status line, content type, body) for a request.
 pub fn respond(
     method: &str,

@@ -664,11 +664,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         let Ok(r) = pb::NodeOffset::decode(payload) else {
             return self.drop_msg("malformed");
         };
-        let from_leader = self
-            .leadership
-            .leader
-            .as_deref()
-            .is_some_and(|l| self.member(header.sender).is_some_and(|m| m.name == l));
+        let from_leader = self.reference() == Some(header.sender);
         if !from_leader || r.node_id != self.me.id || r.reference_id != header.sender {
             return self.drop_msg("bad_record");
         }
@@ -785,10 +781,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 id: p.id,
                 name: p.name.clone(),
                 addr: p.addr.to_string(),
-                state: serde_json::to_value(p.state)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
+                state: p.state.as_str().to_owned(),
                 out_edge: out_edges.contains(&p.id),
                 hello_attempts: p.attempts,
                 last_heard_ms: u64::try_from((now - p.last_heard_ns) / 1_000_000).ok(),

@@ -37,6 +37,15 @@ pub enum PeerState {
     Ready,
 }
 
+impl PeerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeerState::Connecting => "connecting",
+            PeerState::Ready => "ready",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Peer {
     pub id: NodeId,
@@ -235,6 +244,10 @@ mod tests {
         let later = p.due_hellos(26_000_000_000);
         assert!(later.iter().any(|d| d.id == 2), "silent > 15 s");
         assert_eq!(p.get(2).unwrap().state, PeerState::Connecting);
+        assert_eq!(
+            serde_json::to_value(PeerState::Connecting).unwrap(),
+            PeerState::Connecting.as_str()
+        );
         let gone = p.set(&[(3, "c".into(), addr(3))], 0);
         assert_eq!(gone, [2]);
         assert!(p.get(2).is_none());

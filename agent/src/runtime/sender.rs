@@ -78,7 +78,8 @@ pub struct SenderStats {
 
 /// Handle to the running sender; dropping it stops the thread.
 pub struct Sender {
-    targets: Arc<Mutex<Vec<Target>>>,
+    /// A new peer list, until the thread takes it.
+    targets: Arc<Mutex<Option<Vec<Target>>>>,
     stop: Arc<AtomicBool>,
     thread: Option<thread::JoinHandle<()>>,
     pub stats: Arc<SenderStats>,
@@ -94,7 +95,7 @@ impl Sender {
         let sock = UdpSocket::bind(bind)?;
         timestamping::enable(&sock, cfg.stamp_mode)?;
         sock.set_nonblocking(true)?;
-        let targets = Arc::new(Mutex::new(Vec::new()));
+        let targets = Arc::new(Mutex::new(None));
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(SenderStats::default());
         let mut worker = Worker {
@@ -123,7 +124,7 @@ impl Sender {
 
     /// Replaces the set of peers to probe.
     pub fn set_targets(&self, targets: Vec<Target>) {
-        *self.targets.lock().unwrap_or_else(|e| e.into_inner()) = targets;
+        *self.targets.lock().unwrap_or_else(|e| e.into_inner()) = Some(targets);
     }
 }
 
@@ -156,7 +157,7 @@ struct Worker {
     events: UnboundedSender<Vec<SenderEvent>>,
     /// Reported once per loop turn: one wake-up of the agent loop, not three per pair.
     batch: Vec<SenderEvent>,
-    targets: Arc<Mutex<Vec<Target>>>,
+    targets: Arc<Mutex<Option<Vec<Target>>>>,
     stop: Arc<AtomicBool>,
     stats: Arc<SenderStats>,
     schedule: HashMap<NodeId, (Target, Slot)>,
@@ -196,12 +197,16 @@ impl Worker {
         ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// Applies a new peer list, if one was set since the last turn.
     fn refresh_schedule(&mut self) {
-        let targets = self
+        let Some(targets) = self
             .targets
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone();
+            .take()
+        else {
+            return;
+        };
         self.schedule
             .retain(|id, (t, _)| targets.iter().any(|n| n.id == *id && n.addr == t.addr));
         let cadence = self.cfg.cadence;

@@ -297,8 +297,9 @@ impl<D: Discovery + Coordination> Agent<D> {
         }
     }
 
-    /// The reference: the leader (etcd) or the lowest id (static).
-    fn reference(&self) -> Option<NodeId> {
+    /// The reference: the leader's id (Lease or etcd election, or the lowest
+    /// id of a static list).
+    pub(super) fn reference(&self) -> Option<NodeId> {
         let leader = self.leadership.leader.as_deref()?;
         self.members.iter().find(|m| m.name == leader).map(|m| m.id)
     }
