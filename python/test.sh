@@ -14,11 +14,26 @@ if ! command -v protoc >/dev/null; then
   apt-get install -y protobuf-compiler >/dev/null ||
     { apt-get update >/dev/null && apt-get install -y protobuf-compiler >/dev/null; }
 fi
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-fi
+# A venv left half-made (full disk, interrupted run) is rebuilt, and where
+# ensurepip itself fails, the system pip installs into a pip-less venv.
+make_venv() {
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv"; then
+    echo "python/test.sh: ensurepip failed; using the system pip" >&2
+    rm -rf "$venv"
+    python3 -m venv --without-pip "$venv"
+  fi
+}
+pip_install() {
+  if "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+    "$venv/bin/python" -m pip install -q "$@"
+  else
+    python3 -m pip --python "$venv/bin/python" install -q "$@"
+  fi
+}
+"$venv/bin/python" -c 'import sys' 2>/dev/null || make_venv
 if ! "$venv/bin/python" -c 'import jax, xprof, google.protobuf' 2>/dev/null; then
-  "$venv/bin/pip" install -q jax xprof protobuf
+  pip_install jax xprof protobuf
 fi
 
 export AYA_BUILD_SKIP=1
