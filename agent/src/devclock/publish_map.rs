@@ -8,20 +8,20 @@
 //! Composing with the node's own offset (host REALTIME -> global) is the
 //! publisher's job.
 use clockmesh_estimator::device::{DeviceClockFit, HostDomain, SourceKind, Vendor};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One GPU's device-to-host clock map, ready to publish.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PublishedDeviceMap {
     /// "nvidia:0", "amd:<gpu_id>", "synthetic:0".
     pub device: String,
     /// Device clock domain: "cuda-globaltimer", "amdgpu-clock-counter", ...
-    pub device_domain: &'static str,
+    pub device_domain: String,
     /// Source that produced the pairs: "cuda-pingpong", "kfd-ioctl", ...
-    pub source: &'static str,
+    pub source: String,
     /// Host clock the map targets: "CLOCK_REALTIME", "CLOCK_MONOTONIC",
     /// "CLOCK_BOOTTIME".
-    pub host_domain: &'static str,
+    pub host_domain: String,
     pub anchor_device_ns: u64,
     pub offset_at_anchor_ns: i64,
     /// d(host - device)/d(device), ppb.
@@ -61,9 +61,9 @@ impl PublishedDeviceMap {
         };
         PublishedDeviceMap {
             device: format!("{vendor}:{}", fit.device.index),
-            device_domain: fit.source.device_domain(),
-            source: source_name(fit.source),
-            host_domain: host_domain_name(fit.domain),
+            device_domain: fit.source.device_domain().into(),
+            source: source_name(fit.source).into(),
+            host_domain: host_domain_name(fit.domain).into(),
             anchor_device_ns: fit.anchor_device_ns,
             // The fractional ns is dropped: publication is in whole ns.
             offset_at_anchor_ns: fit.offset_at_anchor_ns,

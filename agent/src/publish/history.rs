@@ -6,6 +6,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::devclock::PublishedDeviceMap;
+
 /// One line of the history file: one node's map for one estimator window.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {
@@ -34,6 +36,25 @@ impl HistoryEntry {
         let age_s = (t_ns - self.anchor_ns) as f64 / 1e9;
         self.offset_ns + (self.drift_ppb * age_s).round() as i64
     }
+}
+
+/// One line of the history for one GPU's device-clock map (`"type":
+/// "device"`), written by the agent once per window per device. The map is
+/// [`PublishedDeviceMap`]: device time → this host's `host_domain` clock,
+/// usable only inside its valid device-time range (fail closed outside).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceHistoryEntry {
+    /// Always "device".
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Hostname, as in node entries.
+    pub host: String,
+    /// Estimator window during which the map was written.
+    pub window: u64,
+    /// Host CLOCK_REALTIME when the line was written.
+    pub written_at_ns: i64,
+    #[serde(flatten)]
+    pub map: PublishedDeviceMap,
 }
 
 #[derive(Debug, thiserror::Error)]
