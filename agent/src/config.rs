@@ -164,6 +164,20 @@ pub const KEYS: &[Key] = &[
         help: "GPU clock snapshot period, ms",
     },
     Key {
+        name: "gpu_clock",
+        env: &["CLOCKMESH_GPU_CLOCK"],
+        file_aliases: &[],
+        default: Some("off"),
+        help: "GPU clock source: off, cuda, cuda-launch, rocm or synthetic (opt-in: a CUDA context costs ~0.5 GiB of GPU memory)",
+    },
+    Key {
+        name: "gpu_devices",
+        env: &["CLOCKMESH_GPU_DEVICES"],
+        file_aliases: &[],
+        default: Some("all"),
+        help: "GPUs whose clocks are mapped: `all` or indices, comma separated",
+    },
+    Key {
         name: "auth_key_file",
         env: &["CLOCKMESH_AUTH_KEY_FILE"],
         file_aliases: &[],
@@ -368,6 +382,8 @@ pub struct AgentConfig {
     pub offsets_path: Sourced<PathBuf>,
     pub metrics_addr: Sourced<SocketAddr>,
     pub snapshot_period_ms: Sourced<u64>,
+    pub gpu_clock: Sourced<GpuClockKind>,
+    pub gpu_devices: Sourced<GpuDevices>,
     pub auth_key_file: Option<Sourced<PathBuf>>,
     pub discovery: Sourced<DiscoveryKind>,
     pub members: Option<Sourced<Vec<String>>>,
@@ -378,6 +394,29 @@ pub struct AgentConfig {
     pub kube_lease: Sourced<String>,
     pub advertise_addr: Option<Sourced<std::net::IpAddr>>,
     pub inject_skew: Option<Sourced<InjectedSkew>>,
+}
+
+/// Which GPU clock source the agent samples (`gpu_clock`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuClockKind {
+    Off,
+    /// `%globaltimer` through a ping-pong kernel (~2 µs brackets).
+    Cuda,
+    /// One kernel launch per sample (fallback; ~8 µs brackets).
+    CudaLaunch,
+    /// KFD `AMDKFD_IOC_GET_CLOCK_COUNTERS`.
+    Rocm,
+    /// A modelled clock (tests, demos).
+    Synthetic,
+}
+
+/// Which GPUs to map (`gpu_devices`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuDevices {
+    All,
+    List(Vec<u32>),
 }
 
 /// Which membership backend the agent uses.
@@ -405,6 +444,45 @@ impl InjectedSkew {
         self.offset_ns
             .saturating_add((self.drift_ppb * age_s).round() as i64)
     }
+}
+
+fn gpu_clock_kind(s: &str) -> Result<GpuClockKind, String> {
+    Ok(match s {
+        "off" | "none" | "false" => GpuClockKind::Off,
+        "cuda" => GpuClockKind::Cuda,
+        "cuda-launch" => GpuClockKind::CudaLaunch,
+        "rocm" => GpuClockKind::Rocm,
+        "synthetic" => GpuClockKind::Synthetic,
+        _ => return Err("expected off, cuda, cuda-launch, rocm or synthetic".into()),
+    })
+}
+
+/// At most this many GPUs per node (the offsets file has 16 device slots).
+pub const MAX_GPU_DEVICES: u32 = 16;
+
+fn gpu_devices(s: &str) -> Result<GpuDevices, String> {
+    if s == "all" {
+        return Ok(GpuDevices::All);
+    }
+    let mut list = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let i: u32 = item
+            .parse()
+            .map_err(|_| format!("`{item}` is not a GPU index; expected `all` or e.g. 0,1"))?;
+        if i >= MAX_GPU_DEVICES {
+            return Err(format!(
+                "GPU index {i} is too large (at most {})",
+                MAX_GPU_DEVICES - 1
+            ));
+        }
+        if !list.contains(&i) {
+            list.push(i);
+        }
+    }
+    if list.is_empty() {
+        return Err("expected `all` or GPU indices, e.g. 0,1".into());
+    }
+    Ok(GpuDevices::List(list))
 }
 
 fn discovery_kind(s: &str) -> Result<DiscoveryKind, String> {
@@ -612,6 +690,16 @@ impl AgentConfig {
                 typed(layers, "snapshot_period_ms", int_in(1u64, 3_600_000))?,
                 "snapshot_period_ms",
                 "snapshot-period-ms",
+            )?,
+            gpu_clock: required(
+                typed(layers, "gpu_clock", gpu_clock_kind)?,
+                "gpu_clock",
+                "gpu-clock",
+            )?,
+            gpu_devices: required(
+                typed(layers, "gpu_devices", gpu_devices)?,
+                "gpu_devices",
+                "gpu-devices",
             )?,
             auth_key_file: typed(layers, "auth_key_file", path)?,
             discovery: required(

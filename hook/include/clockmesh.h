@@ -65,7 +65,8 @@ enum clockmesh_status {
 enum clockmesh_device_kind {
   CLOCKMESH_DEV_UNKNOWN = 0,
   CLOCKMESH_DEV_CUDA = 1,
-  CLOCKMESH_DEV_ROCM = 2
+  CLOCKMESH_DEV_ROCM = 2,
+  CLOCKMESH_DEV_SYNTHETIC = 3 /* a modelled clock (tests) */
 };
 
 typedef struct clockmesh_handle {

@@ -62,7 +62,7 @@ class Busy(ClockmeshError):
 @dataclass(frozen=True)
 class DeviceMap:
     device_id: int
-    kind: int  # 0 unknown, 1 CUDA, 2 ROCm
+    kind: int  # 0 unknown, 1 CUDA, 2 ROCm, 3 synthetic
     flags: int
     device_anchor_ns: int
     offset_ns: int

@@ -52,6 +52,8 @@ pub struct ClusterConfig {
     /// Two nodes only: one veth pair instead of a bridge (the lowest-noise
     /// path); etcd then runs in host 0's namespace.
     pub direct_pair: bool,
+    /// Appended to every agent's command line.
+    pub extra_args: Vec<String>,
 }
 
 impl Default for ClusterConfig {
@@ -65,6 +67,7 @@ impl Default for ClusterConfig {
             inject_skew: true,
             auth_key: None,
             direct_pair: false,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -254,6 +257,7 @@ impl Cluster {
                 self.dir.join("auth.key").display().to_string(),
             ]);
         }
+        args.extend(c.extra_args.iter().cloned());
         args
     }
 

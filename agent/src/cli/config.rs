@@ -41,6 +41,15 @@ pub struct ConfigFlags {
     /// Local HTTP endpoint for /metrics, /healthz, /readyz, /status.
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_addr: Option<String>,
+    /// GPU clock snapshot period, ms.
+    #[arg(long)]
+    pub snapshot_period_ms: Option<u64>,
+    /// GPU clock source: off, cuda, cuda-launch, rocm or synthetic (opt-in).
+    #[arg(long)]
+    pub gpu_clock: Option<String>,
+    /// GPUs whose clocks are mapped: `all` or indices, e.g. `0,1`.
+    #[arg(long)]
+    pub gpu_devices: Option<String>,
     /// File with the shared probe HMAC key (≥ 16 bytes).
     #[arg(long, value_name = "FILE")]
     pub auth_key_file: Option<PathBuf>,
@@ -120,6 +129,13 @@ impl ConfigFlags {
                 path_text(&self.offsets_path),
             ),
             ("metrics_addr", "--metrics-addr", self.metrics_addr.clone()),
+            (
+                "snapshot_period_ms",
+                "--snapshot-period-ms",
+                self.snapshot_period_ms.map(|v| v.to_string()),
+            ),
+            ("gpu_clock", "--gpu-clock", self.gpu_clock.clone()),
+            ("gpu_devices", "--gpu-devices", self.gpu_devices.clone()),
             (
                 "auth_key_file",
                 "--auth-key-file",

@@ -138,7 +138,69 @@ pub fn render(s: &Status) -> String {
         dropped,
         s.dropped
     );
+    out += &render_devices(s);
     out
+}
+
+/// The GPU clocks section (only when `gpu_clock` is on).
+fn render_devices(s: &Status) -> String {
+    let mut out = String::new();
+    if let Some(e) = &s.gpu_error {
+        out += &format!("\nGPU clocks   : not sampled: {e}\n");
+    }
+    if s.devices.is_empty() {
+        return out;
+    }
+    out += &format!(
+        "\n{:<14} {:<28} {:>16} {:>12} {:>8} {:>8} {:>7} {:>10} {:>9}\n",
+        "GPU clock",
+        "Name",
+        "Host−device ns",
+        "Drift ppb",
+        "± ns",
+        "rms ns",
+        "Points",
+        "Bracket ns",
+        "Rejected"
+    );
+    for d in &s.devices {
+        let (off, drift, bound, rms, points) = match &d.map {
+            Some(m) => (
+                signed(m.offset_at_anchor_ns),
+                format!("{:+.1}", m.drift_ppb),
+                m.bound_ns.to_string(),
+                format!("{:.0}", m.residual_rms_ns),
+                m.points.to_string(),
+            ),
+            None => (
+                "(no fit yet)".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ),
+        };
+        out += &format!(
+            "{:<14} {:<28} {:>16} {:>12} {:>8} {:>8} {:>7} {:>10} {:>9}\n",
+            d.device,
+            truncate(&d.name, 28),
+            off,
+            drift,
+            bound,
+            rms,
+            points,
+            d.last_bracket_ns.map_or("-".into(), |b| b.to_string()),
+            d.rejected
+        );
+        if let Some(e) = &d.last_error {
+            out += &format!("  last error: {e}\n");
+        }
+    }
+    out
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
 }
 
 #[cfg(test)]
@@ -179,6 +241,51 @@ mod tests {
         assert!(text.contains("dropped 3"), "{text}");
         s.offset = None;
         assert!(render(&s).contains("not yet known"));
+    }
+
+    #[test]
+    fn report_shows_gpu_clocks() {
+        use clockmesh::{devclock::PublishedDeviceMap, runtime::status::DeviceStatus};
+        let mut s = Status::default();
+        assert!(!render(&s).contains("GPU clock"));
+        s.devices.push(DeviceStatus {
+            device: "nvidia:0".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            map: Some(PublishedDeviceMap {
+                device: "nvidia:0".into(),
+                device_domain: "cuda-globaltimer".into(),
+                source: "cuda-pingpong".into(),
+                host_domain: "CLOCK_REALTIME".into(),
+                anchor_device_ns: 1,
+                offset_at_anchor_ns: 1234,
+                drift_ppb: 21950.0,
+                bound_ns: 1750,
+                residual_rms_ns: 93.0,
+                points: 30,
+                valid_from_device_ns: 0,
+                valid_until_device_ns: 2,
+            }),
+            last_bracket_ns: Some(1810),
+            ..Default::default()
+        });
+        s.devices.push(DeviceStatus {
+            device: "nvidia:1".into(),
+            last_error: Some("device did not answer".into()),
+            ..Default::default()
+        });
+        let text = render(&s);
+        assert!(
+            text.contains("+1234") && text.contains("+21950.0"),
+            "{text}"
+        );
+        assert!(text.contains("1750") && text.contains("1810"), "{text}");
+        assert!(
+            text.contains("(no fit yet)") && text.contains("did not answer"),
+            "{text}"
+        );
+        s.devices.clear();
+        s.gpu_error = Some("libcuda.so not found".into());
+        assert!(render(&s).contains("not sampled: libcuda.so not found"));
     }
 
     #[test]

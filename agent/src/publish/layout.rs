@@ -52,6 +52,8 @@ pub enum DeviceKind {
     Unknown = 0,
     Cuda = 1,
     Rocm = 2,
+    /// A modelled clock (tests and demos).
+    Synthetic = 3,
 }
 
 impl DeviceKind {
@@ -59,6 +61,7 @@ impl DeviceKind {
         match v {
             1 => Self::Cuda,
             2 => Self::Rocm,
+            3 => Self::Synthetic,
             _ => Self::Unknown,
         }
     }
@@ -269,6 +272,17 @@ impl NodeMap {
             / 1_000_000_000_000;
         let bound = i128::from(self.bound_ns).saturating_add(growth);
         (saturate_i64(global), saturate_u64(bound))
+    }
+}
+
+impl DeviceMap {
+    /// Maps a device clock reading to this node's CLOCK_REALTIME (compose
+    /// with [`NodeMap::to_global`] for the global timeline). Validity is
+    /// the caller's check (`valid_until_ns`, flags).
+    pub fn to_host(&self, device_ns: i64) -> i64 {
+        let age = i128::from(device_ns) - i128::from(self.device_anchor_ns);
+        let drift = i128::from(self.drift_ps_per_s).saturating_mul(age) / 1_000_000_000_000;
+        saturate_i64(i128::from(device_ns) + i128::from(self.offset_ns) + drift)
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod codec;
 pub mod collector;
 pub mod coord;
+pub mod gpu;
 pub mod http;
 pub mod jsonl;
 mod node;

@@ -98,6 +98,13 @@ pub(super) struct Agent<D> {
     pub(super) status_extra: Status,
     /// Backends without a shared store exchange fits and results over UDP.
     pub(super) relay: Relay,
+    /// GPU clock sampling (`gpu_clock`), its last generation seen, and the
+    /// last window for which device lines were written.
+    pub(super) gpu: Option<super::gpu::GpuClocks>,
+    pub(super) gpu_seen: u64,
+    pub(super) device_lines_window: Option<i64>,
+    /// The last published record, republished when device maps change.
+    pub(super) last_record: Option<crate::publish::Record>,
     started_at_ns: i64,
 }
 
@@ -202,6 +209,12 @@ impl<D: Discovery + Coordination> Agent<D> {
         let jsonl = Jsonl::open(&cfg.output_dir.value, jsonl::DEFAULT_MAX_BYTES).map_err(
             io_err(format!("output_dir {}", cfg.output_dir.value.display())),
         )?;
+        let gpu = super::gpu::GpuClocks::start(
+            cfg.gpu_clock.value,
+            cfg.gpu_devices.value.clone(),
+            Duration::from_millis(cfg.snapshot_period_ms.value),
+        )
+        .map_err(io_err("starting the GPU clock thread"))?;
         let est_cfg = estimator_config(&cfg);
         let window_ns = cfg.probe_window_s.value as i64 * 1_000_000_000;
         let mut agent = Agent {
@@ -230,6 +243,10 @@ impl<D: Discovery + Coordination> Agent<D> {
             windows: WindowClock::new(window_ns),
             status_extra: Status::default(),
             relay: Relay::default(),
+            gpu,
+            gpu_seen: 0,
+            device_lines_window: None,
+            last_record: None,
             started_at_ns: start_ns,
             me,
             discovery,
@@ -259,6 +276,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 batch.into_iter().for_each(|e| self.on_sender_event(e));
             }
             self.on_tick();
+            self.poll_gpu();
             let now = Instant::now();
             if now >= next_membership {
                 next_membership = now + MEMBERSHIP_PERIOD;

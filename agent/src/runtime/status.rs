@@ -29,6 +29,35 @@ pub struct Status {
     pub ebpf: BTreeMap<String, u64>,
     pub timings: Timings,
     pub config: BTreeMap<String, String>,
+    /// GPU device clocks mapped onto this node's clock (`gpu_clock`).
+    pub devices: Vec<DeviceStatus>,
+    /// Why GPU clock sampling is not running, when it was asked for.
+    pub gpu_error: Option<String>,
+}
+
+/// One GPU clock: its current map onto this node's CLOCK_REALTIME and the
+/// sampler's counters.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct DeviceStatus {
+    /// "nvidia:0", "amd:1", "synthetic:0".
+    pub device: String,
+    /// Index in the offsets file's `device_id`.
+    pub index: u32,
+    /// Model, UUID or PCI location.
+    pub name: String,
+    pub map: Option<crate::devclock::PublishedDeviceMap>,
+    pub bursts: u64,
+    pub accepted: u64,
+    /// Pairs rejected as bad readings (too wide, invalid, non-monotonic, outlier).
+    pub rejected: u64,
+    pub resets: u64,
+    pub sample_errors: u64,
+    /// Bracket of the last burst's tightest pair (ns).
+    pub last_bracket_ns: Option<u64>,
+    /// Host CLOCK_REALTIME of the last burst.
+    pub updated_at_ns: i64,
+    pub last_error: Option<String>,
 }
 
 /// A node's clock against the reference: `clock_node − clock_reference`.
@@ -158,6 +187,7 @@ impl Status {
         p.sample("clockmesh_window", &me, self.window as f64);
         self.offsets(&mut p);
         self.edges(&mut p);
+        self.devices(&mut p);
         p.help("clockmesh_peers", "gauge", "peers by handshake state");
         for state in ["connecting", "ready"] {
             let n = self.peers.iter().filter(|x| x.state == state).count();
@@ -245,6 +275,66 @@ impl Status {
                     name,
                     &[("node", &n.node), ("reference", &n.reference)],
                     value(n),
+                );
+            }
+        }
+    }
+
+    fn devices(&self, p: &mut Prom) {
+        let maps: Vec<(&str, &crate::devclock::PublishedDeviceMap)> = self
+            .devices
+            .iter()
+            .filter_map(|d| d.map.as_ref().map(|m| (d.device.as_str(), m)))
+            .collect();
+        let series: [Series<crate::devclock::PublishedDeviceMap, f64>; 4] = [
+            (
+                "clockmesh_device_offset_ns",
+                "host CLOCK_REALTIME minus device clock at the map's anchor, ns",
+                |m| m.offset_at_anchor_ns as f64,
+            ),
+            (
+                "clockmesh_device_drift_ppb",
+                "rate of the device offset against the host clock, ppb",
+                |m| m.drift_ppb,
+            ),
+            (
+                "clockmesh_device_bound_ns",
+                "error bound of the device map at its anchor, ns",
+                |m| m.bound_ns as f64,
+            ),
+            (
+                "clockmesh_device_residual_rms_ns",
+                "rms residual of the device map's fit, ns",
+                |m| m.residual_rms_ns,
+            ),
+        ];
+        for (name, help, value) in series {
+            p.help(name, "gauge", help);
+            for (device, m) in &maps {
+                p.sample(name, &[("node", &self.node), ("device", device)], value(m));
+            }
+        }
+        let counters: [Series<DeviceStatus, u64>; 4] = [
+            ("bursts", "", |d| d.bursts),
+            ("accepted", "", |d| d.accepted),
+            ("rejected", "", |d| d.rejected),
+            ("sample_errors", "", |d| d.sample_errors),
+        ];
+        p.help(
+            "clockmesh_device_samples_total",
+            "counter",
+            "GPU clock sampler counters (bursts, accepted and rejected pairs, errors)",
+        );
+        for d in &self.devices {
+            for (kind, _, value) in counters {
+                p.sample(
+                    "clockmesh_device_samples_total",
+                    &[
+                        ("node", &self.node),
+                        ("device", &d.device),
+                        ("counter", kind),
+                    ],
+                    value(d) as f64,
                 );
             }
         }

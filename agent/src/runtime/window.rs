@@ -290,7 +290,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         }
     }
 
-    fn write_line(&mut self, line: &impl Serialize) {
+    pub(super) fn write_line(&mut self, line: &impl Serialize) {
         if let Err(e) = self.jsonl.write(line) {
             self.count("jsonl_errors");
             warn!(path = %self.jsonl.path().display(), "writing JSONL: {e}");
@@ -429,12 +429,9 @@ impl<D: Discovery + Coordination> Agent<D> {
                 bound_growth_ps_per_s: (r.bound_growth_ppb * 1e3).ceil().max(0.0) as u64,
             },
             clocks: sample_kernel_clocks(),
-            devices: Vec::new(),
+            devices: self.device_entries(),
         };
-        if let Err(e) = self.writer.publish(&record) {
-            self.count("publish_errors");
-            warn!("publishing offsets: {e}");
-        }
+        self.write_record(record);
         self.count("results_published");
         let window_ns = self.cfg.probe_window_s.value as i64 * 1_000_000_000;
         let line = NodeLine {

@@ -153,6 +153,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         inject_skew: !args.no_skew,
         auth_key: None,
         direct_pair: args.direct,
+        extra_args: Vec::new(),
     };
     if !args.json {
         eprintln!(
