@@ -27,7 +27,7 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install missing prerequisites (LLVM 22, nightly rust-src, bpf-linker); idempotent.
+    /// Install missing prerequisites (LLVM 22, nightly rust-src, bpf-linker, ROCm SMI); idempotent.
     Setup,
     /// Build the eBPF object with nightly and -Z build-std=core (+ BTF).
     BuildEbpf,
@@ -147,8 +147,31 @@ fn setup() -> anyhow::Result<()> {
     if !missing.is_empty() {
         apt_install(&missing)?;
     }
+    // clockmesh's non-default `rocm-smi` feature: librocm_smi64 to link
+    // (Debian's ROCm 5.2), and libclang with its headers for the bindgen run
+    // of rocm_smi_lib_sys. File → Debian package providing it.
+    let llvm = Path::new(LLVM_PREFIX);
+    let rocm_smi_build = [
+        (
+            PathBuf::from("/usr/lib/librocm_smi64.so"),
+            "librocm-smi-dev",
+        ),
+        (llvm.join("lib/libclang-22.so.1"), "libclang1-22"),
+        (
+            llvm.join("lib/clang/22/include/stddef.h"),
+            "libclang-common-22-dev",
+        ),
+    ];
+    let missing: Vec<&str> = rocm_smi_build
+        .iter()
+        .filter(|(file, _)| !file.exists())
+        .map(|(_, package)| *package)
+        .collect();
+    if !missing.is_empty() {
+        apt_install(&missing)?;
+    }
     eprintln!(
-        "xtask: setup complete (LLVM 22, nightly rust-src, bpf-linker {BPF_LINKER_VERSION}, iproute2, protoc, etcd)"
+        "xtask: setup complete (LLVM 22, nightly rust-src, bpf-linker {BPF_LINKER_VERSION}, iproute2, protoc, etcd, librocm-smi-dev, libclang)"
     );
     Ok(())
 }
@@ -238,6 +261,17 @@ fn test() -> anyhow::Result<()> {
     run(cargo()
         .args(["test", "--no-fail-fast"])
         .env("CLOCKMESH_REQUIRE_ROOT", "1"))?;
+    // The non-default `rocm-smi` feature (links librocm_smi64): its tests run
+    // without an AMD GPU; the eBPF object is not needed for them.
+    run(rocm_smi_cargo().args([
+        "test",
+        "-p",
+        "clockmesh",
+        "--features",
+        "rocm-smi",
+        "--lib",
+        "devclock",
+    ]))?;
     for script in extra_test_scripts() {
         run(Command::new("bash").arg(&script).current_dir(root()))?;
     }
@@ -263,6 +297,17 @@ fn lint() -> anyhow::Result<()> {
         .args(["clippy", "--all-targets", "--", "-D", "warnings"])
         .env("AYA_BUILD_SKIP", "1"))?;
     setup()?;
+    run(rocm_smi_cargo().args([
+        "clippy",
+        "-p",
+        "clockmesh",
+        "--all-targets",
+        "--features",
+        "rocm-smi",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     run(nightly_cargo()
         .args([
             "clippy",
@@ -279,6 +324,15 @@ fn lint() -> anyhow::Result<()> {
             &root().join("target").to_string_lossy(),
         ])
         .args(["--", "-D", "warnings"]))
+}
+
+/// Cargo for clockmesh's `rocm-smi` feature (packages from `setup`): bindgen
+/// pointed at LLVM 22's libclang, eBPF build skipped.
+fn rocm_smi_cargo() -> Command {
+    let mut c = cargo();
+    c.env("AYA_BUILD_SKIP", "1")
+        .env("LIBCLANG_PATH", Path::new(LLVM_PREFIX).join("lib"));
+    c
 }
 
 /// Nightly cargo in ebpf/ (`rustup run`: the cargo running xtask cannot take `+nightly`).

@@ -15,6 +15,8 @@ pub mod cuda;
 pub mod host;
 pub mod publish_map;
 pub mod rocm;
+#[cfg(feature = "rocm-smi")]
+pub mod rocm_smi;
 pub mod sampler;
 pub mod synthetic;
 

@@ -301,6 +301,9 @@ impl RocmKfdSource {
             node.gpu_id,
             node.pci_bus_id().unwrap_or_default()
         );
+        // With the `rocm-smi` feature, ROCm SMI's GPU name where it has one.
+        #[cfg(feature = "rocm-smi")]
+        let name = super::rocm_smi::name_for_kfd_node(&node).unwrap_or(name);
         let info = SourceInfo {
             device: DeviceId {
                 vendor: Vendor::Amd,
