@@ -20,6 +20,8 @@ enum Command {
     Agent(cli::agent::AgentArgs),
     /// Show what the local agent knows: offset ± bound, reference, peers.
     Status(cli::status::StatusArgs),
+    /// Print the published offsets file as readers see it (node and GPU maps).
+    Offsets(cli::offsets::OffsetsArgs),
     /// Attach the eBPF programs to an interface and print probe timestamps.
     Capture(cli::capture::CaptureArgs),
     /// Print the effective configuration and where each value came from.
@@ -48,6 +50,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Agent(a) => cli::agent::run(a),
         Command::Status(a) => cli::status::run(a),
+        Command::Offsets(a) => cli::offsets::run(a),
         Command::Capture(a) => cli::capture::run(a),
         Command::Config(a) => cli::config::run(a),
         Command::Simulate(a) => cli::simulate::run(a),

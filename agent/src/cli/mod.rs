@@ -3,6 +3,7 @@ pub mod agent;
 pub mod capture;
 pub mod config;
 pub mod gpu;
+pub mod offsets;
 pub mod simulate;
 pub mod status;
 pub mod trace;

@@ -308,6 +308,12 @@ impl<D: Discovery + Coordination> Agent<D> {
         let Some(reference) = self.reference() else {
             return;
         };
+        if self.members.len() == 1 {
+            // A lone node is its own reference: nothing to solve, but its
+            // offsets file (and the GPU maps in it) must still be published.
+            let lone = self.lone_result(k, reference);
+            return self.share_results(k, vec![lone]).await;
+        }
         let Some(fits) = self.window_fits(k).await else {
             return;
         };
@@ -367,6 +373,26 @@ impl<D: Discovery + Coordination> Agent<D> {
                 }
             })
             .collect();
+        self.share_results(k, results).await;
+    }
+
+    fn lone_result(&self, k: u64, me: NodeId) -> pb::NodeOffset {
+        let anchor = self.windows.end_ns(k);
+        pb::NodeOffset {
+            node: self.me.name.clone(),
+            anchor_ns: anchor,
+            reference_node: self.me.name.clone(),
+            window: k,
+            valid_until_ns: anchor.saturating_add(self.est_cfg.max_age_ns) as u64,
+            node_id: me,
+            reference_id: me,
+            anchor_kind: "reference".into(),
+            ..Default::default()
+        }
+    }
+
+    /// Hands the leader's results to every node (shared store or UDP).
+    async fn share_results(&mut self, k: u64, results: Vec<pb::NodeOffset>) {
         self.status_extra.nodes = results.iter().map(node_status).collect();
         if !self.discovery.shared() {
             for r in results {
