@@ -414,3 +414,53 @@ fn perfetto_json_has_one_process_per_host_plane_and_aligned_times() {
     let xs = events.iter().filter(|e| e["ph"] == "X").count();
     assert_eq!(xs, 2 * 2 * 3 * 10);
 }
+
+#[test]
+fn a_line_growing_past_a_varint_boundary_keeps_the_plane_length_right() {
+    // Line content of exactly 127 bytes: one more byte needs a 2-byte
+    // length prefix, which the plane's own length must count.
+    let dir = scratch("boundary");
+    let spec = SynthSpec {
+        host: "h".into(),
+        ..SynthSpec::default()
+    };
+    let line = XLine {
+        id: 1,
+        timestamp_ns: 1,
+        name: "n".repeat(121),
+        ..Default::default()
+    };
+    assert_eq!(line.encoded_len(), 127);
+    let space = XSpace {
+        planes: vec![
+            clockmesh_proto::xplane::XPlane {
+                name: "p".into(),
+                lines: vec![line.clone(), line],
+                ..Default::default()
+            },
+            task_env_plane(&spec),
+        ],
+        ..Default::default()
+    };
+    let input = dir.join("h.xplane.pb");
+    std::fs::write(&input, space.encode_to_vec()).unwrap();
+    let earlier = SynthSpec {
+        host: "e".into(),
+        start_ns: spec.start_ns - 1_000_000_000,
+        ..SynthSpec::default()
+    };
+    let report = merge(
+        &[input, write_trace(&dir, &earlier)],
+        &opts(&dir.join("out"), &[("h", 0), ("e", 0)]),
+        &mut |_| {},
+    )
+    .unwrap();
+    let out_path = report.run_dir.join("h.xplane.pb");
+    let out = decode(&out_path);
+    for l in &out.planes[0].lines {
+        assert_eq!(l.timestamp_ns, 1_000_000_001);
+    }
+    // Per line: timestamp 1 → 5 varint bytes, length prefix 1 → 2 bytes.
+    let grown = std::fs::metadata(&out_path).unwrap().len() - space.encoded_len() as u64;
+    assert_eq!(grown, 2 * (4 + 1));
+}

@@ -30,7 +30,7 @@ fn shifted(path: &std::path::Path, shift: i64) -> Option<Vec<u8>> {
             edits.push(Edit::replace_varint(f.pos, f.len, new as u64));
         }
     }
-    let plan = Plan::new(edits);
+    let plan = Plan::new(edits, Vec::new(), scan.frames());
     let mut r = WireReader::new(std::fs::File::open(path).unwrap()).unwrap();
     let mut out = Vec::new();
     rewrite(&mut r, &plan, &mut out, &mut |_| {}).expect("a scanned file rewrites");

@@ -230,7 +230,10 @@ fn eight_nodes_converge_and_survive_kills_of_an_agent_and_the_leader() {
     // covered, most must be as accurate as in steady state.
     assert_within(&under_new, 1_000_000.0);
     assert_within(&checked, 1_000_000.0);
-    let accurate = checked.iter().filter(|x| x.error_ns.abs() <= 50_000.0).count();
+    let accurate = checked
+        .iter()
+        .filter(|x| x.error_ns.abs() <= 50_000.0)
+        .count();
     assert!(
         accurate * 10 >= checked.len() * 9,
         "only {accurate} of {} node-windows within 50 µs: {checked:?}",

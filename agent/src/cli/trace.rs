@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clockmesh::publish::history;
-use clockmesh::trace::{self, MergeOptions, OffsetSource};
+use clockmesh::trace::scan::PlaneSummary;
+use clockmesh::trace::{self, DeviceClockSpec, MergeOptions, OffsetSource};
 
 #[derive(clap::Args, Debug)]
 pub struct TraceArgs {
@@ -25,8 +26,10 @@ enum TraceCommand {
     /// the agent's JSONL history (--history) at the session start. Lines are
     /// shifted by (profile_start_time + offset − origin), origin being the
     /// earliest corrected session start; event offsets are untouched and all
-    /// other bytes are copied verbatim. Nothing is written unless every input
-    /// is valid.
+    /// other bytes are copied verbatim. Planes in a GPU's own clock
+    /// (--device-clock, or declared by clock_domain/clock_device plane stats)
+    /// have every event placed through the device maps in --history instead.
+    /// Nothing is written unless every input is valid.
     Merge(MergeArgs),
 }
 
@@ -51,15 +54,30 @@ struct MergeArgs {
     /// Offset of a host, global − local in ns: --offset host=NS (repeatable).
     #[arg(long = "offset", value_name = "HOST=NS", value_parser = parse_offset)]
     offsets: Vec<(String, i64)>,
-    /// The agent's per-window history (JSON lines) to look offsets up in.
+    /// The agent's per-window history (JSON lines) to look node offsets and
+    /// GPU device-clock maps up in.
     #[arg(long)]
     history: Option<PathBuf>,
     /// Treat hosts without any offset as offset 0 (warns) instead of failing.
     #[arg(long)]
     allow_missing_offsets: bool,
+    /// Plane whose timestamps are raw readings of a GPU clock, placed through
+    /// that device's maps in --history: [HOST:]PLANE=DEVICE, e.g.
+    /// "/device:GPU:0=nvidia:0" or "host-a:gpu_timers=nvidia:1" (repeatable).
+    /// Not for CUPTI/roctracer planes: those are already host time.
+    #[arg(long = "device-clock", value_name = "[HOST:]PLANE=DEVICE", value_parser = parse_device_clock)]
+    device_clocks: Vec<DeviceClockSpec>,
+    /// Apply no device map: planes declaring a device clock are shifted by
+    /// the node offset only, as before device maps existed.
+    #[arg(long, conflicts_with = "device_clocks")]
+    ignore_device_clocks: bool,
     /// Also write a merged Chrome/Perfetto JSON trace to this file.
     #[arg(long, value_name = "FILE")]
     perfetto: Option<PathBuf>,
+}
+
+fn parse_device_clock(s: &str) -> Result<DeviceClockSpec, String> {
+    s.parse().map_err(|e: trace::SpecError| e.to_string())
 }
 
 fn parse_offset(s: &str) -> Result<(String, i64), String> {
@@ -127,7 +145,31 @@ fn print_scan(scan: &trace::Scan) {
             "    {:<32} id {:<4} lines {:<6} events {:<10} event metadata {}",
             p.name, p.id, p.lines, p.events, p.event_metadata
         );
+        if let Some(clock) = plane_clock(p) {
+            println!("      {clock}");
+        }
     }
+}
+
+/// What a plane declares about its clock, and what the merge does with it.
+fn plane_clock(p: &PlaneSummary) -> Option<String> {
+    let device = p.clock_device.as_deref();
+    let line = match (p.clock_domain.as_deref(), device) {
+        (None, None) => return None,
+        (Some("CLOCK_REALTIME"), _) => {
+            "clock_domain \"CLOCK_REALTIME\": host time, node offset only".to_string()
+        }
+        (Some(d), Some(dev)) => format!(
+            "clock_domain {d:?}, clock_device {dev:?}: device clock, merge places it through {dev}'s published maps"
+        ),
+        (Some(d), None) => {
+            format!("clock_domain {d:?} without clock_device: merge needs --device-clock for it")
+        }
+        (None, Some(dev)) => format!(
+            "clock_device {dev:?} without clock_domain: merge shifts it by the node offset unless --device-clock names it"
+        ),
+    };
+    Some(line)
 }
 
 /// `YYYY-MM-DD HH:MM:SS.nnnnnnnnn UTC` without a date crate.
@@ -165,14 +207,17 @@ fn default_run_name(origin_ns: i64) -> String {
 fn merge(args: MergeArgs) -> anyhow::Result<()> {
     let inputs = trace::collect_inputs(&args.inputs)?;
     let history = match &args.history {
-        Some(p) => history::load(p)?,
-        None => Vec::new(),
+        Some(p) => history::load_all(p)?,
+        None => history::History::default(),
     };
     let mut opts = MergeOptions {
         out_dir: args.out.clone(),
         run_name: args.run.clone().unwrap_or_default(),
         offsets: args.offsets.iter().cloned().collect::<HashMap<_, _>>(),
-        history,
+        history: history.nodes,
+        device_history: history.devices,
+        device_clocks: args.device_clocks.clone(),
+        ignore_device_clocks: args.ignore_device_clocks,
         allow_missing_offsets: args.allow_missing_offsets,
         perfetto: args.perfetto.clone(),
     };
@@ -221,11 +266,26 @@ fn merge(args: MergeArgs) -> anyhow::Result<()> {
                 String::new()
             }
         );
+        for d in &h.device_planes {
+            print_device_plane(d);
+        }
     }
     if let Some(p) = &args.perfetto {
         println!("perfetto JSON: {}", p.display());
     }
     Ok(())
+}
+
+fn print_device_plane(d: &trace::DevicePlaneReport) {
+    let node = if d.node_bound_known {
+        "device + node"
+    } else {
+        "device only: the node offset has no bound"
+    };
+    println!(
+        "    device plane {:?} <- {} ({}): {} event(s) on {} line(s) mapped, worst bound {} ns ({node})",
+        d.plane, d.device, d.map_domain, d.events_mapped, d.lines_mapped, d.worst_bound_ns
+    );
 }
 
 /// A byte progress bar on stderr when it is a terminal; none otherwise.
@@ -255,6 +315,18 @@ mod tests {
                 .unwrap_err()
                 .contains("not an integer")
         );
+    }
+
+    #[test]
+    fn device_clock_flag_errors_explain() {
+        let s = parse_device_clock("host-a:/device:GPU:0=nvidia:0").unwrap();
+        assert_eq!(s.host.as_deref(), Some("host-a"));
+        assert!(
+            parse_device_clock("/device:GPU:0")
+                .unwrap_err()
+                .contains("[HOST:]PLANE=DEVICE")
+        );
+        assert!(parse_device_clock("p=").unwrap_err().contains("no device"));
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! session-relative line timestamp `t` becomes `t + (G_h − origin)`; a line
 //! still holding an absolute epoch value `a` becomes `a + off_h − origin`.
 //! `profile_start_time` becomes `origin` and `profile_stop_time` the host's
-//! stop on the global timeline. Event `offset_ps` is never touched.
+//! stop on the global timeline. Event `offset_ps` is untouched, except on
+//! device-clock planes ([`super::device`]), whose every event is placed
+//! through the GPU's published device map and the node offset.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -16,11 +18,15 @@ use std::path::{Path, PathBuf};
 
 use clockmesh_proto::{PROFILE_START_TIME, PROFILE_STOP_TIME, TASK_ENV_PLANE};
 
-use super::rewrite::{Edit, Plan, rewrite};
+use super::device::{
+    DeviceClockSpec, DeviceContext, DeviceError, DevicePlaneReport, HostDevices, check_specs_used,
+    plan_host, resolve_planes,
+};
+use super::rewrite::{Edit, Plan, rewrite_with};
 use super::scan::{Scan, scan_file};
 use super::wire::WireReader;
 use super::{FileError, TraceError};
-use crate::publish::history::{self, HistoryEntry};
+use crate::publish::history::{self, DeviceHistoryEntry, DeviceMapIndex, HistoryEntry, NodeIndex};
 
 /// Timestamps at or above this (2001-09-09 in epoch ns) are absolute epoch
 /// values; session-relative ones never get near it.
@@ -48,6 +54,12 @@ pub struct MergeOptions {
     /// Explicit offsets by host (win over everything else).
     pub offsets: HashMap<String, i64>,
     pub history: Vec<HistoryEntry>,
+    /// Published GPU device-clock maps (the history's `"device"` lines).
+    pub device_history: Vec<DeviceHistoryEntry>,
+    /// `--device-clock`: planes whose timestamps are a device's raw clock.
+    pub device_clocks: Vec<DeviceClockSpec>,
+    /// Apply no device map: every plane takes the node offset only.
+    pub ignore_device_clocks: bool,
     /// Use offset 0 (with a warning) for hosts without any offset.
     pub allow_missing_offsets: bool,
     /// Also write a merged Chrome/Perfetto JSON here.
@@ -66,6 +78,8 @@ pub struct HostPlacement {
     /// What was added to session-relative line timestamps.
     pub shift_ns: i64,
     pub lines_absolute: u64,
+    /// Planes placed through a GPU's device map instead of the shift.
+    pub device_planes: Vec<DevicePlaneReport>,
 }
 
 #[derive(Clone, Debug)]
@@ -98,6 +112,8 @@ pub enum MergeError {
     OutputExists(String),
     #[error("writing output {path}: {error}")]
     Output { path: String, error: std::io::Error },
+    #[error(transparent)]
+    Device(#[from] Box<DeviceError>),
 }
 
 /// Expands inputs: `.xplane.pb` files as given; directories searched for
@@ -200,6 +216,7 @@ pub fn plan_merge(
             source,
             shift_ns: 0,
             lines_absolute: 0,
+            device_planes: Vec::new(),
         });
     }
     let out_of_range = |p: &HostPlacement| {
@@ -224,7 +241,36 @@ pub fn plan_merge(
             .checked_sub(origin)
             .ok_or_else(|| out_of_range(p))?;
     }
+    resolve_device_planes(&scans, &mut placements, opts)?;
     Ok((scans, placements, origin))
+}
+
+/// Decides which planes are device-mapped (flags, declared stats) and
+/// checks their maps; nothing is read beyond the scans.
+fn resolve_device_planes(
+    scans: &[Scan],
+    placements: &mut [HostPlacement],
+    opts: &MergeOptions,
+) -> Result<(), MergeError> {
+    if opts.ignore_device_clocks {
+        return Ok(());
+    }
+    let index = DeviceMapIndex::new(&opts.device_history);
+    let mut used = vec![false; opts.device_clocks.len()];
+    for (scan, p) in scans.iter().zip(placements.iter_mut()) {
+        p.device_planes = resolve_planes(scan, &p.host, &opts.device_clocks, &mut used, &index)?;
+    }
+    let hosts: Vec<String> = placements.iter().map(|p| p.host.clone()).collect();
+    check_specs_used(&opts.device_clocks, &used, &hosts)?;
+    Ok(())
+}
+
+fn warn_ignored_device_planes(scans: &[Scan], placements: &[HostPlacement]) {
+    for (scan, p) in scans.iter().zip(placements) {
+        for plane in scan.planes.iter().filter(|pl| pl.clock_device.is_some()) {
+            tracing::warn!(host = %p.host, plane = %plane.name, "device clock ignored: node offset only");
+        }
+    }
 }
 
 /// Scans files on up to `available_parallelism` threads (each scan holds
@@ -278,9 +324,23 @@ fn offset_for(
 
 /// The edits that place one host on the global timeline.
 pub fn host_edits(scan: &Scan, place: &HostPlacement, origin: i64) -> (Vec<Edit>, u64) {
+    host_edits_except(scan, place, origin, |_| false)
+}
+
+/// [`host_edits`] for every line but those `skip` names (by index in
+/// [`Scan::lines`]): device-mapped lines, rewritten whole elsewhere.
+pub fn host_edits_except(
+    scan: &Scan,
+    place: &HostPlacement,
+    origin: i64,
+    skip: impl Fn(usize) -> bool,
+) -> (Vec<Edit>, u64) {
     let mut edits = Vec::new();
     let mut absolute = 0;
-    for line in &scan.lines {
+    for (i, line) in scan.lines.iter().enumerate() {
+        if skip(i) {
+            continue;
+        }
         let ts = line.timestamp_ns;
         // Wrapping: only a corrupt file gets near the i64 range, and int64
         // fields wrap in protobuf anyway; never a panic.
@@ -327,6 +387,24 @@ pub fn merge(
     progress: &mut dyn FnMut(u64),
 ) -> Result<MergeReport, MergeError> {
     let (scans, mut placements, origin) = plan_merge(inputs, opts)?;
+    if opts.ignore_device_clocks {
+        warn_ignored_device_planes(&scans, &placements);
+    }
+    // Every device time is placed (or refused) before any output exists.
+    let (maps, nodes) = (
+        DeviceMapIndex::new(&opts.device_history),
+        NodeIndex::new(&opts.history),
+    );
+    let ctx = DeviceContext {
+        maps: &maps,
+        nodes: &nodes,
+        origin_ns: origin,
+    };
+    let mut devices = scans
+        .iter()
+        .zip(placements.iter_mut())
+        .map(|(scan, place)| plan_host(scan, place, &ctx))
+        .collect::<Result<Vec<_>, _>>()?;
     let profile_dir = opts.out_dir.join("plugins").join("profile");
     let run_dir = profile_dir.join(&opts.run_name);
     if run_dir.exists() {
@@ -339,7 +417,15 @@ pub fn merge(
     std::fs::create_dir_all(&profile_dir).map_err(out_err(&profile_dir))?;
     let tmp_dir = profile_dir.join(format!(".{}.tmp-{}", opts.run_name, std::process::id()));
     std::fs::create_dir_all(&tmp_dir).map_err(out_err(&tmp_dir))?;
-    let result = write_outputs(&scans, &mut placements, origin, &tmp_dir, opts, progress);
+    let result = write_outputs(
+        &scans,
+        &mut placements,
+        &mut devices,
+        origin,
+        &tmp_dir,
+        opts,
+        progress,
+    );
     let (bytes_in, bytes_out) = match result {
         Ok(sizes) => sizes,
         Err(e) => {
@@ -366,16 +452,17 @@ pub fn merge(
 fn write_outputs(
     scans: &[Scan],
     placements: &mut [HostPlacement],
+    devices: &mut [HostDevices<'_>],
     origin: i64,
     tmp_dir: &Path,
     opts: &MergeOptions,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(u64, u64), MergeError> {
     let (mut bytes_in, mut bytes_out) = (0, 0);
-    for (scan, place) in scans.iter().zip(placements.iter_mut()) {
-        let (edits, absolute) = host_edits(scan, place, origin);
+    for ((scan, place), dev) in scans.iter().zip(placements.iter_mut()).zip(devices) {
+        let (edits, absolute) = host_edits_except(scan, place, origin, |i| dev.is_mapped(i));
         place.lines_absolute = absolute;
-        let plan = Plan::new(edits);
+        let plan = Plan::new(edits, dev.regions(), scan.frames());
         let out_path = tmp_dir.join(&place.output);
         let file = File::open(&scan.path).map_err(|e| file_err(&scan.path)(TraceError::io(e)))?;
         let mut r = WireReader::new(file).map_err(file_err(&scan.path))?;
@@ -387,7 +474,7 @@ fn write_outputs(
             error: e,
         })?;
         let mut w = BufWriter::with_capacity(1 << 20, out);
-        rewrite(&mut r, &plan, &mut w, progress).map_err(file_err(&scan.path))?;
+        rewrite_with(&mut r, &plan, dev, &mut w, progress).map_err(file_err(&scan.path))?;
         w.flush().map_err(|e| MergeError::Output {
             path: out_path.display().to_string(),
             error: e,

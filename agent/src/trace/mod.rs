@@ -5,9 +5,12 @@
 //! lives; pass 2 ([`rewrite`]) copies the file byte for byte, replacing
 //! only those varints and fixing the enclosing length prefixes. Unknown
 //! fields (newer XLA, `compressed_str_value`, anything) survive verbatim,
-//! and memory stays bounded by the number of lines, not events.
+//! and memory stays bounded by the number of lines, not events. Planes in a
+//! GPU's own clock ([`device`]) also get every event's offset and duration
+//! rewritten, through the agent's published device maps.
 //! Design and limits: `docs/trace-merge.md`.
 
+pub mod device;
 pub mod merge;
 pub mod perfetto;
 pub mod rewrite;
@@ -15,6 +18,7 @@ pub mod scan;
 pub mod synth;
 pub mod wire;
 
+pub use device::{DeviceClockSpec, DeviceError, DevicePlaneReport, SpecError};
 pub use merge::{
     HostPlacement, MergeError, MergeOptions, MergeReport, OffsetSource, collect_inputs, merge,
 };

@@ -10,10 +10,17 @@ use std::path::{Path, PathBuf};
 use clockmesh_proto::{PROFILE_START_TIME, PROFILE_STOP_TIME, TASK_ENV_PLANE, clock_stats};
 
 use super::TraceError;
+use super::rewrite::Frame;
 use super::wire::{LEN, VARINT, WireReader};
 
 /// Plane carrying JAX `set_metadata` values (another place the hook's stats may be).
 pub const HOST_METADATA_PLANE: &str = "/host:metadata";
+
+/// Plane stat (string) naming the clock domain of the plane's timestamps:
+/// a device domain such as "cuda-globaltimer", or "CLOCK_REALTIME".
+pub const CLOCK_DOMAIN_STAT: &str = "clock_domain";
+/// Plane stat (string) naming the device whose clock the plane uses ("nvidia:0").
+pub const CLOCK_DEVICE_STAT: &str = "clock_device";
 
 /// Where one `timestamp_ns` field's value lies in the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +32,10 @@ pub struct VarintAt {
 /// One XLine: its content range and its timestamp field(s).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LineInfo {
+    /// Index of the line's plane in [`Scan::planes`].
+    pub plane: usize,
+    /// Bytes of the line's length prefix as stored (maybe non-minimal).
+    pub prefix_len: u8,
     pub content_start: u64,
     pub content_end: u64,
     /// Effective value (last occurrence wins, 0 when absent).
@@ -78,6 +89,10 @@ pub struct StatInfo {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PlaneSummary {
+    /// Where the plane's content lies and its length prefix's size.
+    pub content_start: u64,
+    pub content_end: u64,
+    pub prefix_len: u8,
     pub id: i64,
     pub name: String,
     pub lines: u64,
@@ -85,6 +100,10 @@ pub struct PlaneSummary {
     pub event_metadata: u64,
     /// Decoded only for the Task Environment and `/host:metadata` planes.
     pub stats: Vec<StatInfo>,
+    /// The plane's [`CLOCK_DOMAIN_STAT`], on any plane.
+    pub clock_domain: Option<String>,
+    /// The plane's [`CLOCK_DEVICE_STAT`], on any plane.
+    pub clock_device: Option<String>,
 }
 
 /// Everything pass 1 learned about one file.
@@ -154,6 +173,21 @@ impl Scan {
     pub fn events(&self) -> u64 {
         self.planes.iter().map(|p| p.events).sum()
     }
+
+    /// Every plane and line as a rewrite [`Frame`]: messages whose length
+    /// prefix the rewrite may resize. Their stats (≤ 22 bytes) never
+    /// change prefix size, so they need none.
+    pub fn frames(&self) -> Vec<Frame> {
+        let planes = self
+            .planes
+            .iter()
+            .map(|p| Frame::new(p.prefix_len, p.content_start, p.content_end));
+        let lines = self
+            .lines
+            .iter()
+            .map(|l| Frame::new(l.prefix_len, l.content_start, l.content_end));
+        planes.chain(lines).collect()
+    }
 }
 
 /// Key byte of `XLine.events` (field 4, length-delimited).
@@ -176,8 +210,11 @@ pub fn scan_file(path: &Path) -> Result<Scan, TraceError> {
         let (field, wire) = r.read_key()?;
         match (field, wire) {
             (1, LEN) => {
+                let at = r.pos();
                 let n = r.read_len(end)?;
-                let plane = scan_plane(&mut r, n, &mut scan.lines)?;
+                let index = scan.planes.len();
+                let mut plane = scan_plane(&mut r, n, index, &mut scan.lines)?;
+                plane.prefix_len = (plane.content_start - at) as u8;
                 scan.planes.push(plane);
             }
             (4, LEN) => {
@@ -211,10 +248,15 @@ fn read_string(r: &mut WireReader, n: u64) -> Result<String, TraceError> {
 fn scan_plane(
     r: &mut WireReader,
     n: u64,
+    index: usize,
     lines: &mut Vec<LineInfo>,
 ) -> Result<PlaneSummary, TraceError> {
     let end = r.pos() + n;
-    let mut plane = PlaneSummary::default();
+    let mut plane = PlaneSummary {
+        content_start: r.pos(),
+        content_end: end,
+        ..PlaneSummary::default()
+    };
     let mut stat_names: HashMap<i64, String> = HashMap::new();
     let mut stat_ranges: Vec<(u64, u64)> = Vec::new();
     while r.pos() < end {
@@ -226,8 +268,10 @@ fn scan_plane(
                 plane.name = read_string(r, n)?;
             }
             (3, LEN) => {
+                let at = r.pos();
                 let n = r.read_len(end)?;
-                let line = scan_line(r, n, &mut plane.events)?;
+                let mut line = scan_line(r, n, index, &mut plane.events)?;
+                line.prefix_len = (line.content_start - at) as u8;
                 plane.lines += 1;
                 lines.push(line);
             }
@@ -256,23 +300,49 @@ fn scan_plane(
         }
     }
     check_end(r, end)?;
-    if plane.name == TASK_ENV_PLANE || plane.name == HOST_METADATA_PLANE {
+    let keep_all = plane.name == TASK_ENV_PLANE || plane.name == HOST_METADATA_PLANE;
+    // Other planes' stats are decoded only when they may declare a clock.
+    let declares = stat_names
+        .values()
+        .any(|n| n == CLOCK_DOMAIN_STAT || n == CLOCK_DEVICE_STAT);
+    if keep_all || declares {
         for (start, n) in stat_ranges {
             r.seek_to(start)?;
-            let (id, value, value_at) = read_stat(r, n)?;
-            let name = stat_names
-                .get(&id)
-                .cloned()
-                .unwrap_or_else(|| format!("#{id}"));
-            plane.stats.push(StatInfo {
-                name,
-                value,
-                value_at,
-            });
+            let stat = read_named_stat(r, n, &stat_names)?;
+            take_clock_stat(&mut plane, &stat);
+            if keep_all {
+                plane.stats.push(stat);
+            }
         }
         r.seek_to(end)?;
     }
     Ok(plane)
+}
+
+fn read_named_stat(
+    r: &mut WireReader,
+    n: u64,
+    names: &HashMap<i64, String>,
+) -> Result<StatInfo, TraceError> {
+    let (id, value, value_at) = read_stat(r, n, names)?;
+    let name = names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
+    Ok(StatInfo {
+        name,
+        value,
+        value_at,
+    })
+}
+
+/// Records a `clock_domain` / `clock_device` string stat (last one wins).
+fn take_clock_stat(plane: &mut PlaneSummary, stat: &StatInfo) {
+    let StatValue::Str(v) = &stat.value else {
+        return;
+    };
+    match stat.name.as_str() {
+        CLOCK_DOMAIN_STAT => plane.clock_domain = Some(v.clone()),
+        CLOCK_DEVICE_STAT => plane.clock_device = Some(v.clone()),
+        _ => {}
+    }
 }
 
 fn check_end(r: &WireReader, end: u64) -> Result<(), TraceError> {
@@ -285,10 +355,17 @@ fn check_end(r: &WireReader, end: u64) -> Result<(), TraceError> {
     Ok(())
 }
 
-fn scan_line(r: &mut WireReader, n: u64, events: &mut u64) -> Result<LineInfo, TraceError> {
+fn scan_line(
+    r: &mut WireReader,
+    n: u64,
+    plane: usize,
+    events: &mut u64,
+) -> Result<LineInfo, TraceError> {
     let start = r.pos();
     let end = start + n;
     let mut line = LineInfo {
+        plane,
+        prefix_len: 0,
         content_start: start,
         content_end: end,
         timestamp_ns: 0,
@@ -361,8 +438,14 @@ fn read_stat_metadata_entry(
     Ok(key.or(inner_id).zip(name))
 }
 
-/// One XStat: (metadata_id, value, position of an integer value).
-fn read_stat(r: &mut WireReader, n: u64) -> Result<(i64, StatValue, Option<VarintAt>), TraceError> {
+/// One XStat: (metadata_id, value, position of an integer value). A
+/// `ref_value` (XLA's interned strings) becomes the string it refers to:
+/// the name of that stat metadata entry.
+fn read_stat(
+    r: &mut WireReader,
+    n: u64,
+    names: &HashMap<i64, String>,
+) -> Result<(i64, StatValue, Option<VarintAt>), TraceError> {
     let end = r.pos() + n;
     let (mut id, mut value, mut at) = (0i64, StatValue::Other, None);
     while r.pos() < end {
@@ -387,6 +470,12 @@ fn read_stat(r: &mut WireReader, n: u64) -> Result<(i64, StatValue, Option<Varin
             (5, LEN) => {
                 let k = r.read_len(end)?;
                 value = StatValue::Str(read_string(r, k)?);
+            }
+            (7, VARINT) => {
+                let v = r.read_varint()? as i64;
+                value = names
+                    .get(&v)
+                    .map_or(StatValue::Other, |s| StatValue::Str(s.clone()));
             }
             _ => {
                 if (2..=8).contains(&field) {
