@@ -493,13 +493,14 @@ fn gpu_clock_maps_reach_status_metrics_offsets_file_and_jsonl() {
             (e.device_id, e.kind, e.flags),
             (0, DeviceKind::Synthetic, device_flags::VALID)
         );
+        // /status is refreshed every second, the file after every burst, so
+        // the two maps may be a few bursts apart: they must agree within
+        // their bounds (the exact integer match is a unit test).
         let d_ns = map.anchor_device_ns;
         let host = map.map(d_ns).unwrap();
         let skew = c.skews[i].at(host);
-        assert!(
-            (e.to_host(d_ns as i64) - (host + skew)).abs() <= 1,
-            "{e:?} {map:?}"
-        );
+        let gap = (e.to_host(d_ns as i64) - (host + skew)).unsigned_abs();
+        assert!(gap <= e.bound_ns + map.bound_ns, "{gap} ns: {e:?} {map:?}");
         assert!(
             e.valid_until_ns > record.updated_at_ns - 3_000_000_000,
             "{e:?}"
