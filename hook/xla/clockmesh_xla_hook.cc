@@ -72,6 +72,7 @@ const char* KindName(uint16_t kind) {
   switch (kind) {
     case CLOCKMESH_DEV_CUDA: return "cuda";
     case CLOCKMESH_DEV_ROCM: return "rocm";
+    case CLOCKMESH_DEV_SYNTHETIC: return "synthetic";
     default: return "unknown";
   }
 }

@@ -40,7 +40,7 @@ def clock_stats(snap: reader.Snapshot, session_start_ns: int) -> dict:
         "clock_window": (snap.window, True),
         "clock_flags": (snap.flags, True),
     }
-    kinds = {1: "cuda", 2: "rocm"}
+    kinds = {1: "cuda", 2: "rocm", 3: "synthetic"}
     for d in snap.devices:
         if not d.flags & reader.DEV_F_VALID or d.valid_until_ns < session_start_ns:
             continue
