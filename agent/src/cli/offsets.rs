@@ -51,7 +51,7 @@ fn to_json(
         .iter()
         .map(|d| {
             json!({
-                "device_id": d.device_id, "kind": format!("{:?}", d.kind).to_lowercase(),
+                "device_id": d.device_id, "kind": d.kind.as_str(),
                 "device_anchor_ns": d.device_anchor_ns, "offset_ns": d.offset_ns,
                 "drift_ps_per_s": d.drift_ps_per_s, "bound_ns": d.bound_ns,
                 "valid_until_ns": d.valid_until_ns, "state": device_usable(d, now),
@@ -122,7 +122,7 @@ fn render(r: &Record, unusable: Option<&clockmesh::publish::PublishError>, now: 
         out += &format!(
             "GPU {:<2} {:<9}: host − device = {:+} ns ± {} ns, drift {:+.1} ppb, {} (valid {:+.1} s)\n",
             d.device_id,
-            format!("{:?}", d.kind).to_lowercase(),
+            d.kind.as_str(),
             d.offset_ns,
             d.bound_ns,
             d.drift_ps_per_s as f64 / 1e3,

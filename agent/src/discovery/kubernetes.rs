@@ -581,19 +581,7 @@ impl Elector {
             lease_transitions: Some(if ours { transitions } else { transitions + 1 }),
             ..spec
         };
-        // Optimistic concurrency: the resourceVersion we read makes a
-        // concurrent change fail with 409 Conflict.
-        let updated = self
-            .api
-            .replace(
-                &self.lease,
-                &PostParams::default(),
-                &Lease {
-                    spec: Some(spec),
-                    ..lease
-                },
-            )
-            .await?;
+        let updated = self.replace_spec(lease, spec).await?;
         if !ours {
             info!(lease = %self.lease, previous = ?holder, "taking over the leader Lease");
         }
@@ -653,17 +641,20 @@ impl Elector {
             renew_time: stamp,
             ..spec
         };
-        self.api
-            .replace(
-                &self.lease,
-                &PostParams::default(),
-                &Lease {
-                    spec: Some(spec),
-                    ..lease
-                },
-            )
-            .await?;
+        self.replace_spec(lease, spec).await?;
         Ok(true)
+    }
+
+    /// Writes `spec` into the Lease as read; its resourceVersion makes a
+    /// concurrent change fail with 409 Conflict (optimistic concurrency).
+    async fn replace_spec(&self, lease: Lease, spec: LeaseSpec) -> Result<Lease, kube::Error> {
+        let lease = Lease {
+            spec: Some(spec),
+            ..lease
+        };
+        self.api
+            .replace(&self.lease, &PostParams::default(), &lease)
+            .await
     }
 }
 

@@ -57,6 +57,16 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
+    /// The name readers print (the C hook and Python use the same ones).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Cuda => "cuda",
+            Self::Rocm => "rocm",
+            Self::Synthetic => "synthetic",
+        }
+    }
+
     pub fn from_u16(v: u16) -> Self {
         match v {
             1 => Self::Cuda,

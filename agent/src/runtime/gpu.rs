@@ -29,7 +29,7 @@ use crate::{
     },
     discovery::Discovery,
     publish::{DeviceKind, DeviceMap, device_flags},
-    publish::{Record, history::DeviceHistoryEntry},
+    publish::{Record, history::DeviceHistoryEntry, realtime_now_ns},
 };
 
 /// What the sampling thread shares with the main loop.
@@ -263,10 +263,13 @@ impl<D: Discovery + Coordination> Agent<D> {
         self.gpu_seen = snap.generation;
         self.status_extra.devices = snap.devices;
         self.status_extra.gpu_error = snap.error;
-        if let Some(mut record) = self.last_record.clone() {
+        // Device maps reach the file with the node's first result: before
+        // that a restarted agent's stale record stays as it is.
+        if self.windows.has_published() {
+            let mut record = self.writer.current();
             record.devices = self.device_entries();
             record.updated_at_ns = self.local_now();
-            self.write_record(record);
+            self.publish_record(&record);
         }
         self.write_device_lines();
     }
@@ -281,24 +284,18 @@ impl<D: Discovery + Coordination> Agent<D> {
             .collect()
     }
 
-    /// Publishes a record and keeps it for device-map refreshes. Device maps
-    /// reach the file with the node's first result: before that a restarted
-    /// agent's stale record stays as it is.
-    pub(super) fn write_record(&mut self, record: Record) {
-        if let Err(e) = self.writer.publish(&record) {
+    pub(super) fn publish_record(&mut self, record: &Record) {
+        if let Err(e) = self.writer.publish(record) {
             self.count("publish_errors");
             warn!("publishing offsets: {e}");
         }
-        self.last_record = Some(record);
     }
 
     /// One `"type":"device"` line per GPU per window: maps cover the last
     /// 30 s, so lines a window apart overlap and `trace merge` can map any
     /// past device time.
     fn write_device_lines(&mut self) {
-        let now = host::realtime_ns().unwrap_or_default();
-        let window_ns = self.cfg.probe_window_s.value as i64 * 1_000_000_000;
-        let window = now / window_ns;
+        let window = self.windows.index(self.local_now());
         if self.device_lines_window == Some(window) {
             return;
         }
@@ -311,7 +308,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 kind: "device".into(),
                 host: self.me.name.clone(),
                 window: window as u64,
-                written_at_ns: now,
+                written_at_ns: realtime_now_ns(),
                 map,
             })
             .collect();

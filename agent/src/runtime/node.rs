@@ -103,8 +103,6 @@ pub(super) struct Agent<D> {
     pub(super) gpu: Option<super::gpu::GpuClocks>,
     pub(super) gpu_seen: u64,
     pub(super) device_lines_window: Option<i64>,
-    /// The last published record, republished when device maps change.
-    pub(super) last_record: Option<crate::publish::Record>,
     started_at_ns: i64,
 }
 
@@ -246,7 +244,6 @@ impl<D: Discovery + Coordination> Agent<D> {
             gpu,
             gpu_seen: 0,
             device_lines_window: None,
-            last_record: None,
             started_at_ns: start_ns,
             me,
             discovery,

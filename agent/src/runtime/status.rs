@@ -137,6 +137,9 @@ struct Prom(String);
 /// A gauge family: name, help, and how to read it from a row.
 type Series<T, V> = (&'static str, &'static str, fn(&T) -> V);
 
+/// A label value of a counter family and how to read it from a row.
+type Labelled<T> = (&'static str, fn(&T) -> u64);
+
 impl Prom {
     fn help(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -314,11 +317,11 @@ impl Status {
                 p.sample(name, &[("node", &self.node), ("device", device)], value(m));
             }
         }
-        let counters: [Series<DeviceStatus, u64>; 4] = [
-            ("bursts", "", |d| d.bursts),
-            ("accepted", "", |d| d.accepted),
-            ("rejected", "", |d| d.rejected),
-            ("sample_errors", "", |d| d.sample_errors),
+        let counters: [Labelled<DeviceStatus>; 4] = [
+            ("bursts", |d| d.bursts),
+            ("accepted", |d| d.accepted),
+            ("rejected", |d| d.rejected),
+            ("sample_errors", |d| d.sample_errors),
         ];
         p.help(
             "clockmesh_device_samples_total",
@@ -326,7 +329,7 @@ impl Status {
             "GPU clock sampler counters (bursts, accepted and rejected pairs, errors)",
         );
         for d in &self.devices {
-            for (kind, _, value) in counters {
+            for (kind, value) in counters {
                 p.sample(
                     "clockmesh_device_samples_total",
                     &[

@@ -63,6 +63,16 @@ impl WindowClock {
         (since_end >= delay && done.is_none_or(|d| k > d)).then_some(k)
     }
 
+    /// Whether this node has published a result since it started.
+    pub(super) fn has_published(&self) -> bool {
+        self.published.is_some()
+    }
+
+    /// The window local time `now_ns` falls in.
+    pub(super) fn index(&self, now_ns: i64) -> i64 {
+        now_ns.div_euclid(self.window_ns)
+    }
+
     /// Local time at which window `k` ends.
     pub(super) fn end_ns(&self, k: u64) -> i64 {
         (k as i64).saturating_add(1).saturating_mul(self.window_ns)
@@ -457,7 +467,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             clocks: sample_kernel_clocks(),
             devices: self.device_entries(),
         };
-        self.write_record(record);
+        self.publish_record(&record);
         self.count("results_published");
         let window_ns = self.cfg.probe_window_s.value as i64 * 1_000_000_000;
         let line = NodeLine {
