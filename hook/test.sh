@@ -8,15 +8,14 @@
 #  3. the merge tool reads the hook's stats (`clockmesh trace info`).
 # The C reader itself (seqlock stress vs the Rust writer, error codes) is
 # tested by `cargo test -p clockmesh --test publish_seqlock`.
-# Installs protobuf-compiler/libprotobuf-dev/g++ with apt-get if missing.
+# Needs protoc, libprotobuf-dev, g++ and python3 (`cargo xtask setup`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-if ! command -v protoc >/dev/null || ! command -v g++ >/dev/null ||
-  [ ! -e /usr/include/google/protobuf/message.h ]; then
-  apt-get install -y protobuf-compiler libprotobuf-dev g++ >/dev/null ||
-    { apt-get update >/dev/null && apt-get install -y protobuf-compiler libprotobuf-dev g++ >/dev/null; }
-fi
+. scripts/require.sh
+require_cmd protoc protobuf-compiler
+require_cmd g++ build-essential
+require_cmd python3
+require_file /usr/include/google/protobuf/message.h libprotobuf-dev
 
 target=${CARGO_TARGET_DIR:-target}
 build="$target/hook-test"

@@ -8,25 +8,21 @@
 # the DaemonSet's environment. Details: validate.py.
 #
 # Creates/reuses a virtualenv at $CARGO_TARGET_DIR/k8s-venv (default
-# target/k8s-venv) with kubernetes-validate from PyPI (it bundles the
-# schemas: no network needed after the install). Uses kubectl for
-# `kubectl kustomize` where present. CLOCKMESH_BIN names the clockmesh binary
+# target/k8s-venv) holding the pins of deploy/kubernetes/requirements.txt
+# (kubernetes-validate bundles the schemas: no network needed after the
+# install). Uses kubectl for `kubectl kustomize` where present (it is no
+# Debian package, so `cargo xtask setup` does not install it; without it the
+# project's own renderer is checked alone). CLOCKMESH_BIN names the clockmesh binary
 # for the configuration checks; otherwise a debug build is made: without the
 # eBPF programs (AYA_BUILD_SKIP=1, the checks need none) unless the caller
 # set AYA_BUILD_SKIP or has bpf-linker (`cargo xtask test` after its setup),
 # so that it reuses the caller's build instead of replacing it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/require.sh
 target=${CARGO_TARGET_DIR:-target}
 venv="$target/k8s-venv"
-kv_version=1.37.0
-
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-fi
-if [ "$("$venv/bin/kubernetes-validate" --version 2>/dev/null)" != "$kv_version" ]; then
-  "$venv/bin/pip" install -q "kubernetes-validate==$kv_version"
-fi
+make_venv "$venv" deploy/kubernetes/requirements.txt
 
 if [ -z "${CLOCKMESH_BIN:-}" ]; then
   if [ -z "${AYA_BUILD_SKIP+set}" ] && ! command -v bpf-linker >/dev/null 2>&1; then

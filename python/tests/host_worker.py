@@ -6,17 +6,13 @@ exported trace reads as if this host's CLOCK_REALTIME were that far ahead
 constant clock offset)."""
 
 import argparse
-import pathlib
-import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import jax
+import jax.numpy as jnp
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-
-import clockmesh.jax_profiler as cm_jax  # noqa: E402
-from clockmesh import xspace  # noqa: E402
+import clockmesh.jax_profiler as cm_jax
+from clockmesh import xspace
 
 
 def sleep_until(t_ns):

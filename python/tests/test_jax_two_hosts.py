@@ -20,7 +20,6 @@ import unittest
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
 
 from offsets_fixture import write_offsets  # noqa: E402
 from xplane_proto import xspace_class  # noqa: E402

@@ -9,12 +9,19 @@ import unittest
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
 
 import clockmesh  # noqa: E402
 from clockmesh import jax_profiler, xspace  # noqa: E402
 from offsets_fixture import write_offsets  # noqa: E402
 from xplane_proto import xspace_class  # noqa: E402
+
+
+class Installed(unittest.TestCase):
+    def test_package_comes_from_the_install_not_the_source_tree(self):
+        source_tree = HERE.parent / "clockmesh"
+        installed = pathlib.Path(clockmesh.__file__).resolve().parent
+        self.assertNotEqual(installed, source_tree.resolve())
+        self.assertIn("site-packages", installed.parts)
 
 
 class Reader(unittest.TestCase):

@@ -3,7 +3,7 @@
 //! daemon or a registry (neither is reachable here, and CI has neither).
 //!
 //! The image is one layer on an empty base, in the spirit of distroless/cc:
-//! the release `clockmesh` binary (debug info stripped, symbols kept), the
+//! the release `clockmesh` binary (no debug info, symbols kept), the
 //! shared libraries `ldd` names for it (glibc, libgcc_s, the dynamic loader),
 //! `/etc/passwd`, `/etc/group`, `/etc/nsswitch.conf`, and the directories the
 //! DaemonSet mounts over. umoci (Debian package) writes the layout: `init`,
@@ -27,7 +27,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::{apt_install, cargo, on_path, output, root, run, setup};
+use super::{cargo, output, root, run, setup, setup::require_packages};
 
 const BINARY: &str = "/usr/local/bin/clockmesh";
 const LAYOUT: &str = "clockmesh-oci";
@@ -38,9 +38,7 @@ pub fn image(smoke: bool) -> anyhow::Result<()> {
             "`cargo xtask image` unpacks image layers with their owners (and --smoke chroots): run it as root"
         );
     }
-    if !on_path("umoci") {
-        apt_install(&["umoci"])?;
-    }
+    require_packages(&["umoci"])?;
     let binary = build_binary()?;
     let version = binary_version(&binary)?;
     let dir = target_dir().join("image");
@@ -116,17 +114,10 @@ fn stage_rootfs(binary: &Path, stage: &Path) -> anyhow::Result<()> {
         fs::set_permissions(at(d), fs::Permissions::from_mode(mode))?;
     }
 
-    // Debug info off (the release profile keeps line tables for local
-    // profiling; they triple the size), symbols kept for readable panics.
+    // The release profile already strips debug info (symbols kept for
+    // readable panics): the binary goes in as built.
     let dest = at(BINARY);
-    if on_path("objcopy") {
-        run(Command::new("objcopy")
-            .arg("--strip-debug")
-            .arg(binary)
-            .arg(&dest))?;
-    } else {
-        fs::copy(binary, &dest)?;
-    }
+    fs::copy(binary, &dest)?;
     fs::set_permissions(&dest, fs::Permissions::from_mode(0o755))?;
 
     for lib in shared_libraries(binary)? {

@@ -12,10 +12,12 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod fresh;
 mod image;
+mod setup;
 
-const BPF_LINKER_VERSION: &str = "0.13.0";
-const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+use setup::{LLVM_PREFIX, setup};
+
 const EBPF_TARGET: &str = "bpfel-unknown-none";
 
 #[derive(Parser)]
@@ -27,8 +29,15 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install missing prerequisites (LLVM 22, nightly rust-src, bpf-linker, ROCm SMI); idempotent.
+    /// Install every missing prerequisite: Debian packages (compiler, LLVM 22,
+    /// protobuf, etcd, iproute2, python3-venv, chrony, mmdebstrap, umoci, ...),
+    /// nightly rust-src, bpf-linker. The only task that installs anything; idempotent.
     Setup,
+    /// Prove the README on a new machine: a minimal Debian bookworm root
+    /// (mmdebstrap), the rustup toolchains bound read-only, a fresh CARGO_HOME,
+    /// a clone of this repository; runs setup, the demo (20 s) and the test
+    /// command inside it and prints each step's time (needs root).
+    FreshCheck(fresh::Options),
     /// Build the eBPF object with nightly and -Z build-std=core (+ BTF).
     BuildEbpf,
     /// etcd + N netns hosts running the agent with injected skews; prints
@@ -55,6 +64,7 @@ enum Task {
 fn main() -> anyhow::Result<()> {
     match Args::parse().task {
         Task::Setup => setup(),
+        Task::FreshCheck(options) => fresh::fresh_check(&options),
         Task::BuildEbpf => build_ebpf().map(|obj| println!("eBPF object: {}", obj.display())),
         Task::Demo { args } => demo(&args),
         Task::Test => test(),
@@ -99,93 +109,8 @@ fn cargo() -> Command {
     c
 }
 
-/// Installs what the eBPF build needs; each step is skipped when satisfied.
-fn setup() -> anyhow::Result<()> {
-    let llvm_config = Path::new(LLVM_PREFIX).join("bin/llvm-config");
-    let polly = Path::new(LLVM_PREFIX).join("lib/libPolly.a");
-    if !llvm_config.exists() || !polly.exists() {
-        apt_install(&["llvm-22-dev", "libpolly-22-dev"])?;
-    }
-    if !output(Command::new("rustup").args([
-        "component",
-        "list",
-        "--installed",
-        "--toolchain",
-        "nightly",
-    ]))
-    .contains("rust-src")
-    {
-        run(Command::new("rustup").args([
-            "component",
-            "add",
-            "rust-src",
-            "--toolchain",
-            "nightly",
-        ]))?;
-    }
-    let linker = output(Command::new("bpf-linker").arg("--version"));
-    if !linker.contains(BPF_LINKER_VERSION) {
-        run(Command::new("cargo")
-            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION])
-            .args(["--no-default-features", "--features", "llvm-22"])
-            .env("LLVM_PREFIX", LLVM_PREFIX))?;
-    }
-    // Command on PATH → Debian package providing it: netns test hosts,
-    // protoc for prost/tonic code generation, etcd for discovery tests.
-    let tools = [
-        ("ip", "iproute2"),
-        ("tc", "iproute2"),
-        ("protoc", "protobuf-compiler"),
-        ("etcd", "etcd-server"),
-    ];
-    let mut missing: Vec<&str> = tools
-        .iter()
-        .filter(|(tool, _)| !on_path(tool))
-        .map(|(_, package)| *package)
-        .collect();
-    missing.dedup();
-    if !missing.is_empty() {
-        apt_install(&missing)?;
-    }
-    // clockmesh's non-default `rocm-smi` feature: librocm_smi64 to link
-    // (Debian's ROCm 5.2), and libclang with its headers for the bindgen run
-    // of rocm_smi_lib_sys. File → Debian package providing it.
-    let llvm = Path::new(LLVM_PREFIX);
-    let rocm_smi_build = [
-        (
-            PathBuf::from("/usr/lib/librocm_smi64.so"),
-            "librocm-smi-dev",
-        ),
-        (llvm.join("lib/libclang-22.so.1"), "libclang1-22"),
-        (
-            llvm.join("lib/clang/22/include/stddef.h"),
-            "libclang-common-22-dev",
-        ),
-    ];
-    let missing: Vec<&str> = rocm_smi_build
-        .iter()
-        .filter(|(file, _)| !file.exists())
-        .map(|(_, package)| *package)
-        .collect();
-    if !missing.is_empty() {
-        apt_install(&missing)?;
-    }
-    eprintln!(
-        "xtask: setup complete (LLVM 22, nightly rust-src, bpf-linker {BPF_LINKER_VERSION}, iproute2, protoc, etcd, librocm-smi-dev, libclang)"
-    );
-    Ok(())
-}
-
-fn on_path(tool: &str) -> bool {
+pub(crate) fn on_path(tool: &str) -> bool {
     env::var_os("PATH").is_some_and(|p| env::split_paths(&p).any(|d| d.join(tool).is_file()))
-}
-
-fn apt_install(packages: &[&str]) -> anyhow::Result<()> {
-    run(Command::new("apt-get").arg("update").arg("-qq"))?;
-    run(Command::new("apt-get")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(packages)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 /// The same build aya-build runs from agent/build.rs, into target/ so the
