@@ -45,6 +45,8 @@ const RUSTUP_HOME_IN_ROOT: &str = "/opt/rustup";
 /// build anything at all (a C linker and libc's development files) and to
 /// reach crates.io (CA certificates).
 const ROOT_PACKAGES: &str = "gcc,libc6-dev,ca-certificates";
+/// Where Debian's ca-certificates takes local (site) CAs from.
+const LOCAL_CAS: &str = "/usr/local/share/ca-certificates";
 /// The rustup proxies a rustup install puts in `$CARGO_HOME/bin`.
 const RUSTUP_PROXIES: &[&str] = &[
     "cargo",
@@ -202,7 +204,31 @@ fn make_root(new_root: &Path) -> anyhow::Result<()> {
     for source in host_debian_sources()? {
         cmd.arg(source);
     }
-    run(&mut cmd)
+    run(&mut cmd)?;
+    trust_local_cas(new_root)
+}
+
+/// The machine's own CA certificates (`/usr/local/share/ca-certificates`,
+/// e.g. a TLS-inspecting egress proxy's): part of the network a machine of
+/// this kind sits on, not something the project installs. Without them
+/// cargo and pip cannot reach the registries from the new root.
+fn trust_local_cas(new_root: &Path) -> anyhow::Result<()> {
+    let local = Path::new(LOCAL_CAS);
+    let Ok(entries) = fs::read_dir(local) else {
+        return Ok(());
+    };
+    let dest = new_root.join(LOCAL_CAS.trim_start_matches('/'));
+    fs::create_dir_all(&dest)?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "crt") {
+            fs::copy(&path, dest.join(entry.file_name()))
+                .with_context(|| format!("copying {}", path.display()))?;
+        }
+    }
+    run(Command::new("chroot")
+        .arg(new_root)
+        .args(["update-ca-certificates"]))
 }
 
 fn clone_repo(new_root: &Path) -> anyhow::Result<()> {
