@@ -306,6 +306,9 @@ fn home() -> PathBuf {
 
 fn mount_everything(new_root: &Path) -> anyhow::Result<()> {
     let at = |p: &str| new_root.join(p.trim_start_matches('/'));
+    // The root itself a mount point, as `/` is on a machine: `ip netns exec`
+    // runs `mount --make-rslave /`, which fails on a plain directory.
+    mount(&["--bind", &new_root.to_string_lossy()], new_root)?;
     mount(&["-t", "proc", "proc"], &at("/proc"))?;
     mount(&["-t", "sysfs", "sysfs"], &at("/sys"))?;
     mount(&["-t", "bpf", "bpffs"], &at("/sys/fs/bpf"))?;
