@@ -428,6 +428,16 @@ pub enum DiscoveryKind {
     Kubernetes,
 }
 
+impl DiscoveryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Static => "static",
+            Self::Etcd => "etcd",
+            Self::Kubernetes => "kubernetes",
+        }
+    }
+}
+
 /// A known skew added to every local timestamp (tests and the demo): the
 /// node then behaves as if its clock read `true + offset + drift·(t − epoch)`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

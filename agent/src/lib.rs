@@ -9,6 +9,9 @@ pub mod config;
 pub mod devclock;
 pub mod discovery;
 pub mod probe;
-pub mod publish;
+/// The offsets file, its readers and the history line types live in
+/// `clockmesh-offsets` (what a reader depends on); re-exported here.
+pub use clockmesh_offsets as publish;
 pub mod runtime;
-pub mod trace;
+/// Trace alignment and merge live in `clockmesh-trace`; re-exported here.
+pub use clockmesh_trace as trace;

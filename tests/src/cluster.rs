@@ -93,21 +93,12 @@ pub struct Cluster {
     etcd: Option<EtcdServer>,
 }
 
-/// A node result line of an agent's JSONL (`docs/agent.md`).
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct NodeLine {
-    pub host: String,
-    pub node_id: u32,
-    pub window: u64,
-    pub anchor_ns: i64,
-    pub offset_ns: i64,
-    pub drift_ppb: f64,
-    pub bound_ns: u64,
-    pub reference: String,
-    pub anchor_kind: String,
-}
+/// A node result line of an agent's JSONL: the one type the agent writes
+/// and `trace merge` reads.
+pub use clockmesh::publish::history::HistoryEntry as NodeLine;
 
-/// One node-window checked against the truth.
+/// One node-window checked against the truth. Offsets are global − local
+/// (the reference's clock minus this node's), as everywhere in clockmesh.
 #[derive(Clone, Debug, Serialize)]
 pub struct Checked {
     pub node: String,
@@ -333,7 +324,7 @@ impl Cluster {
         let mut out = Vec::new();
         for i in 0..self.cfg.nodes {
             for l in self.node_lines(i) {
-                let Some(&r) = index.get(&l.reference) else {
+                let Some(&r) = l.reference.as_ref().and_then(|name| index.get(name)) else {
                     continue;
                 };
                 if r == i {
@@ -349,12 +340,13 @@ impl Cluster {
         // The anchor is on node i's clock; undo its skew to get true time.
         let local = l.anchor_ns;
         let t = local - self.skews[i].at(local);
-        let truth = (self.skews[i].at(t) - self.skews[r].at(t)) as f64;
-        let estimated = -l.offset_ns;
+        // global − local, global being the reference's clock.
+        let truth = (self.skews[r].at(t) - self.skews[i].at(t)) as f64;
+        let estimated = l.offset_ns;
         Checked {
             node: l.host.clone(),
             window: l.window,
-            reference: l.reference.clone(),
+            reference: l.reference.clone().unwrap_or_default(),
             estimated_ns: estimated,
             true_ns: truth,
             error_ns: estimated as f64 - truth,

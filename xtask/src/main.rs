@@ -186,6 +186,18 @@ fn test() -> anyhow::Result<()> {
     run(cargo()
         .args(["test", "--no-fail-fast"])
         .env("CLOCKMESH_REQUIRE_ROOT", "1"))?;
+    // The agent without its default features (static membership, no etcd,
+    // Kubernetes or CUDA): built and its unit tests run.
+    run(cargo()
+        .args([
+            "test",
+            "-p",
+            "clockmesh",
+            "--no-default-features",
+            "--lib",
+            "--bins",
+        ])
+        .env("AYA_BUILD_SKIP", "1"))?;
     // The non-default `rocm-smi` feature (links librocm_smi64): its tests run
     // without an AMD GPU; the eBPF object is not needed for them.
     run(rocm_smi_cargo().args([
@@ -220,6 +232,16 @@ fn lint() -> anyhow::Result<()> {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo()
         .args(["clippy", "--all-targets", "--", "-D", "warnings"])
+        .env("AYA_BUILD_SKIP", "1"))?;
+    run(cargo()
+        .args([
+            "clippy",
+            "-p",
+            "clockmesh",
+            "--no-default-features",
+            "--all-targets",
+        ])
+        .args(["--", "-D", "warnings"])
         .env("AYA_BUILD_SKIP", "1"))?;
     setup()?;
     run(rocm_smi_cargo().args([

@@ -1,12 +1,12 @@
 //! `clockmesh agent`: run the node agent until SIGTERM or Ctrl-C.
 use anyhow::Context as _;
+#[cfg(feature = "etcd")]
+use clockmesh::discovery::etcd::{EtcdConfig, EtcdDiscovery};
+#[cfg(feature = "kubernetes")]
+use clockmesh::discovery::kubernetes::{KubeConfig, KubeDiscovery};
 use clockmesh::{
     config::DiscoveryKind,
-    discovery::{
-        StaticDiscovery,
-        etcd::{EtcdConfig, EtcdDiscovery},
-        kubernetes::{KubeConfig, KubeDiscovery},
-    },
+    discovery::StaticDiscovery,
     runtime::{self, RuntimeError},
 };
 use tokio::signal::unix::{SignalKind, signal};
@@ -15,6 +15,7 @@ use tracing::info;
 use super::config::ConfigFlags;
 
 /// How long a silent member stays listed in etcd.
+#[cfg(feature = "etcd")]
 const ETCD_LEASE_TTL_S: i64 = 10;
 
 #[derive(clap::Args, Debug)]
@@ -47,6 +48,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                     .with_context(|| format!("members (from {})", members.source))?;
                 runtime::run(cfg, d, shutdown).await?;
             }
+            #[cfg(feature = "etcd")]
             DiscoveryKind::Etcd => {
                 let d = EtcdDiscovery::connect(EtcdConfig {
                     endpoints: cfg.etcd_endpoints.value.clone(),
@@ -56,6 +58,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                 .await?;
                 runtime::run(cfg, d, shutdown).await?;
             }
+            #[cfg(feature = "kubernetes")]
             DiscoveryKind::Kubernetes => {
                 let d = KubeDiscovery::connect(KubeConfig {
                     namespace: cfg.kube_namespace.value.clone(),
@@ -67,6 +70,12 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                 .await?;
                 runtime::run(cfg, d, shutdown).await?;
             }
+            #[cfg(not(all(feature = "etcd", feature = "kubernetes")))]
+            other => anyhow::bail!(
+                "discovery = {} needs a clockmesh built with the `{}` cargo feature (part of the default build)",
+                other.as_str(),
+                other.as_str()
+            ),
         }
         Ok(())
     })

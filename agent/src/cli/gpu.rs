@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use clockmesh::devclock::cuda::CudaMode;
+use clockmesh::devclock::CudaMode;
 use clockmesh::devclock::sampler::{DeviceClockSampler, SamplerConfig};
 use clockmesh::devclock::{
     DevClockError, HostDomain, PublishedDeviceMap, SourceChoice, host, open_source,

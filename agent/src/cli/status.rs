@@ -55,6 +55,39 @@ fn signed(v: i64) -> String {
     format!("{v:+}")
 }
 
+/// global − local in words, as chronyc says "slow"/"fast": a positive
+/// offset means the global timeline is ahead, so this clock is behind.
+fn offset_in_words(offset_ns: i64) -> String {
+    let magnitude = duration_words(offset_ns.unsigned_abs());
+    match offset_ns.signum() {
+        1 => format!("this clock is {magnitude} behind the reference"),
+        -1 => format!("this clock is {magnitude} ahead of the reference"),
+        _ => "this clock reads the reference's time".into(),
+    }
+}
+
+/// The offset's rate in words: a growing global − local means this clock
+/// runs slow against the reference.
+fn drift_in_words(drift_ppb: f64) -> String {
+    let ppm = drift_ppb.abs() / 1e3;
+    if drift_ppb > 0.0 {
+        format!("this clock runs {ppm:.3} ppm slow")
+    } else if drift_ppb < 0.0 {
+        format!("this clock runs {ppm:.3} ppm fast")
+    } else {
+        "same rate as the reference".into()
+    }
+}
+
+fn duration_words(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns} ns"),
+        1_000..1_000_000 => format!("{:.3} µs", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.3} ms", ns as f64 / 1e6),
+        _ => format!("{:.3} s", ns as f64 / 1e9),
+    }
+}
+
 /// The human-readable report.
 pub fn render(s: &Status) -> String {
     let mut out = String::new();
@@ -78,11 +111,16 @@ pub fn render(s: &Status) -> String {
                 o.reference, o.window, o.anchor_kind
             );
             out += &format!(
-                "Offset       : {} ns ± {} ns (this clock − reference, at the anchor)\n",
+                "Offset       : {} ns ± {} ns (global − local: {})\n",
                 signed(o.offset_ns),
-                o.bound_ns
+                o.bound_ns,
+                offset_in_words(o.offset_ns)
             );
-            out += &format!("Drift        : {:+.3} ppb\n", o.drift_ppb);
+            out += &format!(
+                "Drift        : {:+.3} ppb ({})\n",
+                o.drift_ppb,
+                drift_in_words(o.drift_ppb)
+            );
         }
         None => out += "Offset       : not yet known (waiting for the first solved window)\n",
     }
@@ -237,10 +275,28 @@ mod tests {
         s.dropped.insert("bad_tag".into(), 3);
         let text = render(&s);
         assert!(text.contains("-42 ns ± 900 ns"), "{text}");
+        assert!(
+            text.contains("this clock is 42 ns ahead of the reference"),
+            "{text}"
+        );
         assert!(text.contains("30/40"), "{text}");
         assert!(text.contains("dropped 3"), "{text}");
         s.offset = None;
         assert!(render(&s).contains("not yet known"));
+    }
+
+    #[test]
+    fn offset_and_drift_signs_are_said_in_words() {
+        assert_eq!(
+            offset_in_words(1_230),
+            "this clock is 1.230 µs behind the reference"
+        );
+        assert_eq!(
+            offset_in_words(-2_500_000),
+            "this clock is 2.500 ms ahead of the reference"
+        );
+        assert_eq!(drift_in_words(1_500.0), "this clock runs 1.500 ppm slow");
+        assert_eq!(drift_in_words(-20.0), "this clock runs 0.020 ppm fast");
     }
 
     #[test]

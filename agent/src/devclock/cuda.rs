@@ -31,13 +31,7 @@ use cudarc::driver::{CudaContext, DriverError, result, sys};
 
 use super::{DevClockError, DeviceClockSource, SourceInfo, host};
 
-/// Which kernel protocol to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CudaMode {
-    #[default]
-    PingPong,
-    LaunchPerSample,
-}
+pub use super::CudaMode;
 
 /// `%globaltimer` steps in multiples of 32 ns on H100 (no profiler attached).
 pub const GLOBALTIMER_QUANTUM_NS: u64 = 32;

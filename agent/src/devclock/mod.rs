@@ -11,8 +11,10 @@
 //! [`synthetic::SyntheticSource`] (a modelled clock, for CI and demos). Each
 //! GPU source is opt-in: opening a CUDA context costs GPU memory (see
 //! docs/gpu-clocks.md) and opening `/dev/kfd` registers a KFD process.
+#[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;
+pub mod kfd_topology;
 pub mod publish_map;
 pub mod rocm;
 #[cfg(feature = "rocm-smi")]
@@ -21,7 +23,8 @@ pub mod sampler;
 pub mod synthetic;
 
 pub use clockmesh_estimator::device::{DeviceId, HostDomain, SnapshotPair, SourceKind};
-pub use publish_map::PublishedDeviceMap;
+pub use clockmesh_offsets::PublishedDeviceMap;
+pub use publish_map::published_map;
 
 /// What a source is and how fine its readings are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,10 +103,20 @@ pub trait DeviceClockSource: Send {
     }
 }
 
+/// Which CUDA kernel protocol samples the clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CudaMode {
+    /// One resident kernel per burst answers host pings (tightest pairs).
+    #[default]
+    PingPong,
+    /// One kernel launch per sample (fallback; wider brackets).
+    LaunchPerSample,
+}
+
 /// Which source to open, and its options.
 #[derive(Debug, Clone)]
 pub enum SourceChoice {
-    Cuda(cuda::CudaMode),
+    Cuda(CudaMode),
     /// `tick_hz` overrides the counter rate read from the DRM render node.
     Rocm {
         tick_hz: Option<u64>,
@@ -119,7 +132,14 @@ pub fn open_source(
     index: u32,
 ) -> Result<Box<dyn DeviceClockSource>, DevClockError> {
     Ok(match choice {
+        #[cfg(feature = "cuda")]
         SourceChoice::Cuda(mode) => Box::new(cuda::CudaSource::open(index, *mode)?),
+        #[cfg(not(feature = "cuda"))]
+        SourceChoice::Cuda(_) => {
+            return Err(DevClockError::Unavailable(
+                "this clockmesh was built without the `cuda` cargo feature".into(),
+            ));
+        }
         SourceChoice::Rocm { tick_hz } => Box::new(rocm::RocmKfdSource::open(index, *tick_hz)?),
         SourceChoice::Synthetic(config) => {
             let config = clockmesh_estimator::device::SyntheticConfig {

@@ -29,7 +29,7 @@ use rocm_smi_lib::{
 };
 
 use super::DevClockError;
-use super::rocm::KfdNode;
+use super::kfd_topology::KfdNode;
 
 /// Errors of ROCm SMI identity lookups.
 #[derive(Debug, thiserror::Error)]

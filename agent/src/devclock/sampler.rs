@@ -90,7 +90,7 @@ impl DeviceClockSampler {
 
     /// The current map in publishable form, if there is a fit.
     pub fn published(&self) -> Option<PublishedDeviceMap> {
-        self.fitter.fit().map(PublishedDeviceMap::from_fit)
+        self.fitter.fit().map(super::published_map)
     }
 }
 

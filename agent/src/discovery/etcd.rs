@@ -10,11 +10,12 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, GetOptions, LeaderKey, PutOptions, ResignOptions};
+use clockmesh_proto::{clockmesh as pb, prost::Message as _};
+use etcd_client::{Client, GetOptions, LeaderKey, PutOptions, ResignOptions, Txn, TxnOp};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::{Discovery, DiscoveryError, Leadership, Member, check_unique};
+use super::{Coordination, Discovery, DiscoveryError, Leadership, Member, check_unique};
 
 /// How to reach etcd and how long a silent member stays listed.
 #[derive(Clone, Debug)]
@@ -250,6 +251,66 @@ impl Discovery for EtcdDiscovery {
         }
         self.me = None;
         Ok(())
+    }
+}
+
+/// Results are written in transactions of this many puts (etcd's default
+/// limit is 128 operations per transaction).
+const RESULTS_PER_TXN: usize = 128;
+
+/// etcd is the shared store: fits under `edges/<name>` (bound to this
+/// node's lease), results under `results/<name>` (`docs/coordination.md`).
+impl Coordination for EtcdDiscovery {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn put_edges(&mut self, me: &str, snapshot: &pb::Snapshot) -> Result<(), DiscoveryError> {
+        let key = format!("{}edges/{me}", self.prefix());
+        let opts = self.lease().map(|l| PutOptions::new().with_lease(l));
+        self.client()
+            .put(key, snapshot.encode_to_vec(), opts)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn fetch_edges(&mut self) -> Result<Vec<pb::Snapshot>, DiscoveryError> {
+        let prefix = format!("{}edges/", self.prefix());
+        let resp = self
+            .client()
+            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(unavailable)?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| pb::Snapshot::decode(kv.value()).ok())
+            .collect())
+    }
+
+    async fn put_results(&mut self, results: &[pb::NodeOffset]) -> Result<(), DiscoveryError> {
+        let prefix = format!("{}results/", self.prefix());
+        for chunk in results.chunks(RESULTS_PER_TXN) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|r| TxnOp::put(format!("{prefix}{}", r.node), r.encode_to_vec(), None))
+                .collect();
+            self.client()
+                .txn(Txn::new().and_then(ops))
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    async fn my_result(&mut self, me: &str) -> Result<Option<pb::NodeOffset>, DiscoveryError> {
+        let key = format!("{}results/{me}", self.prefix());
+        let resp = self.client().get(key, None).await.map_err(unavailable)?;
+        Ok(resp
+            .kvs()
+            .first()
+            .and_then(|kv| pb::NodeOffset::decode(kv.value()).ok()))
     }
 }
 

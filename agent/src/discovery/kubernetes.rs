@@ -51,8 +51,8 @@ use kube::{
 use tokio::{sync::watch as signal, task::JoinHandle};
 use tracing::{debug, info, warn};
 
+use super::Coordination;
 use super::{Discovery, DiscoveryError, Leadership, Member, check_unique};
-use crate::runtime::coord::Coordination;
 
 /// Annotation with the address peers probe (`ip:port`), written by each
 /// agent on its own pod.

@@ -7,8 +7,13 @@
 //! is never on the probing path: if it is lost, probing continues on the last
 //! known membership and only election and the shared solve stop.
 
+mod coordination;
+#[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+
+pub use coordination::Coordination;
 
 use std::{
     collections::BTreeSet,

@@ -5,9 +5,9 @@
 //! probes with the same sequence number, `pair_index` 0 and 1, sent
 //! `spacing` apart by the sender's clock.
 
-pub mod graph;
-pub mod pairs;
-pub mod wire;
+/// The wire format, probe graph and pair assembly are pure and live in
+/// `clockmesh-core`; this module adds the sending of coded pairs.
+pub use clockmesh_core::{graph, pairs, wire};
 
 use std::{
     io,

@@ -6,17 +6,18 @@
 //! ([`sender`]); the estimator itself is pure (`clockmesh-estimator`).
 //! See `docs/agent.md` for the loop, the window phases and the JSONL fields.
 
-pub mod codec;
-pub mod collector;
-pub mod coord;
+/// The pure parts of the runtime (stamp collector, peer handshakes, the
+/// fit/result codec) live in `clockmesh-core`.
+pub use clockmesh_core::{codec, collector, peers};
 pub mod gpu;
+mod gpu_publish;
 pub mod http;
 pub mod jsonl;
 mod node;
-pub mod peers;
 pub mod sender;
 pub mod status;
 mod window;
+mod window_clock;
 
 use std::net::IpAddr;
 

@@ -17,14 +17,13 @@ use tracing::{debug, info, warn};
 use super::{
     RuntimeError,
     collector::{Collector, PairKey, Settled, Side},
-    coord::Coordination,
     http::{self, SharedStatus},
     io_err,
     jsonl::{self, Jsonl},
     peers::{HandshakeConfig, Peers},
     sender::{Sender, SenderConfig, SenderEvent, Target},
     status::Status,
-    window::WindowClock,
+    window_clock::WindowClock,
 };
 use crate::{
     capture::{
@@ -34,7 +33,7 @@ use crate::{
         timestamping::{self, StampMode, Stamps},
     },
     config::{AgentConfig, InjectedSkew},
-    discovery::{Discovery, Leadership, Member},
+    discovery::{Coordination, Discovery, Leadership, Member},
     probe::{
         ProbeHeader,
         graph::ProbeGraph,
@@ -204,6 +203,10 @@ impl<D: Discovery + Coordination> Agent<D> {
         )
         .map_err(io_err("starting the probe sender"))?;
         let writer = OffsetsWriter::open(&cfg.offsets_path.value)?;
+        if writer.dropped_torn_record() {
+            tracing::warn!("offsets record was half-written by a previous writer; dropped it");
+        }
+        tracing::info!(path = %writer.path().display(), epoch = writer.epoch(), "offsets file opened for publication");
         let jsonl = Jsonl::open(&cfg.output_dir.value, jsonl::DEFAULT_MAX_BYTES).map_err(
             io_err(format!("output_dir {}", cfg.output_dir.value.display())),
         )?;

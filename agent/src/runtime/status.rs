@@ -60,7 +60,10 @@ pub struct DeviceStatus {
     pub last_error: Option<String>,
 }
 
-/// A node's clock against the reference: `clock_node − clock_reference`.
+/// A node's clock against the global timeline (the reference's clock), in
+/// the one convention of every clockmesh offset: `offset_ns` = global −
+/// local, what to add to this node's clock to read global time (positive:
+/// this clock is behind). `drift_ppb` is the rate of that offset.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct NodeOffsetStatus {
@@ -257,12 +260,12 @@ impl Status {
         let series: [Series<NodeOffsetStatus, f64>; 3] = [
             (
                 "clockmesh_node_offset_ns",
-                "node clock minus reference clock at the anchor, ns",
+                "global minus local (reference clock minus this node's clock) at the anchor, ns",
                 |n| n.offset_ns as f64,
             ),
             (
                 "clockmesh_node_drift_ppb",
-                "rate of the node offset, ppb",
+                "rate of the node offset (global minus local), ppb",
                 |n| n.drift_ppb,
             ),
             (

@@ -5,87 +5,28 @@
 //! (`FETCH`). Delays are fractions of `W` capped at the values below, so
 //! agents whose clocks differ by far less than those delays agree on `k`.
 
-use std::{collections::BTreeMap, time::Instant};
+use std::time::Instant;
 
-use clockmesh_estimator::{AnchorKind, Estimator, NodeId, estimate_edge};
+use clockmesh_estimator::{AnchorKind as SolveAnchor, Estimator, NodeId, estimate_edge};
 use clockmesh_proto::{clockmesh as pb, prost::Message as _};
 use serde::Serialize;
 use tracing::{debug, warn};
 
 use super::{
     codec,
-    coord::Coordination,
     node::Agent,
     status::{EdgeStatus, NodeOffsetStatus},
+    window_clock::Phase,
 };
 use crate::{
-    discovery::Discovery,
+    discovery::{Coordination, Discovery},
     probe::wire,
     publish::{
+        history::{AnchorKind, HistoryEntry, NodeLine},
         layout::{NodeMap, Record, flags},
         sample_kernel_clocks,
     },
 };
-
-/// Phase delays after a window ends: (cap ns, eighths of the window).
-const FIT_DELAY: (i64, i64) = (300_000_000, 1);
-const SOLVE_DELAY: (i64, i64) = (1_500_000_000, 3);
-const FETCH_DELAY: (i64, i64) = (2_500_000_000, 5);
-
-pub(super) struct WindowClock {
-    window_ns: i64,
-    fitted: Option<u64>,
-    solved: Option<u64>,
-    fetched: Option<u64>,
-    published: Option<(u64, i64)>,
-    edges: BTreeMap<NodeId, EdgeStatus>,
-}
-
-impl WindowClock {
-    pub(super) fn new(window_ns: i64) -> Self {
-        WindowClock {
-            window_ns: window_ns.max(1),
-            fitted: None,
-            solved: None,
-            fetched: None,
-            published: None,
-            edges: BTreeMap::new(),
-        }
-    }
-
-    /// The window that ended most recently, if `delay` has passed since.
-    fn due(&self, now_ns: i64, (cap, eighths): (i64, i64), done: Option<u64>) -> Option<u64> {
-        let w = self.window_ns;
-        let delay = cap.min(w / 8 * eighths);
-        let ended = now_ns.div_euclid(w) - 1;
-        let since_end = now_ns - (ended + 1) * w;
-        let k = u64::try_from(ended).ok()?;
-        (since_end >= delay && done.is_none_or(|d| k > d)).then_some(k)
-    }
-
-    /// Whether this node has published a result since it started.
-    pub(super) fn has_published(&self) -> bool {
-        self.published.is_some()
-    }
-
-    /// The window local time `now_ns` falls in.
-    pub(super) fn index(&self, now_ns: i64) -> i64 {
-        now_ns.div_euclid(self.window_ns)
-    }
-
-    /// Local time at which window `k` ends.
-    pub(super) fn end_ns(&self, k: u64) -> i64 {
-        (k as i64).saturating_add(1).saturating_mul(self.window_ns)
-    }
-
-    pub(super) fn last_fitted(&self) -> u64 {
-        self.fitted.unwrap_or(0)
-    }
-
-    pub(super) fn edge_status(&self, peer: NodeId) -> Option<EdgeStatus> {
-        self.edges.get(&peer).cloned()
-    }
-}
 
 /// One JSONL line per edge fit.
 #[derive(Serialize)]
@@ -147,43 +88,19 @@ impl From<&pb::EdgeFit> for FitLine {
     }
 }
 
-/// One JSONL line per node result; also a `clockmesh trace merge --history` entry.
-#[derive(Serialize)]
-struct NodeLine<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    host: &'a str,
-    node_id: NodeId,
-    window: u64,
-    anchor_ns: i64,
-    /// global − local at the anchor.
-    offset_ns: i64,
-    drift_ppb: f64,
-    bound_ns: u64,
-    bound_growth_ppb: f64,
-    valid_from_ns: i64,
-    valid_until_ns: i64,
-    reference: &'a str,
-    reference_id: NodeId,
-    anchor_kind: &'a str,
-}
-
 impl<D: Discovery + Coordination> Agent<D> {
     pub(super) async fn run_window_phases(&mut self) {
         let now = self.local_now();
-        if let Some(k) = self.windows.due(now, FIT_DELAY, self.windows.fitted) {
-            self.windows.fitted = Some(k);
+        if let Some(k) = self.windows.take_due(Phase::Fit, now) {
             self.fit_window(k).await;
         }
         let solver = self.leadership.is_me;
-        if let Some(k) = self.windows.due(now, SOLVE_DELAY, self.windows.solved) {
-            self.windows.solved = Some(k);
-            if solver {
-                self.solve_window(k).await;
-            }
+        if let Some(k) = self.windows.take_due(Phase::Solve, now)
+            && solver
+        {
+            self.solve_window(k).await;
         }
-        if let Some(k) = self.windows.due(now, FETCH_DELAY, self.windows.fetched) {
-            self.windows.fetched = Some(k);
+        if self.windows.take_due(Phase::Fetch, now).is_some() {
             self.fetch_result().await;
         }
     }
@@ -207,7 +124,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 .map(|f| codec::edge_to_pb(k, (me.id, &me.name), (peer, &peer_name), f));
             let probes = (outcome.forward.probes + outcome.backward.probes) as u64;
             let pure = (outcome.forward.pure + outcome.backward.pure) as u64;
-            self.windows.edges.insert(
+            self.windows.record_edge(
                 peer,
                 EdgeStatus {
                     window: k,
@@ -362,7 +279,12 @@ impl<D: Discovery + Coordination> Agent<D> {
         let results: Vec<pb::NodeOffset> = solution
             .nodes
             .iter()
-            .filter(|n| matches!(n.anchor_kind, AnchorKind::Reference | AnchorKind::Holdover))
+            .filter(|n| {
+                matches!(
+                    n.anchor_kind,
+                    SolveAnchor::Reference | SolveAnchor::Holdover
+                )
+            })
             .map(|n| {
                 let off = n.offset_ns_rounded();
                 let anchor = epoch.saturating_add(off);
@@ -379,7 +301,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                     bound_growth_ppb: (n.drift_bound + wander) * 1e9,
                     node_id: n.node,
                     reference_id: reference,
-                    anchor_kind: format!("{:?}", n.anchor_kind).to_lowercase(),
+                    anchor_kind: published_anchor_kind(n.anchor_kind).as_str().into(),
                 }
             })
             .collect();
@@ -396,7 +318,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             valid_until_ns: anchor.saturating_add(self.est_cfg.max_age_ns) as u64,
             node_id: me,
             reference_id: me,
-            anchor_kind: "reference".into(),
+            anchor_kind: AnchorKind::Reference.as_str().into(),
             ..Default::default()
         }
     }
@@ -435,11 +357,9 @@ impl<D: Discovery + Coordination> Agent<D> {
                 return warn!("reading this node's result: {e}");
             }
         };
-        if self.windows.published == Some((r.window, r.anchor_ns)) {
-            return;
+        if self.windows.take_new_result(r.window, r.anchor_ns) {
+            self.publish_result(&r);
         }
-        self.windows.published = Some((r.window, r.anchor_ns));
-        self.publish_result(&r);
     }
 
     fn publish_result(&mut self, r: &pb::NodeOffset) {
@@ -447,7 +367,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         if r.node_id == r.reference_id {
             record_flags |= flags::REFERENCE;
         }
-        if r.anchor_kind == "holdover" {
+        if AnchorKind::from_name(&r.anchor_kind) == Some(AnchorKind::Holdover) {
             record_flags |= flags::HOLDOVER;
         }
         let record = Record {
@@ -470,65 +390,48 @@ impl<D: Discovery + Coordination> Agent<D> {
         self.publish_record(&record);
         self.count("results_published");
         let window_ns = self.cfg.probe_window_s.value as i64 * 1_000_000_000;
-        let line = NodeLine {
-            kind: "node",
-            host: &r.node,
-            node_id: r.node_id,
+        let entry = HistoryEntry {
+            host: r.node.clone(),
             window: r.window,
             anchor_ns: r.anchor_ns,
             offset_ns: r.offset_ns,
             drift_ppb: r.drift_ppb,
             bound_ns: r.bound_ns,
+            valid_from_ns: Some(r.anchor_ns.saturating_sub(2 * window_ns)),
+            valid_until_ns: Some(r.valid_until_ns as i64),
+            reference: Some(r.reference_node.clone()),
+            node_id: Some(r.node_id),
             bound_growth_ppb: r.bound_growth_ppb,
-            valid_from_ns: r.anchor_ns.saturating_sub(2 * window_ns),
-            valid_until_ns: r.valid_until_ns as i64,
-            reference: &r.reference_node,
-            reference_id: r.reference_id,
-            anchor_kind: &r.anchor_kind,
+            reference_id: Some(r.reference_id),
+            anchor_kind: AnchorKind::from_name(&r.anchor_kind),
         };
-        self.write_line(&line);
+        self.write_line(&NodeLine::new(&entry));
         self.status_extra.offset = Some(node_status(r));
     }
 }
 
-/// Status view of a result: the node's clock minus the reference's.
+/// The estimator's anchor kind under its published name.
+fn published_anchor_kind(kind: SolveAnchor) -> AnchorKind {
+    match kind {
+        SolveAnchor::Reference => AnchorKind::Reference,
+        SolveAnchor::Substitute => AnchorKind::Substitute,
+        SolveAnchor::Detached => AnchorKind::Detached,
+        SolveAnchor::Holdover => AnchorKind::Holdover,
+    }
+}
+
+/// Status view of a result, in the one convention: global − local.
 fn node_status(r: &pb::NodeOffset) -> NodeOffsetStatus {
     NodeOffsetStatus {
         node: r.node.clone(),
         node_id: r.node_id,
         reference: r.reference_node.clone(),
         window: r.window,
-        offset_ns: -r.offset_ns,
-        drift_ppb: -r.drift_ppb,
+        offset_ns: r.offset_ns,
+        drift_ppb: r.drift_ppb,
         bound_ns: r.bound_ns,
         anchor_ns: r.anchor_ns,
         valid_until_ns: r.valid_until_ns as i64,
         anchor_kind: r.anchor_kind.clone(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn phases_fire_once_per_window_after_their_delay() {
-        let w = 4_000_000_000;
-        let mut c = WindowClock::new(w);
-        assert_eq!(c.due(10 * w + 100, FIT_DELAY, None), None, "too early");
-        assert_eq!(c.due(10 * w + FIT_DELAY.0, FIT_DELAY, None), Some(9));
-        c.fitted = Some(9);
-        assert_eq!(c.due(10 * w + 2 * FIT_DELAY.0, FIT_DELAY, c.fitted), None);
-        assert_eq!(c.due(11 * w + FIT_DELAY.0, FIT_DELAY, c.fitted), Some(10));
-        // Short windows scale the delays down so every phase still fits.
-        let short = WindowClock::new(1_000_000_000);
-        assert_eq!(
-            short.due(5_000_000_000 + 625_000_000, FETCH_DELAY, None),
-            Some(4)
-        );
-        assert_eq!(
-            short.due(5_000_000_000 + 600_000_000, FETCH_DELAY, None),
-            None
-        );
     }
 }

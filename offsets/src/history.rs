@@ -7,10 +7,52 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::devclock::PublishedDeviceMap;
+use crate::device_map::PublishedDeviceMap;
 
-/// One line of the history file: one node's map for one estimator window.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// How a window's node offset is tied to the global timeline (the network
+/// solve's anchor). The agent's wire records and JSONL carry its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnchorKind {
+    /// Solved against the reference in this window.
+    Reference,
+    /// The reference was absent; anchored at a substitute node.
+    Substitute,
+    /// Not connected to the anchor this window.
+    Detached,
+    /// A substitute placed on the reference timeline by the previous
+    /// window's estimate (bound widened by drift × age).
+    Holdover,
+}
+
+impl AnchorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reference => "reference",
+            Self::Substitute => "substitute",
+            Self::Detached => "detached",
+            Self::Holdover => "holdover",
+        }
+    }
+
+    /// The kind named `name` (as written by [`Self::as_str`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            Self::Reference,
+            Self::Substitute,
+            Self::Detached,
+            Self::Holdover,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
+    }
+}
+
+/// One node line of the history (`"type": "node"`): one node's map for one
+/// estimator window. The agent writes it ([`NodeLine`]), `trace merge` and
+/// the tests read it; the optional fields may be absent in older or
+/// hand-written files.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     /// Hostname as it appears in trace file names / `XSpace.hostnames`.
     pub host: String,
@@ -29,6 +71,34 @@ pub struct HistoryEntry {
     pub valid_until_ns: Option<i64>,
     #[serde(default)]
     pub reference: Option<String>,
+    /// The node's id in the probe graph.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<u32>,
+    /// How fast the bound grows past the anchor, ppb.
+    #[serde(default)]
+    pub bound_growth_ppb: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_id: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anchor_kind: Option<AnchorKind>,
+}
+
+/// A node entry as the agent writes it: `{"type":"node", ...entry}`.
+#[derive(Serialize)]
+pub struct NodeLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    entry: &'a HistoryEntry,
+}
+
+impl<'a> NodeLine<'a> {
+    pub fn new(entry: &'a HistoryEntry) -> Self {
+        Self {
+            kind: "node",
+            entry,
+        }
+    }
 }
 
 impl HistoryEntry {
@@ -382,6 +452,7 @@ mod tests {
             valid_from_ns: None,
             valid_until_ns: until,
             reference: None,
+            ..HistoryEntry::default()
         }
     }
 

@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use clockmesh_proto::{PROFILE_START_TIME, PROFILE_STOP_TIME, TASK_ENV_PLANE, clock_stats};
 
 use super::TraceError;
+use super::fields::{self, map_entry, xline, xplane, xspace, xstat, xstat_metadata};
 use super::rewrite::Frame;
-use super::wire::{LEN, VARINT, WireReader};
+use super::wire::{I64, LEN, VARINT, WireReader};
 
 /// Plane carrying JAX `set_metadata` values (another place the hook's stats may be).
 pub const HOST_METADATA_PLANE: &str = "/host:metadata";
@@ -191,7 +192,7 @@ impl Scan {
 }
 
 /// Key byte of `XLine.events` (field 4, length-delimited).
-const EVENT_KEY: u8 = (4 << 3) | LEN;
+const EVENT_KEY: u8 = fields::key(xline::EVENTS, LEN);
 
 /// Longest string (plane or stat name) read into memory.
 const MAX_NAME: u64 = 1 << 20;
@@ -209,7 +210,7 @@ pub fn scan_file(path: &Path) -> Result<Scan, TraceError> {
     while r.pos() < end {
         let (field, wire) = r.read_key()?;
         match (field, wire) {
-            (1, LEN) => {
+            (xspace::PLANES, LEN) => {
                 let at = r.pos();
                 let n = r.read_len(end)?;
                 let index = scan.planes.len();
@@ -217,11 +218,11 @@ pub fn scan_file(path: &Path) -> Result<Scan, TraceError> {
                 plane.prefix_len = (plane.content_start - at) as u8;
                 scan.planes.push(plane);
             }
-            (4, LEN) => {
+            (xspace::HOSTNAMES, LEN) => {
                 let n = r.read_len(end)?;
                 scan.hostnames.push(read_string(&mut r, n)?);
             }
-            (1..=4, _) => {
+            (xspace::PLANES..=xspace::HOSTNAMES, _) => {
                 return Err(TraceError::malformed(
                     r.pos(),
                     "XSpace field has the wrong wire type",
@@ -262,12 +263,12 @@ fn scan_plane(
     while r.pos() < end {
         let (field, wire) = r.read_key()?;
         match (field, wire) {
-            (1, VARINT) => plane.id = r.read_varint()? as i64,
-            (2, LEN) => {
+            (xplane::ID, VARINT) => plane.id = r.read_varint()? as i64,
+            (xplane::NAME, LEN) => {
                 let n = r.read_len(end)?;
                 plane.name = read_string(r, n)?;
             }
-            (3, LEN) => {
+            (xplane::LINES, LEN) => {
                 let at = r.pos();
                 let n = r.read_len(end)?;
                 let mut line = scan_line(r, n, index, &mut plane.events)?;
@@ -275,22 +276,22 @@ fn scan_plane(
                 plane.lines += 1;
                 lines.push(line);
             }
-            (4, LEN) => {
+            (xplane::EVENT_METADATA, LEN) => {
                 plane.event_metadata += 1;
                 r.skip_value(wire, end)?;
             }
-            (5, LEN) => {
+            (xplane::STAT_METADATA, LEN) => {
                 let n = r.read_len(end)?;
                 if let Some((id, name)) = read_stat_metadata_entry(r, n)? {
                     stat_names.insert(id, name);
                 }
             }
-            (6, LEN) => {
+            (xplane::STATS, LEN) => {
                 let n = r.read_len(end)?;
                 stat_ranges.push((r.pos(), n));
                 r.skip(n)?;
             }
-            (1..=6, _) => {
+            (xplane::ID..=xplane::STATS, _) => {
                 return Err(TraceError::malformed(
                     r.pos(),
                     "XPlane field has the wrong wire type",
@@ -379,7 +380,7 @@ fn scan_line(
         }
         let (field, wire) = r.read_key()?;
         match (field, wire) {
-            (3, VARINT) => {
+            (xline::TIMESTAMP_NS, VARINT) => {
                 let pos = r.pos();
                 line.timestamp_ns = r.read_varint()? as i64;
                 line.ts_fields.push(VarintAt {
@@ -387,13 +388,13 @@ fn scan_line(
                     len: (r.pos() - pos) as u8,
                 });
             }
-            (3, _) => {
+            (xline::TIMESTAMP_NS, _) => {
                 return Err(TraceError::malformed(
                     r.pos(),
                     "XLine.timestamp_ns is not a varint",
                 ));
             }
-            (4, LEN) => {
+            (xline::EVENTS, LEN) => {
                 *events += 1;
                 r.skip_value(wire, end)?;
             }
@@ -414,15 +415,15 @@ fn read_stat_metadata_entry(
     while r.pos() < end {
         let (field, wire) = r.read_key()?;
         match (field, wire) {
-            (1, VARINT) => key = Some(r.read_varint()? as i64),
-            (2, LEN) => {
+            (map_entry::KEY, VARINT) => key = Some(r.read_varint()? as i64),
+            (map_entry::VALUE, LEN) => {
                 let m = r.read_len(end)?;
                 let mend = r.pos() + m;
                 while r.pos() < mend {
                     let (f, w) = r.read_key()?;
                     match (f, w) {
-                        (1, VARINT) => inner_id = Some(r.read_varint()? as i64),
-                        (2, LEN) => {
+                        (xstat_metadata::ID, VARINT) => inner_id = Some(r.read_varint()? as i64),
+                        (xstat_metadata::NAME, LEN) => {
                             let k = r.read_len(mend)?;
                             name = Some(read_string(r, k)?);
                         }
@@ -438,6 +439,11 @@ fn read_stat_metadata_entry(
     Ok(key.or(inner_id).zip(name))
 }
 
+/// A field of XStat's `value` oneof (double_value ..= compressed_str_value).
+fn is_stat_value(field: u32) -> bool {
+    (xstat::DOUBLE_VALUE..=xstat::COMPRESSED_STR_VALUE).contains(&field)
+}
+
 /// One XStat: (metadata_id, value, position of an integer value). A
 /// `ref_value` (XLA's interned strings) becomes the string it refers to:
 /// the name of that stat metadata entry.
@@ -451,40 +457,42 @@ fn read_stat(
     while r.pos() < end {
         let (field, wire) = r.read_key()?;
         match (field, wire) {
-            (1, VARINT) => id = r.read_varint()? as i64,
-            (2, 1) => value = StatValue::Double(f64::from_bits(r.read_fixed64(end)?)),
-            (3 | 4, VARINT) => {
+            (xstat::METADATA_ID, VARINT) => id = r.read_varint()? as i64,
+            (xstat::DOUBLE_VALUE, I64) => {
+                value = StatValue::Double(f64::from_bits(r.read_fixed64(end)?))
+            }
+            (xstat::UINT64_VALUE | xstat::INT64_VALUE, VARINT) => {
                 let pos = r.pos();
                 let v = r.read_varint()?;
                 at = Some(VarintAt {
                     pos,
                     len: (r.pos() - pos) as u8,
                 });
-                value = if field == 3 {
+                value = if field == xstat::UINT64_VALUE {
                     StatValue::Uint(v)
                 } else {
                     StatValue::Int(v as i64)
                 };
                 continue;
             }
-            (5, LEN) => {
+            (xstat::STR_VALUE, LEN) => {
                 let k = r.read_len(end)?;
                 value = StatValue::Str(read_string(r, k)?);
             }
-            (7, VARINT) => {
+            (xstat::REF_VALUE, VARINT) => {
                 let v = r.read_varint()? as i64;
                 value = names
                     .get(&v)
                     .map_or(StatValue::Other, |s| StatValue::Str(s.clone()));
             }
             _ => {
-                if (2..=8).contains(&field) {
+                if is_stat_value(field) {
                     value = StatValue::Other;
                 }
                 r.skip_value(wire, end)?;
             }
         }
-        if (2..=8).contains(&field) && field != 3 && field != 4 {
+        if is_stat_value(field) && field != xstat::UINT64_VALUE && field != xstat::INT64_VALUE {
             at = None;
         }
     }

@@ -4,7 +4,7 @@
 //! tc) and the candidates arrive by different paths (ring buffer, socket
 //! error queue, RX control messages) at slightly different times. Each pair
 //! waits `settle_ns` after its first candidate, then the best candidate of
-//! each packet is chosen ([`crate::probe::pairs::best`]).
+//! each packet is chosen ([`crate::pairs::best`]).
 //!
 //! Received probes are only believed once the datagram itself passed the
 //! checks (membership, source address, authentication, replay): an eBPF RX
@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use clockmesh_estimator::NodeId;
 use serde::Serialize;
 
-use crate::probe::{
+use crate::{
     pairs::best,
     wire::{StampSource, WireStamp},
 };

@@ -1,5 +1,6 @@
 //! The per-window exchange: edge fits to the solver, node results back
-//! (`docs/coordination.md`).
+//! (`docs/coordination.md`). Each membership backend owns its side of it:
+//! etcd's store is in `etcd.rs`; static and Kubernetes have none.
 //!
 //! With etcd every agent writes its fits under `edges/<name>` (bound to its
 //! lease), the leader reads the prefix, solves and writes `results/<name>`;
@@ -7,14 +8,9 @@
 //! Kubernetes) keep the defaults: the runtime then relays fits and results
 //! over UDP to and from the leader and never calls the store methods.
 
-use clockmesh_proto::{clockmesh as pb, prost::Message as _};
-use etcd_client::{GetOptions, PutOptions, Txn, TxnOp};
+use clockmesh_proto::clockmesh as pb;
 
-use crate::discovery::{DiscoveryError, StaticDiscovery, etcd::EtcdDiscovery};
-
-/// Results are written in transactions of this many puts (etcd's default
-/// limit is 128 operations per transaction).
-const RESULTS_PER_TXN: usize = 128;
+use super::{DiscoveryError, StaticDiscovery};
 
 pub trait Coordination {
     /// Whether the backend has a shared store for fits and results. `false`
@@ -52,64 +48,6 @@ pub trait Coordination {
 
 fn no_store() -> DiscoveryError {
     DiscoveryError::Unavailable("this membership backend has no shared store".into())
-}
-
-fn unavailable(e: impl std::fmt::Display) -> DiscoveryError {
-    DiscoveryError::Unavailable(e.to_string())
-}
-
-impl Coordination for EtcdDiscovery {
-    fn shared(&self) -> bool {
-        true
-    }
-
-    async fn put_edges(&mut self, me: &str, snapshot: &pb::Snapshot) -> Result<(), DiscoveryError> {
-        let key = format!("{}edges/{me}", self.prefix());
-        let opts = self.lease().map(|l| PutOptions::new().with_lease(l));
-        self.client()
-            .put(key, snapshot.encode_to_vec(), opts)
-            .await
-            .map_err(unavailable)?;
-        Ok(())
-    }
-
-    async fn fetch_edges(&mut self) -> Result<Vec<pb::Snapshot>, DiscoveryError> {
-        let prefix = format!("{}edges/", self.prefix());
-        let resp = self
-            .client()
-            .get(prefix, Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(unavailable)?;
-        Ok(resp
-            .kvs()
-            .iter()
-            .filter_map(|kv| pb::Snapshot::decode(kv.value()).ok())
-            .collect())
-    }
-
-    async fn put_results(&mut self, results: &[pb::NodeOffset]) -> Result<(), DiscoveryError> {
-        let prefix = format!("{}results/", self.prefix());
-        for chunk in results.chunks(RESULTS_PER_TXN) {
-            let ops: Vec<TxnOp> = chunk
-                .iter()
-                .map(|r| TxnOp::put(format!("{prefix}{}", r.node), r.encode_to_vec(), None))
-                .collect();
-            self.client()
-                .txn(Txn::new().and_then(ops))
-                .await
-                .map_err(unavailable)?;
-        }
-        Ok(())
-    }
-
-    async fn my_result(&mut self, me: &str) -> Result<Option<pb::NodeOffset>, DiscoveryError> {
-        let key = format!("{}results/{me}", self.prefix());
-        let resp = self.client().get(key, None).await.map_err(unavailable)?;
-        Ok(resp
-            .kvs()
-            .first()
-            .and_then(|kv| pb::NodeOffset::decode(kv.value()).ok()))
-    }
 }
 
 /// No store: fits and results go over UDP (`docs/coordination.md`).

@@ -7,11 +7,11 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use clockmesh::publish::history::HistoryEntry;
-use clockmesh::trace::synth::{SynthSpec, event_plane, task_env_plane, write_synthetic};
-use clockmesh::trace::{MergeError, MergeOptions, OffsetSource, merge, scan_file};
+use clockmesh_offsets::history::HistoryEntry;
 use clockmesh_proto::prost::Message;
 use clockmesh_proto::xplane::{XLine, XSpace, x_event, x_stat};
+use clockmesh_trace::synth::{SynthSpec, event_plane, task_env_plane, write_synthetic};
+use clockmesh_trace::{MergeError, MergeOptions, OffsetSource, merge, scan_file};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("clockmesh-trace-{}-{name}", std::process::id()));
@@ -168,7 +168,7 @@ fn trace_with_unknown_fields(dir: &Path) -> (PathBuf, Vec<Vec<u8>>) {
             lb.extend_from_slice(&markers[0]); // unknown field inside an XLine
         }
         plane_bytes.push(0x1a);
-        clockmesh::trace::wire::put_varint(&mut plane_bytes, lb.len() as u64);
+        clockmesh_trace::wire::put_varint(&mut plane_bytes, lb.len() as u64);
         plane_bytes.extend_from_slice(&lb);
     }
     let mut rest = plane.clone();
@@ -183,7 +183,7 @@ fn trace_with_unknown_fields(dir: &Path) -> (PathBuf, Vec<Vec<u8>>) {
     let mut file = Vec::new();
     for body in [plane_bytes, te.encode_to_vec()] {
         file.push(0x0a);
-        clockmesh::trace::wire::put_varint(&mut file, body.len() as u64);
+        clockmesh_trace::wire::put_varint(&mut file, body.len() as u64);
         file.extend_from_slice(&body);
     }
     file.extend_from_slice(&markers[2]); // unknown field in the XSpace
@@ -301,6 +301,7 @@ fn offsets_come_from_hook_stats_then_history() {
         valid_from_ns: None,
         valid_until_ns: None,
         reference: None,
+        ..HistoryEntry::default()
     }];
     let report = merge(&inputs, &o, &mut |_| {}).unwrap();
     assert_eq!(report.hosts[0].source, OffsetSource::Hook);
@@ -324,7 +325,7 @@ fn bad_inputs_fail_per_file_without_partial_output() {
     let mut f = Vec::new();
     let plane = event_plane(&spec, 0).encode_to_vec();
     f.push(0x0a);
-    clockmesh::trace::wire::put_varint(&mut f, plane.len() as u64);
+    clockmesh_trace::wire::put_varint(&mut f, plane.len() as u64);
     f.extend_from_slice(&plane);
     std::fs::write(&no_env, &f).unwrap();
     let empty = dir.join("empty.xplane.pb");

@@ -12,7 +12,8 @@ use clockmesh_proto::xplane::{
 };
 use clockmesh_proto::{PROFILE_START_TIME, PROFILE_STOP_TIME, TASK_ENV_PLANE};
 
-use super::wire::put_varint;
+use super::fields::{self, xspace};
+use super::wire::{LEN, put_varint};
 
 /// Shape of a synthetic trace.
 #[derive(Clone, Debug)]
@@ -148,18 +149,18 @@ pub fn task_env_plane(spec: &SynthSpec) -> XPlane {
 /// Writes `XSpace.planes` fields one at a time, then the hostname.
 pub fn write_synthetic(out: &mut impl Write, spec: &SynthSpec) -> std::io::Result<u64> {
     let mut written = 0;
-    let put = |out: &mut dyn Write, field: u64, body: &[u8]| -> std::io::Result<u64> {
+    let put = |out: &mut dyn Write, field: u32, body: &[u8]| -> std::io::Result<u64> {
         let mut head = Vec::with_capacity(11);
-        put_varint(&mut head, (field << 3) | 2);
+        put_varint(&mut head, u64::from(fields::key(field, LEN)));
         put_varint(&mut head, body.len() as u64);
         out.write_all(&head)?;
         out.write_all(body)?;
         Ok((head.len() + body.len()) as u64)
     };
     for i in 0..spec.planes {
-        written += put(out, 1, &event_plane(spec, i).encode_to_vec())?;
+        written += put(out, xspace::PLANES, &event_plane(spec, i).encode_to_vec())?;
     }
-    written += put(out, 1, &task_env_plane(spec).encode_to_vec())?;
-    written += put(out, 4, spec.host.as_bytes())?;
+    written += put(out, xspace::PLANES, &task_env_plane(spec).encode_to_vec())?;
+    written += put(out, xspace::HOSTNAMES, spec.host.as_bytes())?;
     Ok(written)
 }

@@ -8,7 +8,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use super::merge::MergeError;
+use super::fields::{map_entry, xevent, xevent_metadata, xline, xplane, xspace};
+use super::plan::MergeError;
 use super::wire::{LEN, VARINT, WireReader};
 use super::{FileError, TraceError};
 
@@ -97,7 +98,7 @@ fn write_host(
     let mut plane_idx = 0;
     while r.pos() < end {
         let (field, wire) = r.read_key()?;
-        if (field, wire) != (1, LEN) {
+        if (field, wire) != (xspace::PLANES, LEN) {
             r.skip_value(wire, end)?;
             continue;
         }
@@ -131,16 +132,16 @@ fn write_plane(
     while r.pos() < end {
         let (field, wire) = r.read_key()?;
         match (field, wire) {
-            (2, LEN) => {
+            (xplane::NAME, LEN) => {
                 let k = r.read_len(end)?;
                 name = String::from_utf8_lossy(&r.read_bytes(k)?).into_owned();
             }
-            (3, LEN) => {
+            (xplane::LINES, LEN) => {
                 let k = r.read_len(end)?;
                 lines.push((r.pos(), k));
                 r.skip(k)?;
             }
-            (4, LEN) => {
+            (xplane::EVENT_METADATA, LEN) => {
                 let k = r.read_len(end)?;
                 if let Some((id, n)) = read_event_metadata(r, k)? {
                     names.insert(id, n);
@@ -179,17 +180,17 @@ fn read_event_metadata(r: &mut WireReader, k: u64) -> Result<Option<(i64, String
     while r.pos() < end {
         let (f, wire) = r.read_key()?;
         match (f, wire) {
-            (1, VARINT) => key = Some(r.read_varint()? as i64),
-            (2, LEN) => {
+            (map_entry::KEY, VARINT) => key = Some(r.read_varint()? as i64),
+            (map_entry::VALUE, LEN) => {
                 let m = r.read_len(end)?;
                 let mend = r.pos() + m;
                 while r.pos() < mend {
                     let (g, w2) = r.read_key()?;
                     match (g, w2) {
-                        (2, LEN) | (4, LEN) => {
+                        (xevent_metadata::NAME, LEN) | (xevent_metadata::DISPLAY_NAME, LEN) => {
                             let s = r.read_len(mend)?;
                             let v = String::from_utf8_lossy(&r.read_bytes(s)?).into_owned();
-                            if g == 2 {
+                            if g == xevent_metadata::NAME {
                                 name = Some(v)
                             } else {
                                 display = Some(v)
@@ -216,12 +217,16 @@ fn read_line_head(r: &mut WireReader, k: u64) -> Result<LineHead, TraceError> {
     while r.pos() < end {
         let (f, wire) = r.read_key()?;
         match (f, wire) {
-            (1, VARINT) => head.id = r.read_varint()? as i64,
-            (3, VARINT) => head.ts_ns = r.read_varint()? as i64,
-            (2, LEN) | (11, LEN) => {
+            (xline::ID, VARINT) => head.id = r.read_varint()? as i64,
+            (xline::TIMESTAMP_NS, VARINT) => head.ts_ns = r.read_varint()? as i64,
+            (xline::NAME, LEN) | (xline::DISPLAY_NAME, LEN) => {
                 let s = r.read_len(end)?;
                 let v = String::from_utf8_lossy(&r.read_bytes(s)?).into_owned();
-                if f == 2 { head.name = v } else { display = v }
+                if f == xline::NAME {
+                    head.name = v
+                } else {
+                    display = v
+                }
             }
             _ => r.skip_value(wire, end)?,
         }
@@ -244,7 +249,7 @@ fn write_events(
     let end = r.pos() + k;
     while r.pos() < end {
         let (f, wire) = r.read_key()?;
-        if (f, wire) != (4, LEN) {
+        if (f, wire) != (xline::EVENTS, LEN) {
             r.skip_value(wire, end)?;
             continue;
         }
@@ -254,10 +259,10 @@ fn write_events(
         while r.pos() < eend {
             let (g, w2) = r.read_key()?;
             match (g, w2) {
-                (1, VARINT) => meta = r.read_varint()? as i64,
-                (2, VARINT) => offset_ps = r.read_varint()? as i64,
-                (3, VARINT) => dur_ps = r.read_varint()? as i64,
-                (5, VARINT) => {
+                (xevent::METADATA_ID, VARINT) => meta = r.read_varint()? as i64,
+                (xevent::OFFSET_PS, VARINT) => offset_ps = r.read_varint()? as i64,
+                (xevent::DURATION_PS, VARINT) => dur_ps = r.read_varint()? as i64,
+                (xevent::NUM_OCCURRENCES, VARINT) => {
                     r.read_varint()?;
                     aggregated = true;
                 }

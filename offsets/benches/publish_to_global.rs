@@ -2,13 +2,13 @@
 //! `cc -O2`) and the Rust reader, on a file written by the Rust writer,
 //! measured in one run. Goal: C ≤ 50 ns per call.
 //!
-//! `cargo bench -p clockmesh --bench publish_to_global`
+//! `cargo bench -p clockmesh-offsets --bench publish_to_global`
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use clockmesh::publish::{
+use clockmesh_offsets::{
     NodeMap, OffsetsReader, OffsetsWriter, Record, flags, realtime_coarse_ns, realtime_now_ns,
 };
 

@@ -19,31 +19,20 @@ use std::path::{Path, PathBuf};
 use clockmesh_proto::{PROFILE_START_TIME, PROFILE_STOP_TIME, TASK_ENV_PLANE};
 
 use super::device::{
-    DeviceClockSpec, DeviceContext, DeviceError, DevicePlaneReport, HostDevices, check_specs_used,
-    plan_host, resolve_planes,
+    DeviceClockSpec, DeviceContext, HostDevices, check_specs_used, plan_host, resolve_planes,
+};
+use super::fields::xline;
+use super::plan::file_err;
+pub use super::plan::{
+    ABSOLUTE_THRESHOLD_NS, DeviceError, DevicePlaneReport, HostPlacement, MergeError, OffsetSource,
 };
 use super::rewrite::{Edit, Plan, rewrite_with};
 use super::scan::{Scan, scan_file};
 use super::wire::WireReader;
 use super::{FileError, TraceError};
-use crate::publish::history::{self, DeviceHistoryEntry, DeviceMapIndex, HistoryEntry, NodeIndex};
-
-/// Timestamps at or above this (2001-09-09 in epoch ns) are absolute epoch
-/// values; session-relative ones never get near it.
-pub const ABSOLUTE_THRESHOLD_NS: i64 = 1_000_000_000_000_000_000;
-
-/// Where a host's offset came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OffsetSource {
-    /// `--offset host=ns`.
-    Flag,
-    /// `clock_offset_ns` stat recorded by the hook / JAX helper.
-    Hook,
-    /// The agent's JSONL history, looked up by host and session start.
-    History,
-    /// None found and the caller allowed assuming 0.
-    AssumedZero,
-}
+use clockmesh_offsets::history::{
+    self, DeviceHistoryEntry, DeviceMapIndex, HistoryEntry, NodeIndex,
+};
 
 /// Inputs to a merge besides the files.
 #[derive(Clone, Debug, Default)]
@@ -66,22 +55,6 @@ pub struct MergeOptions {
     pub perfetto: Option<PathBuf>,
 }
 
-/// One host's placement on the global timeline.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostPlacement {
-    pub host: String,
-    pub input: PathBuf,
-    pub output: PathBuf,
-    pub start_ns: i64,
-    pub offset_ns: i64,
-    pub source: OffsetSource,
-    /// What was added to session-relative line timestamps.
-    pub shift_ns: i64,
-    pub lines_absolute: u64,
-    /// Planes placed through a GPU's device map instead of the shift.
-    pub device_planes: Vec<DevicePlaneReport>,
-}
-
 #[derive(Clone, Debug)]
 pub struct MergeReport {
     pub run_dir: PathBuf,
@@ -89,31 +62,6 @@ pub struct MergeReport {
     pub hosts: Vec<HostPlacement>,
     pub bytes_in: u64,
     pub bytes_out: u64,
-}
-
-/// Errors of a merge; per-file problems name the file.
-#[derive(Debug, thiserror::Error)]
-pub enum MergeError {
-    #[error(transparent)]
-    File(#[from] FileError),
-    #[error("no .xplane.pb files found in {0}")]
-    NoInputs(String),
-    #[error("host {host} appears twice: {first} and {second}")]
-    DuplicateHost {
-        host: String,
-        first: String,
-        second: String,
-    },
-    #[error(
-        "{path}: no clock offset for host {host}; pass --offset {host}=NS, --history FILE, record the trace with the clockmesh hook, or --allow-missing-offsets"
-    )]
-    NoOffset { host: String, path: String },
-    #[error("output run directory {0} already exists")]
-    OutputExists(String),
-    #[error("writing output {path}: {error}")]
-    Output { path: String, error: std::io::Error },
-    #[error(transparent)]
-    Device(#[from] Box<DeviceError>),
 }
 
 /// Expands inputs: `.xplane.pb` files as given; directories searched for
@@ -167,15 +115,6 @@ pub fn host_of(path: &Path, scan: &Scan) -> String {
         .filter(|h| !h.is_empty())
         .or_else(|| scan.hostnames.first().cloned())
         .unwrap_or_else(|| "host".into())
-}
-
-fn file_err(path: &Path) -> impl Fn(TraceError) -> MergeError + '_ {
-    move |error| {
-        MergeError::File(FileError {
-            path: path.display().to_string(),
-            error,
-        })
-    }
 }
 
 /// Scans every input and decides where each host goes (no output yet).
@@ -354,7 +293,11 @@ pub fn host_edits_except(
             continue;
         }
         if line.ts_fields.is_empty() {
-            edits.push(Edit::insert_varint_field(line.content_start, 3, new as u64));
+            edits.push(Edit::insert_varint_field(
+                line.content_start,
+                xline::TIMESTAMP_NS,
+                new as u64,
+            ));
         }
         for f in &line.ts_fields {
             edits.push(Edit::replace_varint(f.pos, f.len, new as u64));

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use clockmesh::publish::{
+use clockmesh_offsets::{
     DeviceKind, DeviceMap, NodeMap, OffsetsReader, OffsetsWriter, Record, device_flags, flags,
     realtime_now_ns, sample_kernel_clocks,
 };

@@ -5,16 +5,16 @@
 
 use std::path::{Path, PathBuf};
 
-use clockmesh::devclock::PublishedDeviceMap;
-use clockmesh::publish::history::{self, DeviceHistoryEntry, HistoryEntry};
-use clockmesh::trace::synth::{SynthSpec, event_plane, task_env_plane};
-use clockmesh::trace::{
-    DeviceClockSpec, DeviceError, MergeError, MergeOptions, MergeReport, OffsetSource, SpecError,
-    merge,
-};
+use clockmesh_offsets::PublishedDeviceMap;
+use clockmesh_offsets::history::{self, DeviceHistoryEntry, HistoryEntry};
 use clockmesh_proto::prost::Message;
 use clockmesh_proto::xplane::{
     XEvent, XLine, XPlane, XSpace, XStat, XStatMetadata, x_event, x_stat,
+};
+use clockmesh_trace::synth::{SynthSpec, event_plane, task_env_plane};
+use clockmesh_trace::{
+    DeviceClockSpec, DeviceError, MergeError, MergeOptions, MergeReport, OffsetSource, SpecError,
+    merge,
 };
 
 /// Session start of the GPU host (its CLOCK_REALTIME).
@@ -88,6 +88,7 @@ fn node_entry() -> HistoryEntry {
         valid_from_ns: Some(S - 60_000_000_000),
         valid_until_ns: Some(S + 60_000_000_000),
         reference: Some("ref".into()),
+        ..HistoryEntry::default()
     }
 }
 
@@ -239,7 +240,7 @@ fn fixture(name: &str, plane: XPlane, maps: &[DeviceHistoryEntry]) -> Fixture {
     };
     let other = dir.join("other.xplane.pb");
     let mut f = std::fs::File::create(&other).unwrap();
-    clockmesh::trace::synth::write_synthetic(&mut f, &other_spec).unwrap();
+    clockmesh_trace::synth::write_synthetic(&mut f, &other_spec).unwrap();
     let h = write_history(&dir, maps);
     let opts = MergeOptions {
         out_dir: dir.join("out"),
@@ -398,7 +399,7 @@ fn declared_device_plane_lands_on_truth_and_other_planes_only_shift() {
     );
     assert!(report.hosts[1].device_planes.is_empty());
     // The merged output scans and re-merges structurally intact.
-    let rescan = clockmesh::trace::scan_file(&report.run_dir.join("gpuhost.xplane.pb")).unwrap();
+    let rescan = clockmesh_trace::scan_file(&report.run_dir.join("gpuhost.xplane.pb")).unwrap();
     assert_eq!(rescan.planes[2].clock_device.as_deref(), Some("nvidia:0"));
     std::fs::remove_dir_all(&fx.dir).unwrap();
 }

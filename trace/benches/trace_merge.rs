@@ -2,7 +2,7 @@
 //! Python baseline using the `protobuf` package on the same input, measured
 //! in one run; peak memory of both.
 //!
-//! `cargo bench -p clockmesh --bench trace_merge`
+//! `cargo bench -p clockmesh-trace --bench trace_merge`
 //! Env: CLOCKMESH_BENCH_MB total input size (default 1024, split over 4
 //! hosts); CLOCKMESH_PYTHON a python with `protobuf` (default
 //! $CARGO_TARGET_DIR/pyvenv/bin/python, made by python/test.sh; the baseline
@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use clockmesh::trace::synth::{SynthSpec, write_synthetic};
-use clockmesh::trace::{MergeOptions, merge};
+use clockmesh_trace::synth::{SynthSpec, write_synthetic};
+use clockmesh_trace::{MergeOptions, merge};
 
 const HOSTS: usize = 4;
 
@@ -194,13 +194,13 @@ fn main() {
 
 /// Both merges must agree on every line timestamp (same algorithm).
 fn check_same_timestamps(work: &Path) {
-    use clockmesh::trace::scan_file;
+    use clockmesh_trace::scan_file;
     for h in 0..HOSTS {
         let name = format!("host{h}.xplane.pb");
         let a = scan_file(&work.join("rust/plugins/profile/bench").join(&name)).unwrap();
         let b = scan_file(&work.join("python").join(&name)).unwrap();
         let ts =
-            |s: &clockmesh::trace::Scan| s.lines.iter().map(|l| l.timestamp_ns).collect::<Vec<_>>();
+            |s: &clockmesh_trace::Scan| s.lines.iter().map(|l| l.timestamp_ns).collect::<Vec<_>>();
         assert_eq!(ts(&a), ts(&b), "{name}: rust and python merges disagree");
         assert_eq!(a.profile_start_ns(), b.profile_start_ns());
     }

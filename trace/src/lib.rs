@@ -11,17 +11,20 @@
 //! Design and limits: `docs/trace-merge.md`.
 
 pub mod device;
+pub mod fields;
 pub mod merge;
 pub mod perfetto;
+pub mod plan;
 pub mod rewrite;
 pub mod scan;
 pub mod synth;
 pub mod wire;
 
-pub use device::{DeviceClockSpec, DeviceError, DevicePlaneReport, SpecError};
+pub use device::{DeviceClockSpec, SpecError};
 pub use merge::{
     HostPlacement, MergeError, MergeOptions, MergeReport, OffsetSource, collect_inputs, merge,
 };
+pub use plan::{DeviceError, DevicePlaneReport};
 pub use scan::{Scan, scan_file};
 
 /// What is wrong with one trace file.

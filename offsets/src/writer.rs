@@ -13,6 +13,7 @@ pub struct OffsetsWriter {
     path: PathBuf,
     map: Mapping,
     epoch: u64,
+    dropped_torn_record: bool,
     // Holds the advisory lock for the writer's lifetime.
     _file: File,
 }
@@ -43,12 +44,12 @@ impl OffsetsWriter {
             std::fs::TryLockError::Error(error) => io_err(error),
         })?;
         let map = Mapping::map(&file, true).map_err(io_err)?;
-        let epoch = restart_record(&map);
-        tracing::info!(path = %path.display(), epoch, "offsets file opened for publication");
+        let (epoch, dropped_torn_record) = restart_record(&map);
         Ok(Self {
             path,
             map,
             epoch,
+            dropped_torn_record,
             _file: file,
         })
     }
@@ -60,6 +61,12 @@ impl OffsetsWriter {
     /// The agent epoch this writer stamps on every record.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Whether `open` found a record a killed writer left half-written
+    /// (and dropped it rather than keep it as stale): worth a warning.
+    pub fn dropped_torn_record(&self) -> bool {
+        self.dropped_torn_record
     }
 
     /// Publishes a record (seqlock write; never blocks). The record's
@@ -119,13 +126,12 @@ fn create_atomically(path: &Path) -> std::io::Result<()> {
 
 /// On (re)start: keep the last record but flag it stale; a record that a
 /// killed writer left half-written (odd sequence) is dropped instead.
-/// Returns the new epoch.
-fn restart_record(map: &Mapping) -> u64 {
+/// Returns the new epoch and whether a torn record was dropped.
+fn restart_record(map: &Mapping) -> (u64, bool) {
     let mut p = [0u64; PAYLOAD_WORDS];
     let consistent = map.seq() & 1 == 0 && map.seq_try_read(&mut p);
     let mut r = layout::decode(&p);
     if !consistent {
-        tracing::warn!("offsets record was half-written by a previous writer; dropping it");
         r = Record {
             epoch: r.epoch,
             ..Record::default()
@@ -136,7 +142,7 @@ fn restart_record(map: &Mapping) -> u64 {
     }
     r.epoch = r.epoch.wrapping_add(1);
     map.seq_write(&layout::encode(&r));
-    r.epoch
+    (r.epoch, !consistent)
 }
 
 /// Samples the REALTIME−MONOTONIC and REALTIME−BOOTTIME offsets, taking the

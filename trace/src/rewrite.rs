@@ -439,7 +439,7 @@ impl<W: Write> Write for Counting<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::scan::scan_file;
+    use crate::scan::scan_file;
     use clockmesh_proto::prost::Message;
     use clockmesh_proto::xplane::{XLine, XPlane, XSpace};
 

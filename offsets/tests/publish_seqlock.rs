@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use clockmesh::publish::{
+use clockmesh_offsets::{
     DeviceKind, DeviceMap, KernelClocks, MAX_DEVICES, NodeMap, OffsetsReader, OffsetsWriter,
     PublishError, Record, device_flags, flags, realtime_now_ns,
 };

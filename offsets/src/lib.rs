@@ -1,4 +1,5 @@
-//! Publication of this node's clock offsets.
+//! clockmesh-offsets: this node's published clock offsets — what a reader
+//! depends on, nothing more (no agent, no eBPF, no async runtime).
 //!
 //! - [`OffsetsWriter`]: the agent's side. A fixed-layout, versioned,
 //!   little-endian file (default [`DEFAULT_PATH`]), memory-mapped and updated
@@ -13,12 +14,14 @@
 //! (`hook/include/clockmesh.h`) and the Python reader (`python/clockmesh`)
 //! implement the same spec.
 
+pub mod device_map;
 pub mod history;
 pub mod layout;
 mod reader;
 mod shm;
 mod writer;
 
+pub use device_map::PublishedDeviceMap;
 pub use layout::{
     DeviceKind, DeviceMap, KernelClocks, MAX_DEVICES, NodeMap, Record, device_flags, flags,
 };

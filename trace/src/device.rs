@@ -20,14 +20,17 @@ use std::str::FromStr;
 
 use clockmesh_proto::clock_stats;
 
-use super::merge::{ABSOLUTE_THRESHOLD_NS, HostPlacement, MergeError, OffsetSource};
+use super::fields::{self, xevent, xline};
+use super::plan::{
+    ABSOLUTE_THRESHOLD_NS, DeviceError, DevicePlaneReport, HostPlacement, MergeError, OffsetSource,
+};
 use super::rewrite::{Counting, Region, RegionWriter};
 use super::scan::{LineInfo, PlaneSummary, Scan};
 use super::wire::{LEN, VARINT, WireReader, put_varint, varint_len};
 use super::{FileError, TraceError};
-use crate::devclock::publish_map::host_domain_name;
-use crate::devclock::{HostDomain, PublishedDeviceMap};
-use crate::publish::history::{
+use clockmesh_offsets::PublishedDeviceMap;
+use clockmesh_offsets::device_map::HOST_REALTIME;
+use clockmesh_offsets::history::{
     DeviceHistoryEntry, DeviceMapIndex, DeviceMaps, HistoryEntry, NodeIndex,
 };
 
@@ -91,94 +94,8 @@ impl FromStr for DeviceClockSpec {
     }
 }
 
-/// Why a device plane cannot be placed. Every variant names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
-    #[error(
-        "{path}: plane {plane:?}: device time {device_ns} ns of {device} on host {host}: {what} ({coverage}); use --ignore-device-clocks to shift the plane by the node offset only"
-    )]
-    Unmapped {
-        path: String,
-        plane: String,
-        host: String,
-        device: String,
-        device_ns: i128,
-        what: &'static str,
-        coverage: String,
-    },
-    #[error(
-        "{path}: plane {plane:?} is in the clock of {device}, but the history has no map of {device} on host {host} (pass --history with the agent's \"device\" lines)"
-    )]
-    NoMaps {
-        path: String,
-        plane: String,
-        host: String,
-        device: String,
-    },
-    #[error(
-        "{path}: plane {plane:?} declares clock_domain {declared:?}, but the maps of {device} on host {host} are in {published:?}"
-    )]
-    DomainMismatch {
-        path: String,
-        plane: String,
-        host: String,
-        device: String,
-        declared: String,
-        published: String,
-    },
-    #[error(
-        "{path}: the maps of {device} on host {host} target {host_domain}; only {realtime} maps compose with the node offset"
-    )]
-    HostDomain {
-        path: String,
-        host: String,
-        device: String,
-        host_domain: String,
-        realtime: &'static str,
-    },
-    #[error(
-        "{path}: plane {plane:?} declares clock_domain {domain:?} but no clock_device stat; name its device with --device-clock {host}:{plane}=DEVICE, or pass --ignore-device-clocks"
-    )]
-    NoDevice {
-        path: String,
-        host: String,
-        plane: String,
-        domain: String,
-    },
-    #[error("--device-clock {first} and {second} both name plane {plane:?} of host {host}")]
-    Conflict {
-        host: String,
-        plane: String,
-        first: String,
-        second: String,
-    },
-    #[error("--device-clock {spec}: no such plane in {hosts}")]
-    Unused { spec: String, hosts: String },
-}
-
 /// Errors are cold and large: boxed.
 type DevResult<T> = Result<T, Box<DeviceError>>;
-
-/// One device-mapped plane of a host, and what the merge did with it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DevicePlaneReport {
-    /// Index in the host's [`Scan::planes`].
-    pub plane_index: usize,
-    pub plane: String,
-    pub device: String,
-    /// The plane's `clock_domain` stat, if it has one.
-    pub declared_domain: Option<String>,
-    /// The maps' `device_domain`.
-    pub map_domain: String,
-    /// Lines mapped through the device clock. Lines without timed events
-    /// carry no device time worth mapping and are shifted like host lines.
-    pub lines_mapped: u64,
-    pub events_mapped: u64,
-    /// Largest map bound (at its anchor) + node bound over the mapped times.
-    pub worst_bound_ns: u64,
-    /// False when the node offset has no bound (`--offset`, assumed 0).
-    pub node_bound_known: bool,
-}
 
 /// Resolves which planes of one host are device-mapped and checks their
 /// maps. `used[i]` is set for every spec that matched a plane.
@@ -256,7 +173,7 @@ fn device_of(
     if let Some(s) = spec {
         return Ok(Some(s.device.clone()));
     }
-    let realtime = host_domain_name(HostDomain::Realtime);
+    let realtime = HOST_REALTIME;
     match (plane.clock_domain.as_deref(), &plane.clock_device) {
         (None, Some(device)) => {
             tracing::warn!(
@@ -295,7 +212,7 @@ fn check_maps(
             host: host.into(),
             device: device.into(),
         })?;
-    let realtime = host_domain_name(HostDomain::Realtime);
+    let realtime = HOST_REALTIME;
     for e in maps.entries() {
         if e.map.host_domain != realtime {
             return Err(Box::new(DeviceError::HostDomain {
@@ -551,22 +468,22 @@ fn read_event_times(r: &mut WireReader, n: u64) -> Result<EventTimes, TraceError
         let (field, wire) = r.read_key()?;
         let at = r.pos();
         match (field, wire) {
-            (2, VARINT) => {
+            (xevent::OFFSET_PS, VARINT) => {
                 t.offset_ps = r.read_varint()? as i64;
                 t.aggregated = false;
                 t.offset_fields += 1;
                 t.offset_bytes += r.pos() - at;
             }
-            (3, VARINT) => {
+            (xevent::DURATION_PS, VARINT) => {
                 t.duration_ps = r.read_varint()? as i64;
                 t.duration_fields += 1;
                 t.duration_bytes += r.pos() - at;
             }
-            (5, VARINT) => {
+            (xevent::NUM_OCCURRENCES, VARINT) => {
                 r.read_varint()?;
                 t.aggregated = true;
             }
-            (2 | 3 | 5, _) => {
+            (xevent::OFFSET_PS | xevent::DURATION_PS | xevent::NUM_OCCURRENCES, _) => {
                 return Err(TraceError::malformed(
                     at,
                     "XEvent time field is not a varint",
@@ -633,8 +550,8 @@ fn plan_line(
     while r.pos() < end {
         let (field, wire) = r.read_key()?;
         match (field, wire) {
-            (9, VARINT) => line_dur = Some(r.read_varint()? as i64),
-            (4, LEN) => {
+            (xline::DURATION_PS, VARINT) => line_dur = Some(r.read_varint()? as i64),
+            (xline::EVENTS, LEN) => {
                 let n = r.read_len(end)?;
                 let t = read_event_times(r, n)?;
                 if t.aggregated {
@@ -697,24 +614,24 @@ fn write_line(
     let end = plan.start + plan.len;
     let line_ps = tl.line_start_ps(plan.old_ts_ns);
     if !plan.has_ts {
-        put(out, 3 << 3)?;
+        put(out, u64::from(fields::key(xline::TIMESTAMP_NS, VARINT)))?;
         put(out, plan.new_ts_ns as u64)?;
     }
     while r.pos() < end {
         let from = r.pos();
         let (field, wire) = r.read_key()?;
         match (field, wire, plan.new_duration_ps) {
-            (3, VARINT, _) => {
+            (xline::TIMESTAMP_NS, VARINT, _) => {
                 recopy(r, from, out)?;
                 r.read_varint()?;
                 put(out, plan.new_ts_ns as u64)?;
             }
-            (9, VARINT, Some(dur)) => {
+            (xline::DURATION_PS, VARINT, Some(dur)) => {
                 recopy(r, from, out)?;
                 r.read_varint()?;
                 put(out, dur as u64)?;
             }
-            (4, LEN, _) => {
+            (xline::EVENTS, LEN, _) => {
                 recopy(r, from, out)?;
                 let n = r.read_len(end)?;
                 write_event(r, n, line_ps, plan.new_ts_ns, tl, out)?;
@@ -762,11 +679,11 @@ fn write_event(
         + u64::from(ins_dur) * (1 + field_len(duration));
     put(out, new_len)?;
     if ins_off {
-        put(out, 2 << 3)?;
+        put(out, u64::from(fields::key(xevent::OFFSET_PS, VARINT)))?;
         put(out, offset as u64)?;
     }
     if ins_dur {
-        put(out, 3 << 3)?;
+        put(out, u64::from(fields::key(xevent::DURATION_PS, VARINT)))?;
         put(out, duration as u64)?;
     }
     let end = start + n;
@@ -774,8 +691,8 @@ fn write_event(
         let from = r.pos();
         let (field, wire) = r.read_key()?;
         let new = match (field, wire) {
-            (2, VARINT) => Some(offset),
-            (3, VARINT) => Some(duration),
+            (xevent::OFFSET_PS, VARINT) => Some(offset),
+            (xevent::DURATION_PS, VARINT) => Some(duration),
             _ => None,
         };
         match new {
@@ -992,10 +909,10 @@ fn timeline<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::merge::host_edits_except;
-    use crate::trace::rewrite::{Plan, rewrite_with};
-    use crate::trace::scan::scan_file;
-    use crate::trace::synth::{SynthSpec, task_env_plane};
+    use crate::merge::host_edits_except;
+    use crate::rewrite::{Plan, rewrite_with};
+    use crate::scan::scan_file;
+    use crate::synth::{SynthSpec, task_env_plane};
     use clockmesh_proto::prost::Message;
     use clockmesh_proto::xplane::{XEvent, XLine, XPlane, XSpace, x_event};
 

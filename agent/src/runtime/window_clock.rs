@@ -1,0 +1,155 @@
+//! Window bookkeeping on the local clock: when each phase of a window
+//! (fit, solve, fetch) is due, and what was done last. Pure: no I/O.
+
+use std::collections::BTreeMap;
+
+use clockmesh_estimator::NodeId;
+
+use super::status::EdgeStatus;
+
+/// Phase delays after a window ends: (cap ns, eighths of the window).
+const FIT_DELAY: (i64, i64) = (300_000_000, 1);
+const SOLVE_DELAY: (i64, i64) = (1_500_000_000, 3);
+const FETCH_DELAY: (i64, i64) = (2_500_000_000, 5);
+
+/// Which step of a window's processing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Fit this node's out-edges.
+    Fit,
+    /// The leader solves the network.
+    Solve,
+    /// Every node fetches its result.
+    Fetch,
+}
+
+/// Window bookkeeping on the local clock: which window each phase last ran
+/// for, the result last published, the last fit of each out-edge.
+pub(super) struct WindowClock {
+    window_ns: i64,
+    fitted: Option<u64>,
+    solved: Option<u64>,
+    fetched: Option<u64>,
+    published: Option<(u64, i64)>,
+    edges: BTreeMap<NodeId, EdgeStatus>,
+}
+
+impl WindowClock {
+    pub(super) fn new(window_ns: i64) -> Self {
+        WindowClock {
+            window_ns: window_ns.max(1),
+            fitted: None,
+            solved: None,
+            fetched: None,
+            published: None,
+            edges: BTreeMap::new(),
+        }
+    }
+
+    /// The window whose `phase` is due at `now_ns` and has not run yet;
+    /// marks it run.
+    pub(super) fn take_due(&mut self, phase: Phase, now_ns: i64) -> Option<u64> {
+        let (delay, done) = match phase {
+            Phase::Fit => (FIT_DELAY, &mut self.fitted),
+            Phase::Solve => (SOLVE_DELAY, &mut self.solved),
+            Phase::Fetch => (FETCH_DELAY, &mut self.fetched),
+        };
+        let k = due(self.window_ns, now_ns, delay, *done)?;
+        *done = Some(k);
+        Some(k)
+    }
+
+    /// Whether the result of `window` anchored at `anchor_ns` is new (not
+    /// the one published last); marks it published.
+    pub(super) fn take_new_result(&mut self, window: u64, anchor_ns: i64) -> bool {
+        let new = self.published != Some((window, anchor_ns));
+        self.published = Some((window, anchor_ns));
+        new
+    }
+
+    pub(super) fn record_edge(&mut self, peer: NodeId, status: EdgeStatus) {
+        self.edges.insert(peer, status);
+    }
+
+    /// Whether this node has published a result since it started.
+    pub(super) fn has_published(&self) -> bool {
+        self.published.is_some()
+    }
+
+    /// The window local time `now_ns` falls in.
+    pub(super) fn index(&self, now_ns: i64) -> i64 {
+        now_ns.div_euclid(self.window_ns)
+    }
+
+    /// Local time at which window `k` ends.
+    pub(super) fn end_ns(&self, k: u64) -> i64 {
+        (k as i64).saturating_add(1).saturating_mul(self.window_ns)
+    }
+
+    pub(super) fn last_fitted(&self) -> u64 {
+        self.fitted.unwrap_or(0)
+    }
+
+    pub(super) fn edge_status(&self, peer: NodeId) -> Option<EdgeStatus> {
+        self.edges.get(&peer).cloned()
+    }
+}
+
+/// The window (of length `w`) that ended most recently, if `delay` has
+/// passed since and it is newer than `done`.
+fn due(w: i64, now_ns: i64, (cap, eighths): (i64, i64), done: Option<u64>) -> Option<u64> {
+    let delay = cap.min(w / 8 * eighths);
+    let ended = now_ns.div_euclid(w) - 1;
+    let since_end = now_ns - (ended + 1) * w;
+    let k = u64::try_from(ended).ok()?;
+    (since_end >= delay && done.is_none_or(|d| k > d)).then_some(k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_fire_once_per_window_after_their_delay() {
+        let w = 4_000_000_000;
+        let mut c = WindowClock::new(w);
+        assert_eq!(
+            due(c.window_ns, 10 * w + 100, FIT_DELAY, None),
+            None,
+            "too early"
+        );
+        assert_eq!(
+            due(c.window_ns, 10 * w + FIT_DELAY.0, FIT_DELAY, None),
+            Some(9)
+        );
+        assert_eq!(c.take_due(Phase::Fit, 10 * w + FIT_DELAY.0), Some(9));
+        assert_eq!(
+            due(c.window_ns, 10 * w + 2 * FIT_DELAY.0, FIT_DELAY, c.fitted),
+            None
+        );
+        assert_eq!(
+            due(c.window_ns, 11 * w + FIT_DELAY.0, FIT_DELAY, c.fitted),
+            Some(10)
+        );
+        // Short windows scale the delays down so every phase still fits.
+        let short = WindowClock::new(1_000_000_000);
+        assert_eq!(
+            due(
+                short.window_ns,
+                5_000_000_000 + 625_000_000,
+                FETCH_DELAY,
+                None
+            ),
+            Some(4)
+        );
+        assert_eq!(
+            due(
+                short.window_ns,
+                5_000_000_000 + 600_000_000,
+                FETCH_DELAY,
+                None
+            ),
+            None
+        );
+    }
+}

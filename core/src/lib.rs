@@ -1,0 +1,21 @@
+//! clockmesh-core: the protocol's pure parts — what the agent and the
+//! simulator share, with no I/O, no `unsafe` and no async runtime:
+//!
+//! - [`wire`]: probe, follow-up, RX-report, handshake and record datagrams
+//!   (`docs/protocol.md`), with the optional HMAC;
+//! - [`graph`]: the directed probe graph every node computes alike;
+//! - [`collector`] and [`pairs`]: stamps of each packet settled into coded
+//!   pairs, the best stamp per packet, the bounded pair book per edge;
+//! - [`peers`]: per-peer handshake state and backoff;
+//! - [`codec`]: edge fits and node results to and from protobuf.
+//!
+//! The agent (`agent/`) does the I/O around these; the estimator
+//! (`clockmesh-estimator`) does the maths.
+#![forbid(unsafe_code)]
+
+pub mod codec;
+pub mod collector;
+pub mod graph;
+pub mod pairs;
+pub mod peers;
+pub mod wire;
