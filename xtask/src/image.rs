@@ -3,7 +3,7 @@
 //! daemon or a registry (neither is reachable here, and CI has neither).
 //!
 //! The image is one layer on an empty base, in the spirit of distroless/cc:
-//! the release `clockmesh` binary (no debug info, symbols kept), the
+//! the release `clockmesh` binary (no debug info, no symbols), the
 //! shared libraries `ldd` names for it (glibc, libgcc_s, the dynamic loader),
 //! `/etc/passwd`, `/etc/group`, `/etc/nsswitch.conf`, and the directories the
 //! DaemonSet mounts over. umoci (Debian package) writes the layout: `init`,
@@ -114,8 +114,8 @@ fn stage_rootfs(binary: &Path, stage: &Path) -> anyhow::Result<()> {
         fs::set_permissions(at(d), fs::Permissions::from_mode(mode))?;
     }
 
-    // The release profile already strips debug info (symbols kept for
-    // readable panics): the binary goes in as built.
+    // The release profile strips debug info and symbols: the binary goes in
+    // as built.
     let dest = at(BINARY);
     fs::copy(binary, &dest)?;
     fs::set_permissions(&dest, fs::Permissions::from_mode(0o755))?;
