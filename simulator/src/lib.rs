@@ -51,7 +51,7 @@ pub fn run(s: &Scenario) -> Result<Report, SimError> {
     let noise = Noise::new(s);
     let pairs = (s.pairs_per_second * window_ns / 1e9).round() as usize;
     let spacing = s.estimator.purity.spacing_ns as f64;
-    let mut est = Estimator::new(s.estimator.clone());
+    let mut est = Estimator::new(s.estimator_config());
     let mut all = Collector::default();
     for w in 0..s.windows {
         let start = w as f64 * window_ns;

@@ -168,8 +168,21 @@ impl Scenario {
         Ok(s)
     }
 
+    /// The estimator's configuration: `estimator` with the scenario's
+    /// `reference` as the solve's reference, since the run scores every
+    /// node against that one.
+    pub fn estimator_config(&self) -> EstimatorConfig {
+        let mut config = self.estimator.clone();
+        config.net.reference = self.reference;
+        config
+    }
+
     pub fn validate(&self) -> Result<(), SimError> {
         let bad = |m: &str| Err(SimError::Invalid(m.to_string()));
+        let net_reference = self.estimator.net.reference;
+        if net_reference != 0 && net_reference != self.reference {
+            return bad("estimator.net.reference differs from reference: set only `reference`");
+        }
         if self.nodes < 2 {
             return bad("nodes must be >= 2");
         }
