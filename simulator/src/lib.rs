@@ -82,6 +82,13 @@ pub fn run(s: &Scenario) -> Result<Report, SimError> {
         let epoch = READING_BASE_NS + epoch_rel as i64;
         // Before replacing the solution, score the previous one aged by one window.
         score_aged(&est, &clocks, s, epoch, &mut wc);
+        if measurements.is_empty() {
+            // No edge fitted: nothing to solve. Reported, not fatal: the
+            // agent in the same spot keeps publishing its aged estimate.
+            wc.unsolved = true;
+            all.absorb(&wc);
+            continue;
+        }
         let t0 = Instant::now();
         let sol = est
             .apply_fits(epoch, &measurements)

@@ -44,6 +44,10 @@ pub struct WindowReport {
     pub cg_iterations: (usize, usize),
     pub components: usize,
     pub holdover: bool,
+    /// No edge was fitted in this window, so nothing was solved: its nodes
+    /// got no new estimate.
+    #[serde(default)]
+    pub unsolved: bool,
 }
 
 /// Scores over all windows.
@@ -83,6 +87,9 @@ pub struct Summary {
     pub fit_us_mean: f64,
     /// Network solve time per window (ms).
     pub solve_ms: Quantiles,
+    /// Windows in which no edge was fitted (nothing to solve).
+    #[serde(default)]
+    pub windows_unsolved: usize,
 }
 
 /// Full simulator output.
@@ -110,6 +117,8 @@ pub(crate) struct WindowCollector {
     pub iterations: (usize, usize),
     pub components: usize,
     pub holdover: bool,
+    /// No edge was fitted: the window was not solved.
+    pub unsolved: bool,
     fitted: usize,
     failures: BTreeMap<String, usize>,
     pure: usize,
@@ -133,6 +142,7 @@ impl WindowCollector {
             iterations: (0, 0),
             components: 0,
             holdover: false,
+            unsolved: false,
             fitted: 0,
             failures: BTreeMap::new(),
             pure: 0,
@@ -201,6 +211,7 @@ pub(crate) struct Collector {
     complete: usize,
     trimmed: usize,
     directions: usize,
+    windows_unsolved: usize,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -232,7 +243,9 @@ impl Collector {
             cg_iterations: w.iterations,
             components: w.components,
             holdover: w.holdover,
+            unsolved: w.unsolved,
         });
+        self.windows_unsolved += usize::from(w.unsolved);
         self.errors.extend(&w.errors);
         self.drift_errors.extend(&w.drift_errors);
         self.bounds.extend(&w.bounds);
@@ -296,6 +309,7 @@ impl Collector {
             fit_us_mean: mean(&self.fit_ns) / 1e3,
             fit_us: Quantiles::of(&mut self.fit_ns.iter().map(|v| v / 1e3).collect::<Vec<_>>()),
             solve_ms: Quantiles::of(&mut self.solve_ns.iter().map(|v| v / 1e6).collect::<Vec<_>>()),
+            windows_unsolved: self.windows_unsolved,
         };
         Report {
             scenario: s.name.clone(),
@@ -355,7 +369,13 @@ impl Report {
                     w.median_bound_ns,
                     w.fit_us_mean,
                     w.solve_ms,
-                    if w.holdover { "  holdover" } else { "" }
+                    if w.unsolved {
+                        "  no fitted edge: not solved"
+                    } else if w.holdover {
+                        "  holdover"
+                    } else {
+                        ""
+                    }
                 );
             }
         }
@@ -398,6 +418,14 @@ impl Report {
             q(&o.fit_us)
         );
         let _ = writeln!(s, "solve per window  ms {}", q(&o.solve_ms));
+        if o.windows_unsolved > 0 {
+            let _ = writeln!(
+                s,
+                "unsolved windows  {} of {} had no fitted edge (see edge failures above)",
+                o.windows_unsolved,
+                r.windows.len()
+            );
+        }
         s
     }
 }

@@ -42,6 +42,22 @@ fn a_reference_other_than_node_0_is_the_solved_timeline() {
 }
 
 #[test]
+fn a_window_without_a_fitted_edge_is_reported_not_fatal() {
+    // Every probe lost: no edge can be fitted. The run once aborted with
+    // "estimator failed in window 0: empty input: no edges in this window".
+    let r = run(&small("[link]\nloss = 1.0")).unwrap();
+    let o = &r.overall;
+    assert_eq!(o.windows_unsolved, 3);
+    assert!(r.windows.iter().all(|w| w.unsolved && w.node_windows == 0));
+    assert_eq!((o.edges_fitted, o.node_windows), (0, 0));
+    assert!(r.table(true).contains("unsolved windows  3 of 3"));
+    // A normal run solves every window.
+    let fine = run(&small("")).unwrap();
+    assert_eq!(fine.overall.windows_unsolved, 0);
+    assert!(fine.windows.iter().all(|w| !w.unsolved));
+}
+
+#[test]
 fn same_seed_same_scores() {
     let a = run(&small("seed = 9")).unwrap();
     let b = run(&small("seed = 9")).unwrap();
