@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 
 mod fresh;
 mod image;
+mod layering;
 mod setup;
 
 use setup::{LLVM_PREFIX, setup};
@@ -49,7 +50,8 @@ enum Task {
     },
     /// Run every test (needs root for the netns/eBPF tests).
     Test,
-    /// rustfmt check and clippy with warnings denied.
+    /// rustfmt check, the crate layering (core/offsets/trace free of the
+    /// agent's I/O crates; offsets ≤ 25 crates), clippy with warnings denied.
     Lint,
     /// Benchmarks: capture path figures and criterion benches.
     Bench,
@@ -230,6 +232,7 @@ fn extra_test_scripts() -> Vec<PathBuf> {
 
 fn lint() -> anyhow::Result<()> {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    layering::check_layering()?;
     run(cargo()
         .args(["clippy", "--all-targets", "--", "-D", "warnings"])
         .env("AYA_BUILD_SKIP", "1"))?;
