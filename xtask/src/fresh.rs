@@ -33,7 +33,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::{output, root, run, setup::require_packages};
+use super::{require_root, root, run, setup::require_packages, target_dir};
 
 /// Where the repository is cloned inside the new root.
 const REPO_IN_ROOT: &str = "/work/clockmesh";
@@ -77,9 +77,7 @@ pub fn fresh_check(options: &Options) -> anyhow::Result<()> {
     if let Some(new_root) = &options.inside {
         return inside_namespace(new_root, options.quick);
     }
-    if !output(Command::new("id").arg("-u")).trim().eq("0") {
-        bail!("`cargo xtask fresh-check` builds a Debian root and mounts into it: run it as root");
-    }
+    require_root("fresh-check", "builds a Debian root and mounts into it")?;
     require_packages(&["mmdebstrap", "git"])?;
     let base = fresh_dir();
     let new_root = base.join("root");
@@ -101,12 +99,7 @@ pub fn fresh_check(options: &Options) -> anyhow::Result<()> {
 }
 
 fn fresh_dir() -> PathBuf {
-    match env::var_os("CARGO_TARGET_DIR") {
-        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
-        Some(d) => root().join(d),
-        None => root().join("target"),
-    }
-    .join("fresh-check")
+    target_dir().join("fresh-check")
 }
 
 /// Step timings, printed as they finish and once more at the end.

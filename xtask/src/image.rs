@@ -27,17 +27,16 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::{cargo, output, root, run, setup, setup::require_packages};
+use super::{cargo, output, require_root, root, run, setup, setup::require_packages, target_dir};
 
 const BINARY: &str = "/usr/local/bin/clockmesh";
 const LAYOUT: &str = "clockmesh-oci";
 
 pub fn image(smoke: bool) -> anyhow::Result<()> {
-    if !output(Command::new("id").arg("-u")).trim().eq("0") {
-        bail!(
-            "`cargo xtask image` unpacks image layers with their owners (and --smoke chroots): run it as root"
-        );
-    }
+    require_root(
+        "image",
+        "unpacks image layers with their owners (and --smoke chroots)",
+    )?;
     require_packages(&["umoci"])?;
     let binary = build_binary()?;
     let version = binary_version(&binary)?;
@@ -51,16 +50,6 @@ pub fn image(smoke: bool) -> anyhow::Result<()> {
         smoke_test(&layout, &version, &dir.join("smoke"))?;
     }
     Ok(())
-}
-
-/// `$CARGO_TARGET_DIR` (relative to the repository root, where `cargo()`
-/// runs) or `target/`.
-fn target_dir() -> PathBuf {
-    match env::var_os("CARGO_TARGET_DIR") {
-        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
-        Some(d) => root().join(d),
-        None => root().join("target"),
-    }
 }
 
 fn build_binary() -> anyhow::Result<PathBuf> {

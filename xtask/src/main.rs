@@ -148,18 +148,29 @@ fn build_ebpf() -> anyhow::Result<PathBuf> {
     Ok(obj)
 }
 
-fn require_root(task: &str) -> anyhow::Result<()> {
+/// Fails unless run as root; `why` says what the task does that needs it.
+pub(crate) fn require_root(task: &str, why: &str) -> anyhow::Result<()> {
     if !output(Command::new("id").arg("-u")).trim().eq("0") {
-        bail!(
-            "`cargo xtask {task}` creates network namespaces and loads eBPF programs: run it as root"
-        );
+        bail!("`cargo xtask {task}` {why}: run it as root");
     }
     Ok(())
 }
 
+const NETNS_AND_EBPF: &str = "creates network namespaces and loads eBPF programs";
+
+/// `$CARGO_TARGET_DIR` (relative to the repository root, where `cargo()`
+/// runs) or `target/`.
+pub(crate) fn target_dir() -> PathBuf {
+    match env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
+        Some(d) => root().join(d),
+        None => root().join("target"),
+    }
+}
+
 /// Builds `clockmesh-demo` (release) after the root and setup checks.
 fn build_demo(task: &str) -> anyhow::Result<PathBuf> {
-    require_root(task)?;
+    require_root(task, NETNS_AND_EBPF)?;
     setup()?;
     run(cargo().args([
         "build",
@@ -183,7 +194,7 @@ fn demo(args: &[String]) -> anyhow::Result<()> {
 }
 
 fn test() -> anyhow::Result<()> {
-    require_root("test")?;
+    require_root("test", NETNS_AND_EBPF)?;
     setup()?;
     run(cargo()
         .args(["test", "--no-fail-fast"])
