@@ -95,9 +95,16 @@ fn out_neighbours(node: u32, successor: u32, nodes: &BTreeSet<u32>, k: usize) ->
         .copied()
         .filter(|&v| v != node && v != successor)
         .collect();
-    ranked.sort_by_key(|&v| (std::cmp::Reverse(rendezvous_weight(node, v)), v));
+    // Only the k − 1 heaviest are needed: select them in O(n) rather than
+    // sorting all n (every agent builds the whole graph, n times over).
+    let key = |&v: &u32| (std::cmp::Reverse(rendezvous_weight(node, v)), v);
+    let wanted = (k - 1).min(ranked.len());
+    if wanted > 0 && wanted < ranked.len() {
+        ranked.select_nth_unstable_by_key(wanted - 1, key);
+    }
+    ranked.truncate(wanted);
     let mut out = vec![successor];
-    out.extend(ranked.into_iter().take(k - 1));
+    out.extend(ranked);
     out.sort_unstable();
     out
 }
@@ -107,6 +114,28 @@ mod tests {
     use std::collections::VecDeque;
 
     use super::*;
+
+    /// Agents of different versions meet during a rolling upgrade: selecting
+    /// the heaviest peers must give exactly what sorting them all gave.
+    #[test]
+    fn selection_matches_a_full_sort() {
+        let nodes: BTreeSet<u32> = (0..300u32).map(|i| i * 7 + 3).collect();
+        for k in [1, 2, 4, 10, 20] {
+            for &node in nodes.iter().take(40) {
+                let successor = node + 7;
+                let mut ranked: Vec<u32> = nodes
+                    .iter()
+                    .copied()
+                    .filter(|&v| v != node && v != successor)
+                    .collect();
+                ranked.sort_by_key(|&v| (std::cmp::Reverse(rendezvous_weight(node, v)), v));
+                let mut expected = vec![successor];
+                expected.extend(ranked.into_iter().take(k - 1));
+                expected.sort_unstable();
+                assert_eq!(out_neighbours(node, successor, &nodes, k), expected);
+            }
+        }
+    }
 
     fn reachable_from(g: &ProbeGraph, start: u32) -> BTreeSet<u32> {
         let mut seen = BTreeSet::from([start]);

@@ -6,8 +6,14 @@
 //! - [`graph`]: the directed probe graph every node computes alike;
 //! - [`collector`] and [`pairs`]: stamps of each packet settled into coded
 //!   pairs, the best stamp per packet, the bounded pair book per edge;
+//! - [`history`]: each out-edge's fit over the longest history its data allow;
 //! - [`peers`]: per-peer handshake state and backoff;
-//! - [`codec`]: edge fits and node results to and from protobuf.
+//! - [`codec`]: edge fits and node results to and from protobuf;
+//! - [`settings`]: the agent's protocol settings and the one function that
+//!   turns them into the estimator's configuration;
+//! - [`report`]: what a node reports (edge status, edge lines, timings);
+//! - [`window_clock`]: when each window phase is due on the local clock;
+//! - [`node`]: one node's protocol as a state machine that returns actions.
 //!
 //! The agent (`agent/`) does the I/O around these; the estimator
 //! (`clockmesh-estimator`) does the maths.
@@ -16,6 +22,11 @@
 pub mod codec;
 pub mod collector;
 pub mod graph;
+pub mod history;
+pub mod node;
 pub mod pairs;
 pub mod peers;
+pub mod report;
+pub mod settings;
+pub mod window_clock;
 pub mod wire;

@@ -6,6 +6,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: simulate FILE [--json] [--per-window]".into());
     };
     let scenario = clockmesh_sim::Scenario::from_toml_str(&std::fs::read_to_string(path)?)?;
+    let json = args.iter().any(|a| a == "--json");
+    if scenario.mode == clockmesh_sim::Mode::Protocol {
+        let report = clockmesh_sim::run_protocol(&scenario)?;
+        match json {
+            true => println!("{}", serde_json::to_string_pretty(&report)?),
+            false => print!("{}", report.table()),
+        }
+        return Ok(());
+    }
     let report = clockmesh_sim::run(&scenario)?;
     if args.iter().any(|a| a == "--json") {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -152,7 +152,7 @@ impl Noise {
         }
     }
 
-    fn queueing(&self, rng: &mut ChaCha8Rng) -> f64 {
+    pub(crate) fn queueing(&self, rng: &mut ChaCha8Rng) -> f64 {
         if rng.random::<f64>() >= self.busy {
             return 0.0;
         }
@@ -163,7 +163,7 @@ impl Noise {
         }
     }
 
-    fn tx_error(&self, rng: &mut ChaCha8Rng) -> f64 {
+    pub(crate) fn tx_error(&self, rng: &mut ChaCha8Rng) -> f64 {
         let early = self.tx_early.map_or(0.0, |d| d.sample(rng));
         let late = if self.late_p > 0.0 && rng.random::<f64>() < self.late_p {
             rng.random_range(self.late[0]..=self.late[1])
@@ -173,11 +173,16 @@ impl Noise {
         late - early
     }
 
-    fn rx_error(&self, rng: &mut ChaCha8Rng) -> f64 {
+    pub(crate) fn rx_error(&self, rng: &mut ChaCha8Rng) -> f64 {
         self.rx_late.map_or(0.0, |d| d.sample(rng))
     }
 
-    fn quantize(&self, reading: f64) -> i64 {
+    /// Whether a datagram is lost on the link.
+    pub(crate) fn lost(&self, rng: &mut ChaCha8Rng) -> bool {
+        self.loss > 0.0 && rng.random::<f64>() < self.loss
+    }
+
+    pub(crate) fn quantize(&self, reading: f64) -> i64 {
         let ticks = (reading / self.resolution as f64).floor() as i64;
         READING_BASE_NS + ticks * self.resolution
     }

@@ -9,6 +9,8 @@
 //! assert_eq!(report.overall.node_windows, 2 * 7);
 //! ```
 mod cluster;
+mod error;
+mod protocol;
 mod report;
 mod scenario;
 
@@ -17,25 +19,13 @@ use std::time::Instant;
 use clockmesh_estimator::{AnchorKind, EdgeMeasurement, Estimator, NodeId, estimate_edge};
 
 pub use cluster::READING_BASE_NS;
+pub use error::SimError;
+pub use protocol::{HostTraffic, ProtocolReport, Traffic, run_protocol};
 pub use report::{Quantiles, Report, Summary, WindowReport};
-pub use scenario::{ClockModel, LinkModel, QueueKind, QueueModel, Scenario, TimestampModel};
+pub use scenario::{ClockModel, LinkModel, Mode, QueueKind, QueueModel, Scenario, TimestampModel};
 
 use cluster::{Clocks, Noise, generate_links, probe_link, rng_from_seed};
 use report::{Collector, WindowCollector};
-
-/// Simulator errors.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    #[error("scenario parse error: {0}")]
-    Parse(String),
-    #[error("invalid scenario: {0}")]
-    Invalid(String),
-    #[error("estimator failed in window {window}: {source}")]
-    Estimator {
-        window: u32,
-        source: clockmesh_estimator::EstimatorError,
-    },
-}
 
 /// Runs the scenario and scores every node-window.
 pub fn run(s: &Scenario) -> Result<Report, SimError> {

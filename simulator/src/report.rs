@@ -3,7 +3,7 @@ use clockmesh_estimator::EdgeOutcome;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::Scenario;
+use crate::scenario::Scenario;
 
 /// p50 / p99 / max of a sample (0 when empty).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

@@ -1,14 +1,26 @@
 //! Scenario description (TOML) with defaults for every field.
+use clockmesh_core::{node::Exchange, settings::Settings};
 use clockmesh_estimator::EstimatorConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::SimError;
+use crate::error::SimError;
 
 /// A simulated cluster. Every table and field is optional; see each default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Scenario {
     pub name: String,
+    /// `estimator` (default): synthetic probes straight into the estimator,
+    /// fast enough for 10,000 nodes. `protocol`: every host runs the agent's
+    /// own protocol state machine with the `[agent]` settings.
+    pub mode: Mode,
+    /// Protocol mode: the agent's settings (default: what ships). `degree`,
+    /// `window_ms`, `pairs_per_second` and `[estimator]` apply to the
+    /// estimator mode only; protocol mode derives them from these.
+    pub agent: Settings,
+    /// Protocol mode: fits and results over UDP (`relay`, the static and
+    /// Kubernetes backends) or through a modelled store (`store`, etcd).
+    pub exchange: Exchange,
     /// Seed of the deterministic RNG (ChaCha8).
     pub seed: u64,
     /// Number of nodes (default 64).
@@ -37,6 +49,9 @@ impl Default for Scenario {
     fn default() -> Self {
         Self {
             name: "unnamed".into(),
+            mode: Mode::Estimator,
+            agent: Settings::default(),
+            exchange: Exchange::Relay,
             seed: 1,
             nodes: 64,
             degree: 10,
@@ -52,6 +67,14 @@ impl Default for Scenario {
             estimator: EstimatorConfig::default(),
         }
     }
+}
+
+/// What the simulator runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Estimator,
+    Protocol,
 }
 
 /// Per-node clocks: `clock(t) = t + offset + ∫ frequency`, frequency = drift + random walk.
@@ -177,6 +200,30 @@ impl Scenario {
         config
     }
 
+    /// The agent's own limits on its settings, plus a size the machine can hold.
+    fn validate_agent(&self) -> Result<(), SimError> {
+        let bad = |m: &str| Err(SimError::Invalid(m.to_string()));
+        let a = &self.agent;
+        if !(50..=10_000_000).contains(&a.probe_cadence_us) {
+            return bad("agent.probe_cadence_us must be in 50..=10000000");
+        }
+        if !(1..=100_000).contains(&a.packet_spacing_us) {
+            return bad("agent.packet_spacing_us must be in 1..=100000");
+        }
+        if !(1..=3600).contains(&a.probe_window_s) {
+            return bad("agent.probe_window_s must be in 1..=3600");
+        }
+        if !(1..=clockmesh_core::graph::MAX_DEGREE).contains(&a.degree) {
+            return bad("agent.degree must be in 1..=20");
+        }
+        if self.nodes > 5_000 {
+            return bad(
+                "protocol mode holds every node's state: at most 5000 nodes (use mode = \"estimator\" beyond)",
+            );
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<(), SimError> {
         let bad = |m: &str| Err(SimError::Invalid(m.to_string()));
         let net_reference = self.estimator.net.reference;
@@ -186,7 +233,11 @@ impl Scenario {
         if self.nodes < 2 {
             return bad("nodes must be >= 2");
         }
-        if self.degree == 0 || self.degree >= self.nodes {
+        if self.mode == Mode::Protocol {
+            self.validate_agent()?;
+        }
+        let estimator_mode = self.mode == Mode::Estimator;
+        if estimator_mode && (self.degree == 0 || self.degree >= self.nodes) {
             return bad("degree must be in 1..nodes");
         }
         if self.reference >= self.nodes {
@@ -196,7 +247,7 @@ impl Scenario {
             return bad("windows and window_ms must be >= 1");
         }
         let pairs = self.pairs_per_second * self.window_ms as f64 / 1000.0;
-        if !(2.0..=1e6).contains(&pairs) {
+        if estimator_mode && !(2.0..=1e6).contains(&pairs) {
             return bad("pairs_per_second × window must give 2..=1e6 pairs per window");
         }
         let probs = [

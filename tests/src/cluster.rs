@@ -377,12 +377,7 @@ impl Cluster {
     /// CPU seconds (user + system) and RSS (KiB) of agent `i`.
     pub fn usage(&self, i: usize) -> Option<(f64, u64)> {
         let pid = self.pid(i)?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let after = stat.rsplit_once(')')?.1;
-        let f: Vec<&str> = after.split_whitespace().collect();
-        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
-        let cpu = (f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64
-            / ticks as f64;
+        let cpu = process_cpu_seconds(pid)?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let rss = status
             .lines()
@@ -398,6 +393,16 @@ impl Drop for Cluster {
             let _ = self.stop_agent(i, Signal::SIGTERM);
         }
     }
+}
+
+/// CPU seconds (user + system) process `pid` has used so far.
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    let used = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(used as f64 / ticks as f64)
 }
 
 /// Records of one `type` from a JSONL file (missing file: none).

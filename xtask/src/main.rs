@@ -55,6 +55,13 @@ enum Task {
     Lint,
     /// Benchmarks: capture path figures and criterion benches.
     Bench,
+    /// chrony and clockmesh side by side on one veth pair at the same
+    /// instants (needs root). `-- --help` lists the options (--duration,
+    /// --load, --cadence-us, --runs, --json).
+    BenchChrony {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Container image as an OCI layout in target/image/clockmesh-oci, no daemon (needs root).
     Image {
         /// Then unpack it and run the binary in it with chroot.
@@ -72,6 +79,7 @@ fn main() -> anyhow::Result<()> {
         Task::Test => test(),
         Task::Lint => lint(),
         Task::Bench => bench(),
+        Task::BenchChrony { args } => bench_chrony(&args),
         Task::Image { smoke } => image::image(smoke),
     }
 }
@@ -305,6 +313,12 @@ fn nightly_cargo() -> Command {
         .env_remove("RUSTC")
         .args(["run", "nightly", "cargo"]);
     c
+}
+
+fn bench_chrony(args: &[String]) -> anyhow::Result<()> {
+    run(Command::new(build_demo("bench-chrony")?)
+        .arg("bench-chrony")
+        .args(args))
 }
 
 fn bench() -> anyhow::Result<()> {

@@ -1,9 +1,11 @@
-//! `clockmesh simulate`: run a cluster scenario through the real estimator and score it
-//! against the simulated truth.
+//! `clockmesh simulate`: run a cluster scenario and score it against the
+//! simulated truth — through the estimator alone (`mode = "estimator"`), or
+//! with every host running the agent's own protocol core (`mode =
+//! "protocol"`, the agent's settings and defaults).
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clockmesh_sim::Scenario;
+use clockmesh_sim::{Mode, Scenario};
 
 /// Simulate a cluster (synthetic clocks, links, probes with known truth) and report the
 /// estimator's accuracy, bound coverage and timings.
@@ -38,16 +40,30 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         scenario.windows = windows;
     }
     tracing::info!(scenario = %scenario.name, nodes = scenario.nodes, "simulating");
+    if scenario.mode == Mode::Protocol {
+        let report = clockmesh_sim::run_protocol(&scenario)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", report.table());
+            print_peak_rss();
+        }
+        return Ok(());
+    }
     let report = clockmesh_sim::run(&scenario)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.table(args.per_window));
-        if let Some(kib) = peak_rss_kib() {
-            println!("peak RSS          {:.1} MiB", kib as f64 / 1024.0);
-        }
+        print_peak_rss();
     }
     Ok(())
+}
+
+fn print_peak_rss() {
+    if let Some(kib) = peak_rss_kib() {
+        println!("peak RSS          {:.1} MiB", kib as f64 / 1024.0);
+    }
 }
 
 /// Peak resident set size from /proc (Linux); None elsewhere.

@@ -1,75 +1,91 @@
 //! The per-window exchange: edge fits to the solver, node results back
-//! (`docs/coordination.md`). Each membership backend owns its side of it:
-//! etcd's store is in `etcd.rs`; static and Kubernetes have none.
+//! (`docs/coordination.md`). Each membership backend owns its side of it by
+//! choosing its [`Coordination::Store`]:
 //!
-//! With etcd every agent writes its fits under `edges/<name>` (bound to its
-//! lease), the leader reads the prefix, solves and writes `results/<name>`;
-//! each agent reads its own result. Backends without a shared store (static,
-//! Kubernetes) keep the defaults: the runtime then relays fits and results
-//! over UDP to and from the leader and never calls the store methods.
+//! - etcd has a shared store ([`Store`], in `etcd.rs`): every agent writes
+//!   its fits under `edges/<name>` (bound to its lease), the leader reads the
+//!   prefix, solves and writes `results/<name>`; each agent reads its own.
+//! - static and Kubernetes have none ([`NoStore`], a type with no values):
+//!   the protocol core relays fits and results over UDP to and from the
+//!   leader, so no store method can be called for them at all.
 
+use clockmesh_core::node::Exchange;
 use clockmesh_proto::clockmesh as pb;
 
 use super::{DiscoveryError, StaticDiscovery};
 
+/// A backend's choice of how fits and results travel.
 pub trait Coordination {
-    /// Whether the backend has a shared store for fits and results. `false`
-    /// (the default): the runtime relays them over UDP instead.
-    fn shared(&self) -> bool {
-        false
+    /// The shared store, or [`NoStore`].
+    type Store: Store;
+    /// The store, if the backend has one.
+    fn store(&mut self) -> Option<&mut Self::Store>;
+    /// How the protocol core exchanges fits and results with this backend.
+    fn exchange(&mut self) -> Exchange {
+        match self.store() {
+            Some(_) => Exchange::Store,
+            None => Exchange::Relay,
+        }
     }
+}
+
+/// A shared store for the window's fits and results.
+pub trait Store {
     /// Replaces this node's edge fits.
     fn put_edges(
         &mut self,
-        _me: &str,
-        _snapshot: &pb::Snapshot,
-    ) -> impl Future<Output = Result<(), DiscoveryError>> {
-        async { Err(no_store()) }
-    }
+        me: &str,
+        snapshot: &pb::Snapshot,
+    ) -> impl Future<Output = Result<(), DiscoveryError>>;
     /// Every node's latest edge fits (bad records are skipped).
-    fn fetch_edges(&mut self) -> impl Future<Output = Result<Vec<pb::Snapshot>, DiscoveryError>> {
-        async { Err(no_store()) }
-    }
+    fn fetch_edges(&mut self) -> impl Future<Output = Result<Vec<pb::Snapshot>, DiscoveryError>>;
     /// Publishes the solve's per-node results.
     fn put_results(
         &mut self,
-        _results: &[pb::NodeOffset],
-    ) -> impl Future<Output = Result<(), DiscoveryError>> {
-        async { Err(no_store()) }
-    }
+        results: &[pb::NodeOffset],
+    ) -> impl Future<Output = Result<(), DiscoveryError>>;
     /// This node's latest result, if any.
     fn my_result(
         &mut self,
-        _me: &str,
-    ) -> impl Future<Output = Result<Option<pb::NodeOffset>, DiscoveryError>> {
-        async { Err(no_store()) }
+        me: &str,
+    ) -> impl Future<Output = Result<Option<pb::NodeOffset>, DiscoveryError>>;
+}
+
+/// The store of backends that have none: it has no values, so its methods
+/// can never run.
+pub enum NoStore {}
+
+impl Store for NoStore {
+    async fn put_edges(&mut self, _: &str, _: &pb::Snapshot) -> Result<(), DiscoveryError> {
+        match *self {}
+    }
+    async fn fetch_edges(&mut self) -> Result<Vec<pb::Snapshot>, DiscoveryError> {
+        match *self {}
+    }
+    async fn put_results(&mut self, _: &[pb::NodeOffset]) -> Result<(), DiscoveryError> {
+        match *self {}
+    }
+    async fn my_result(&mut self, _: &str) -> Result<Option<pb::NodeOffset>, DiscoveryError> {
+        match *self {}
     }
 }
 
-fn no_store() -> DiscoveryError {
-    DiscoveryError::Unavailable("this membership backend has no shared store".into())
-}
-
 /// No store: fits and results go over UDP (`docs/coordination.md`).
-impl Coordination for StaticDiscovery {}
+impl Coordination for StaticDiscovery {
+    type Store = NoStore;
+    fn store(&mut self) -> Option<&mut NoStore> {
+        None
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discovery::Discovery;
 
     #[test]
-    fn static_backend_has_no_store() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+    fn static_backend_relays() {
         let mut d = StaticDiscovery::parse(&["a=198.18.0.1:1".into()]).unwrap();
-        rt.block_on(async {
-            assert!(!d.shared());
-            let err = d.fetch_edges().await.unwrap_err().to_string();
-            assert!(err.contains("no shared store"), "{err}");
-            assert!(d.my_result("a").await.is_err());
-            assert!(d.members().await.unwrap().len() == 1);
-        });
+        assert!(d.store().is_none());
+        assert_eq!(d.exchange(), Exchange::Relay);
     }
 }

@@ -15,7 +15,7 @@ use etcd_client::{Client, GetOptions, LeaderKey, PutOptions, ResignOptions, Txn,
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::{Coordination, Discovery, DiscoveryError, Leadership, Member, check_unique};
+use super::{Coordination, Discovery, DiscoveryError, Leadership, Member, Store, check_unique};
 
 /// How to reach etcd and how long a silent member stays listed.
 #[derive(Clone, Debug)]
@@ -261,10 +261,13 @@ const RESULTS_PER_TXN: usize = 128;
 /// etcd is the shared store: fits under `edges/<name>` (bound to this
 /// node's lease), results under `results/<name>` (`docs/coordination.md`).
 impl Coordination for EtcdDiscovery {
-    fn shared(&self) -> bool {
-        true
+    type Store = Self;
+    fn store(&mut self) -> Option<&mut Self> {
+        Some(self)
     }
+}
 
+impl Store for EtcdDiscovery {
     async fn put_edges(&mut self, me: &str, snapshot: &pb::Snapshot) -> Result<(), DiscoveryError> {
         let key = format!("{}edges/{me}", self.prefix());
         let opts = self.lease().map(|l| PutOptions::new().with_lease(l));

@@ -778,7 +778,12 @@ impl Discovery for KubeDiscovery {
 
 /// No shared store: the API server carries no per-window traffic; fits and
 /// results go over UDP (`docs/coordination.md`).
-impl Coordination for KubeDiscovery {}
+impl Coordination for KubeDiscovery {
+    type Store = super::NoStore;
+    fn store(&mut self) -> Option<&mut super::NoStore> {
+        None
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -13,35 +13,12 @@ pub mod etcd;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 
-pub use coordination::Coordination;
+pub use clockmesh_core::node::Member;
+pub use coordination::{Coordination, NoStore, Store};
 
-use std::{
-    collections::BTreeSet,
-    future::Future,
-    net::{IpAddr, SocketAddr},
-};
+use std::{collections::BTreeSet, future::Future, net::SocketAddr};
 
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
-
-/// One agent as the others see it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Member {
-    /// Unique, stable name (the Kubernetes node name, or the host name).
-    pub name: String,
-    /// Compact id carried in every probe header; unique within the cluster.
-    pub id: u32,
-    pub addr: IpAddr,
-    pub probe_port: u16,
-    /// `probe::wire::capability` bits.
-    pub capabilities: u32,
-}
-
-impl Member {
-    pub fn probe_addr(&self) -> SocketAddr {
-        SocketAddr::new(self.addr, self.probe_port)
-    }
-}
 
 #[derive(Debug, Error)]
 pub enum DiscoveryError {

@@ -4,7 +4,7 @@
 
 use tracing::warn;
 
-use super::{gpu::device_entry, node::Agent};
+use super::{driver::Agent, gpu::device_entry};
 use crate::{
     discovery::{Coordination, Discovery},
     publish::{DeviceMap, Record, history::DeviceHistoryEntry, realtime_now_ns},
@@ -23,7 +23,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         self.status_extra.gpu_error = snap.error;
         // Device maps reach the file with the node's first result: before
         // that a restarted agent's stale record stays as it is.
-        if self.windows.has_published() {
+        if self.node.has_published() {
             let mut record = self.writer.current();
             record.devices = self.device_entries();
             record.updated_at_ns = self.local_now();
@@ -53,7 +53,7 @@ impl<D: Discovery + Coordination> Agent<D> {
     /// 30 s, so lines a window apart overlap and `trace merge` can map any
     /// past device time.
     fn write_device_lines(&mut self) {
-        let window = self.windows.index(self.local_now());
+        let window = self.window_index(self.local_now());
         if self.device_lines_window == Some(window) {
             return;
         }
@@ -64,7 +64,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             .filter_map(|d| d.map.clone())
             .map(|map| DeviceHistoryEntry {
                 kind: "device".into(),
-                host: self.me.name.clone(),
+                host: self.node.me().name.clone(),
                 window: window as u64,
                 written_at_ns: realtime_now_ns(),
                 map,

@@ -2,28 +2,28 @@
 //! probe pairs, timestamp assembly, per-window fits, the leader's network
 //! solve, publication and the local HTTP endpoint.
 //!
-//! One tokio task drives everything except the probe sender thread
-//! ([`sender`]); the estimator itself is pure (`clockmesh-estimator`).
+//! One tokio task ([`driver`]) runs the protocol core's `Node` and does its
+//! I/O; the probe sender is a thread of its own ([`sender`]); the estimator
+//! is pure (`clockmesh-estimator`).
 //! See `docs/agent.md` for the loop, the window phases and the JSONL fields.
 
-/// The pure parts of the runtime (stamp collector, peer handshakes, the
-/// fit/result codec) live in `clockmesh-core`.
+/// The protocol itself (stamp collector, peer handshakes, the window
+/// phases, the fit/result codec, the node state machine) lives in
+/// `clockmesh-core`; this module does its I/O.
 pub use clockmesh_core::{codec, collector, peers};
+mod driver;
 pub mod gpu;
 mod gpu_publish;
 pub mod http;
 pub mod jsonl;
-mod node;
 pub mod sender;
 pub mod status;
-mod window;
-mod window_clock;
 
 use std::net::IpAddr;
 
 use thiserror::Error;
 
-pub use node::run;
+pub use driver::{run, settings};
 
 #[derive(Debug, Error)]
 pub enum RuntimeError {

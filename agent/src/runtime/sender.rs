@@ -35,12 +35,8 @@ use crate::{
     },
 };
 
-/// A peer to probe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Target {
-    pub id: NodeId,
-    pub addr: SocketAddr,
-}
+/// A peer to probe (from the protocol core's `SetTargets`).
+pub use clockmesh_core::node::Target;
 
 #[derive(Clone, Debug)]
 pub struct SenderConfig {

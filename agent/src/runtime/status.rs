@@ -95,39 +95,8 @@ pub struct PeerStatus {
     pub edge: Option<EdgeStatus>,
 }
 
-/// The last window's fit of an out-edge (`clock_peer − clock_self`).
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct EdgeStatus {
-    pub window: u64,
-    pub offset_ns: Option<i64>,
-    pub drift_ppb: Option<f64>,
-    pub bound_ns: Option<f64>,
-    pub min_rtt_ns: Option<f64>,
-    pub probes: u64,
-    pub pure: u64,
-    pub error: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct Timings {
-    pub last_fit_us: u64,
-    pub last_solve_us: u64,
-    pub windows: u64,
-    pub solves: u64,
-}
-
-impl EdgeStatus {
-    /// Pure pairs over pairs received, 0 when none.
-    pub fn pure_ratio(&self) -> f64 {
-        if self.probes == 0 {
-            0.0
-        } else {
-            self.pure as f64 / self.probes as f64
-        }
-    }
-}
+/// The per-edge and timing views come from the protocol core.
+pub use clockmesh_core::node::{EdgeStatus, Timings};
 
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\")

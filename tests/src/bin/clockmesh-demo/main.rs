@@ -1,7 +1,8 @@
 //! `clockmesh-demo`: by default a cluster of `clockmesh agent`s on netns
 //! hosts with etcd and injected skews, printing estimated vs true offsets;
 //! `clockmesh-demo exchange` shows the raw eBPF timestamps of two hosts;
-//! `clockmesh-demo bench` measures the capture path.
+//! `clockmesh-demo bench` measures the capture path;
+//! `clockmesh-demo bench-chrony` compares clockmesh with chrony on one link.
 //! Run through `cargo xtask demo` (needs root).
 
 use std::time::Duration;
@@ -15,6 +16,7 @@ use clockmesh_testbed::{
 use serde::Serialize;
 
 mod bench;
+mod chrony;
 mod cluster;
 
 #[derive(Parser, Debug)]
@@ -48,6 +50,9 @@ enum Cmd {
     /// Benchmarks: tc program cost per packet, sustained event rate, delay
     /// distributions per timestamp point.
     Bench(bench::BenchArgs),
+    /// chrony and clockmesh side by side on one veth pair, at the same
+    /// instants: |error| p50/p99/max, CPU, clockmesh's bound coverage.
+    BenchChrony(chrony::ChronyArgs),
 }
 
 /// One-way delay distributions (ns) per timestamp point, both directions.
@@ -69,6 +74,7 @@ fn main() -> anyhow::Result<()> {
     match args.command {
         Some(Cmd::Bench(b)) => bench::run(b),
         Some(Cmd::Exchange(e)) => exchange_demo(e),
+        Some(Cmd::BenchChrony(c)) => chrony::run(c),
         None => cluster::run(args.cluster),
     }
 }

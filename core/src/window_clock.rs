@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use clockmesh_estimator::NodeId;
 
-use super::status::EdgeStatus;
+use crate::report::EdgeStatus;
 
 /// Phase delays after a window ends: (cap ns, eighths of the window).
 const FIT_DELAY: (i64, i64) = (300_000_000, 1);
@@ -14,7 +14,7 @@ const FETCH_DELAY: (i64, i64) = (2_500_000_000, 5);
 
 /// Which step of a window's processing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Phase {
+pub enum Phase {
     /// Fit this node's out-edges.
     Fit,
     /// The leader solves the network.
@@ -25,7 +25,7 @@ pub(super) enum Phase {
 
 /// Window bookkeeping on the local clock: which window each phase last ran
 /// for, the result last published, the last fit of each out-edge.
-pub(super) struct WindowClock {
+pub struct WindowClock {
     window_ns: i64,
     fitted: Option<u64>,
     solved: Option<u64>,
@@ -35,7 +35,7 @@ pub(super) struct WindowClock {
 }
 
 impl WindowClock {
-    pub(super) fn new(window_ns: i64) -> Self {
+    pub fn new(window_ns: i64) -> Self {
         WindowClock {
             window_ns: window_ns.max(1),
             fitted: None,
@@ -48,7 +48,7 @@ impl WindowClock {
 
     /// The window whose `phase` is due at `now_ns` and has not run yet;
     /// marks it run.
-    pub(super) fn take_due(&mut self, phase: Phase, now_ns: i64) -> Option<u64> {
+    pub fn take_due(&mut self, phase: Phase, now_ns: i64) -> Option<u64> {
         let (delay, done) = match phase {
             Phase::Fit => (FIT_DELAY, &mut self.fitted),
             Phase::Solve => (SOLVE_DELAY, &mut self.solved),
@@ -61,36 +61,36 @@ impl WindowClock {
 
     /// Whether the result of `window` anchored at `anchor_ns` is new (not
     /// the one published last); marks it published.
-    pub(super) fn take_new_result(&mut self, window: u64, anchor_ns: i64) -> bool {
+    pub fn take_new_result(&mut self, window: u64, anchor_ns: i64) -> bool {
         let new = self.published != Some((window, anchor_ns));
         self.published = Some((window, anchor_ns));
         new
     }
 
-    pub(super) fn record_edge(&mut self, peer: NodeId, status: EdgeStatus) {
+    pub fn record_edge(&mut self, peer: NodeId, status: EdgeStatus) {
         self.edges.insert(peer, status);
     }
 
     /// Whether this node has published a result since it started.
-    pub(super) fn has_published(&self) -> bool {
+    pub fn has_published(&self) -> bool {
         self.published.is_some()
     }
 
     /// The window local time `now_ns` falls in.
-    pub(super) fn index(&self, now_ns: i64) -> i64 {
+    pub fn index(&self, now_ns: i64) -> i64 {
         now_ns.div_euclid(self.window_ns)
     }
 
     /// Local time at which window `k` ends.
-    pub(super) fn end_ns(&self, k: u64) -> i64 {
+    pub fn end_ns(&self, k: u64) -> i64 {
         (k as i64).saturating_add(1).saturating_mul(self.window_ns)
     }
 
-    pub(super) fn last_fitted(&self) -> u64 {
+    pub fn last_fitted(&self) -> u64 {
         self.fitted.unwrap_or(0)
     }
 
-    pub(super) fn edge_status(&self, peer: NodeId) -> Option<EdgeStatus> {
+    pub fn edge_status(&self, peer: NodeId) -> Option<EdgeStatus> {
         self.edges.get(&peer).cloned()
     }
 }

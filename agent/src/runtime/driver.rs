@@ -1,0 +1,743 @@
+//! The driver: runs one [`clockmesh_core::node::Node`] on tokio. It owns
+//! the I/O — the probe socket, the eBPF capture, the sender thread, the
+//! membership backend and its store, the offsets file, the JSONL history,
+//! `/status` — feeds the node what happens and carries out its actions.
+
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use clockmesh_common::{ProbeEvent, kind, point};
+use clockmesh_core::{
+    node::{Action, Node, NodeConfig, TICK_NS},
+    settings::Settings,
+};
+use clockmesh_proto::clockmesh as pb;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use super::{
+    RuntimeError,
+    collector::{PairKey, Side},
+    http::{self, SharedStatus},
+    io_err,
+    jsonl::{self, Jsonl},
+    sender::{Sender, SenderConfig, SenderEvent},
+    status::{NodeOffsetStatus, Status},
+};
+use crate::{
+    capture::{
+        Capture, CaptureConfig,
+        clocks::{self, ClockDomain, ClockMap},
+        stamps::{Stamp, event_stamps, to_realtime},
+        timestamping::{self, StampMode, Stamps},
+    },
+    config::{AgentConfig, InjectedSkew},
+    discovery::{Coordination, Discovery, Leadership, Member, Store},
+    probe::wire::{AuthKey, StampSource, WireStamp},
+    publish::{
+        OffsetsWriter,
+        history::{AnchorKind, HistoryEntry, NodeLine},
+        layout::{NodeMap, Record, flags},
+        realtime_now_ns, sample_kernel_clocks,
+    },
+};
+
+const MEMBERSHIP_PERIOD: Duration = Duration::from_secs(2);
+const STATUS_PERIOD: Duration = Duration::from_secs(1);
+const RECV_BUF: usize = 2048;
+
+pub(super) struct Agent<D> {
+    pub(super) cfg: AgentConfig,
+    pub(super) node: Node,
+    pub(super) discovery: D,
+    skew: Option<InjectedSkew>,
+    capture: Capture,
+    phc: Option<u32>,
+    maps: Vec<ClockMap>,
+    /// The window the clock maps were last measured in.
+    maps_window: Option<i64>,
+    sock: std::net::UdpSocket,
+    sender: Sender,
+    sender_rx: mpsc::UnboundedReceiver<Vec<SenderEvent>>,
+    leadership: Leadership,
+    pub(super) writer: OffsetsWriter,
+    pub(super) jsonl: Jsonl,
+    pub(super) status: SharedStatus,
+    /// What only the driver knows for `/status`: this node's last result,
+    /// GPU devices, the last tick.
+    pub(super) status_extra: Status,
+    /// GPU clock sampling (`gpu_clock`), its last generation seen, and the
+    /// last window for which device lines were written.
+    pub(super) gpu: Option<super::gpu::GpuClocks>,
+    pub(super) gpu_seen: u64,
+    pub(super) device_lines_window: Option<i64>,
+    started_at_ns: i64,
+}
+
+/// Runs the agent until `shutdown` resolves; then marks the offsets stale,
+/// leaves the cluster and detaches the eBPF programs.
+pub async fn run<D: Discovery + Coordination>(
+    cfg: AgentConfig,
+    discovery: D,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RuntimeError> {
+    let status: SharedStatus = Arc::new(Mutex::new(Status::default()));
+    let listener = http::bind(cfg.metrics_addr.value)
+        .await
+        .map_err(io_err(format!("metrics_addr {}", cfg.metrics_addr.value)))?;
+    tokio::spawn(http::serve(listener, status.clone()));
+    if !cfg.enabled.value {
+        info!("enabled = false: not probing; serving health only");
+        status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_tick_ns = i64::MAX;
+        shutdown.await;
+        return Ok(());
+    }
+    let mut agent = Agent::start(cfg, discovery, status).await?;
+    let result = agent.main_loop(shutdown).await;
+    agent.stop().await;
+    result
+}
+
+/// The protocol settings of an agent configuration.
+pub fn settings(cfg: &AgentConfig) -> Settings {
+    Settings {
+        probe_cadence_us: cfg.probe_cadence_us.value,
+        packet_spacing_us: cfg.packet_spacing_us.value,
+        probe_window_s: cfg.probe_window_s.value,
+        degree: cfg.degree.value,
+    }
+}
+
+fn load_key(cfg: &AgentConfig) -> Result<Option<AuthKey>, RuntimeError> {
+    match &cfg.auth_key_file {
+        // The DaemonSet mounts an optional Secret: no file, no authentication.
+        Some(p) if !p.value.exists() => {
+            warn!(path = %p.value.display(), "auth key file absent: probes are NOT authenticated");
+            Ok(None)
+        }
+        Some(p) => Ok(Some(super::load_auth_key(&p.value)?)),
+        None => Ok(None),
+    }
+}
+
+fn bind_probe_socket(addr: SocketAddr) -> Result<std::net::UdpSocket, RuntimeError> {
+    let sock = std::net::UdpSocket::bind(addr)
+        .map_err(io_err(format!("binding the probe socket {addr}")))?;
+    timestamping::enable_rx(&sock, StampMode::Software)
+        .map_err(|e| io_err("enabling SO_TIMESTAMPING")(e.into()))?;
+    sock.set_nonblocking(true).map_err(io_err("probe socket"))?;
+    if !timestamping::wait_for_rx_stamping(Duration::from_secs(2)).unwrap_or(false) {
+        warn!("kernel RX timestamps not active after 2 s; early probes may lack them");
+    }
+    Ok(sock)
+}
+
+impl<D: Discovery + Coordination> Agent<D> {
+    async fn start(
+        cfg: AgentConfig,
+        mut discovery: D,
+        status: SharedStatus,
+    ) -> Result<Self, RuntimeError> {
+        let iface = cfg.interface.value.clone();
+        let addr = match &cfg.advertise_addr {
+            Some(a) => a.value,
+            None => super::interface_ipv4(&iface).ok_or(RuntimeError::NoAddress(iface.clone()))?,
+        };
+        let key = load_key(&cfg)?;
+        let port = cfg.probe_port.value;
+        let sock = bind_probe_socket(SocketAddr::new(addr, port))?;
+        let me = discovery
+            .register(&Member {
+                name: cfg.node_name.value.clone(),
+                id: 0,
+                addr,
+                probe_port: port,
+                capabilities: 0,
+            })
+            .await?;
+        info!(node = %me.name, id = me.id, %addr, port, "registered");
+        let capture = Capture::attach(&CaptureConfig {
+            local_node: me.id,
+            polled: true,
+            ..CaptureConfig::new(iface.clone(), port..=port)
+        })?;
+        let (tx, sender_rx) = mpsc::unbounded_channel();
+        let start_ns = realtime_now_ns();
+        let sender = Sender::start(
+            SenderConfig {
+                me: me.id,
+                cadence: Duration::from_micros(cfg.probe_cadence_us.value),
+                spacing: Duration::from_micros(cfg.packet_spacing_us.value),
+                key: key.clone(),
+                seq_base: (start_ns / 1_000) as u64,
+                stamp_mode: StampMode::Software,
+            },
+            SocketAddr::new(addr, 0),
+            tx,
+        )
+        .map_err(io_err("starting the probe sender"))?;
+        let writer = OffsetsWriter::open(&cfg.offsets_path.value)?;
+        if writer.dropped_torn_record() {
+            warn!("offsets record was half-written by a previous writer; dropped it");
+        }
+        info!(path = %writer.path().display(), epoch = writer.epoch(), "offsets file opened for publication");
+        let jsonl = Jsonl::open(&cfg.output_dir.value, jsonl::DEFAULT_MAX_BYTES).map_err(
+            io_err(format!("output_dir {}", cfg.output_dir.value.display())),
+        )?;
+        let gpu = super::gpu::GpuClocks::start(
+            cfg.gpu_clock.value,
+            cfg.gpu_devices.value.clone(),
+            Duration::from_millis(cfg.snapshot_period_ms.value),
+        )
+        .map_err(io_err("starting the GPU clock thread"))?;
+        let node = Node::new(NodeConfig {
+            me,
+            settings: settings(&cfg),
+            key,
+            exchange: discovery.exchange(),
+            nonce_base: (start_ns / 1_000) as u64,
+        });
+        let mut agent = Agent {
+            skew: cfg.inject_skew.as_ref().map(|s| s.value),
+            phc: clocks::phc_index(&iface),
+            maps: Vec::new(),
+            maps_window: None,
+            capture,
+            sock,
+            sender,
+            sender_rx,
+            node,
+            leadership: Leadership::default(),
+            writer,
+            jsonl,
+            status,
+            status_extra: Status::default(),
+            gpu,
+            gpu_seen: 0,
+            device_lines_window: None,
+            started_at_ns: start_ns,
+            discovery,
+            cfg,
+        };
+        agent.measure_clock_maps();
+        agent.refresh_membership().await?;
+        Ok(agent)
+    }
+
+    async fn main_loop(&mut self, shutdown: impl Future<Output = ()>) -> Result<(), RuntimeError> {
+        tokio::pin!(shutdown);
+        let mut tick = tokio::time::interval(Duration::from_nanos(TICK_NS as u64));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut events: Vec<ProbeEvent> = Vec::new();
+        let (mut next_membership, mut next_status) = (Instant::now(), Instant::now());
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                _ = tick.tick() => {}
+            }
+            self.capture.poll_events(&mut events);
+            self.on_capture_events(&events);
+            events.clear();
+            self.drain_socket().await;
+            while let Ok(batch) = self.sender_rx.try_recv() {
+                batch.into_iter().for_each(|e| self.on_sender_event(e));
+            }
+            let now = Instant::now();
+            if now >= next_membership {
+                next_membership = now + MEMBERSHIP_PERIOD;
+                self.refresh_membership().await?;
+            }
+            self.tick().await;
+            self.poll_gpu();
+            if now >= next_status {
+                next_status = now + STATUS_PERIOD;
+                self.publish_status();
+            }
+        }
+    }
+
+    async fn tick(&mut self) {
+        let now = self.local_now();
+        let window = self.window_index(now);
+        if self.maps_window != Some(window) {
+            self.maps_window = Some(window);
+            self.measure_clock_maps(); // fresh maps for each window's stamps
+        }
+        let actions = self.node.handle_tick(now);
+        self.perform(actions).await;
+        self.status_extra.last_tick_ns = realtime_now_ns();
+    }
+
+    async fn stop(&mut self) {
+        self.writer.mark_stale();
+        if let Err(e) = self.discovery.leave().await {
+            warn!("leaving the cluster: {e}");
+        }
+        info!(node = %self.node.me().name, "stopped; offsets marked stale");
+    }
+
+    /// Local clock: REALTIME plus the injected skew (tests, demo).
+    pub(super) fn local_now(&self) -> i64 {
+        self.skewed(realtime_now_ns())
+    }
+
+    fn skewed(&self, t: i64) -> i64 {
+        self.skew.map_or(t, |s| t.saturating_add(s.at(t)))
+    }
+
+    pub(super) fn window_index(&self, now_ns: i64) -> i64 {
+        now_ns.div_euclid(self.node.settings().window_ns().max(1))
+    }
+
+    pub(super) fn count(&mut self, name: &'static str) {
+        self.node.count(name);
+    }
+
+    fn measure_clock_maps(&mut self) {
+        let mut maps = Vec::new();
+        if let Some(m) = clocks::measure_monotonic_to_realtime(9) {
+            maps.push(m);
+        }
+        if let Some(i) = self.phc {
+            match clocks::measure_phc_to_realtime(i) {
+                Ok(m) => maps.push(m),
+                Err(e) => debug!(phc = i, "PHC map: {e}"),
+            }
+        }
+        self.maps = maps;
+    }
+
+    // ---- actions ----
+
+    /// Carries out the node's actions, and those its answers produce.
+    async fn perform(&mut self, actions: Vec<Action>) {
+        let mut queue = std::collections::VecDeque::from(actions);
+        while let Some(action) = queue.pop_front() {
+            queue.extend(self.perform_one(action).await);
+        }
+    }
+
+    async fn perform_one(&mut self, action: Action) -> Vec<Action> {
+        match action {
+            Action::Send {
+                to,
+                datagram,
+                counter,
+            } => self.send(&datagram, to, counter),
+            Action::SetTargets(targets) => self.sender.set_targets(targets),
+            Action::History(line) => self.write_line(&line),
+            Action::Publish(r) => self.publish_result(&r),
+            Action::PutFits(snapshot) => self.put_fits(snapshot).await,
+            Action::FetchFits { window } => return self.fetch_fits(window).await,
+            Action::PutResults { window, results } => self.put_results(window, results).await,
+            Action::FetchResult => return self.fetch_result().await,
+        }
+        Vec::new()
+    }
+
+    fn send(&mut self, datagram: &[u8], to: SocketAddr, counter: &'static str) {
+        match self.sock.send_to(datagram, to) {
+            Ok(_) => self.count(counter),
+            Err(e) => {
+                self.count("send_errors");
+                debug!(%to, "send failed: {e}");
+            }
+        }
+    }
+
+    fn discovery_error(&mut self, what: &str, e: impl std::fmt::Display) {
+        self.count("discovery_errors");
+        warn!("{what}: {e}");
+    }
+
+    async fn put_fits(&mut self, snapshot: pb::Snapshot) {
+        let name = self.node.me().name.clone();
+        let Some(store) = self.discovery.store() else {
+            return;
+        };
+        if let Err(e) = store.put_edges(&name, &snapshot).await {
+            self.discovery_error(
+                &format!("sharing edge fits of window {}", snapshot.window),
+                e,
+            );
+        }
+    }
+
+    async fn fetch_fits(&mut self, k: u64) -> Vec<Action> {
+        let Some(store) = self.discovery.store() else {
+            return Vec::new();
+        };
+        // This window's fits, or the previous one's.
+        let fresh = |w: u64| w + 1 >= k;
+        match store.fetch_edges().await {
+            Ok(snapshots) => {
+                let fits: Vec<pb::EdgeFit> = snapshots
+                    .into_iter()
+                    .filter(|s| fresh(s.window))
+                    .flat_map(|s| s.edges)
+                    .collect();
+                self.node.solve(k, &fits)
+            }
+            Err(e) => {
+                self.discovery_error(&format!("reading edge fits for window {k}"), e);
+                Vec::new()
+            }
+        }
+    }
+
+    async fn put_results(&mut self, k: u64, results: Vec<pb::NodeOffset>) {
+        let Some(store) = self.discovery.store() else {
+            return;
+        };
+        if let Err(e) = store.put_results(&results).await {
+            self.discovery_error(&format!("publishing results of window {k}"), e);
+        }
+    }
+
+    async fn fetch_result(&mut self) -> Vec<Action> {
+        let name = self.node.me().name.clone();
+        let Some(store) = self.discovery.store() else {
+            return Vec::new();
+        };
+        match store.my_result(&name).await {
+            Ok(r) => self.node.handle_result(r),
+            Err(e) => {
+                self.discovery_error("reading this node's result", e);
+                Vec::new()
+            }
+        }
+    }
+
+    pub(super) fn write_line(&mut self, line: &impl Serialize) {
+        if let Err(e) = self.jsonl.write(line) {
+            self.count("jsonl_errors");
+            warn!(path = %self.jsonl.path().display(), "writing JSONL: {e}");
+        }
+    }
+
+    fn publish_result(&mut self, r: &pb::NodeOffset) {
+        let anchor_kind = AnchorKind::from_name(&r.anchor_kind);
+        let mut record_flags = flags::VALID;
+        if r.node_id == r.reference_id {
+            record_flags |= flags::REFERENCE;
+        }
+        if anchor_kind == Some(AnchorKind::Holdover) {
+            record_flags |= flags::HOLDOVER;
+        }
+        let record = Record {
+            flags: record_flags,
+            epoch: 0,
+            window: r.window,
+            reference_id: u64::from(r.reference_id),
+            updated_at_ns: self.local_now(),
+            valid_until_ns: r.valid_until_ns as i64,
+            node: NodeMap {
+                anchor_local_ns: r.anchor_ns,
+                offset_ns: r.offset_ns,
+                drift_ps_per_s: (r.drift_ppb * 1e3).round() as i64,
+                bound_ns: r.bound_ns,
+                bound_growth_ps_per_s: (r.bound_growth_ppb * 1e3).ceil().max(0.0) as u64,
+            },
+            clocks: sample_kernel_clocks(),
+            devices: self.device_entries(),
+        };
+        self.publish_record(&record);
+        let window_ns = self.node.settings().window_ns();
+        let entry = HistoryEntry {
+            host: r.node.clone(),
+            window: r.window,
+            anchor_ns: r.anchor_ns,
+            offset_ns: r.offset_ns,
+            drift_ppb: r.drift_ppb,
+            bound_ns: r.bound_ns,
+            valid_from_ns: Some(r.anchor_ns.saturating_sub(2 * window_ns)),
+            valid_until_ns: Some(r.valid_until_ns as i64),
+            reference: Some(r.reference_node.clone()),
+            node_id: Some(r.node_id),
+            bound_growth_ppb: r.bound_growth_ppb,
+            reference_id: Some(r.reference_id),
+            anchor_kind,
+        };
+        self.write_line(&NodeLine::new(&entry));
+        self.status_extra.offset = Some(node_status(r));
+    }
+
+    // ---- membership ----
+
+    async fn refresh_membership(&mut self) -> Result<(), RuntimeError> {
+        match self.discovery.members().await {
+            Ok(members) => {
+                let count = members.len();
+                let actions = self
+                    .node
+                    .handle_members(members, self.local_now())
+                    .map_err(|_| RuntimeError::Deregistered(self.node.me().name.clone()))?;
+                if !actions.is_empty() {
+                    info!(members = count, "probe graph updated");
+                }
+                self.perform(actions).await;
+            }
+            Err(e) => self.discovery_error("membership refresh failed (keeping the last graph)", e),
+        }
+        match self.discovery.leadership().await {
+            Ok(l) => {
+                if l != self.leadership {
+                    info!(leader = ?l.leader, is_me = l.is_me, "leadership");
+                }
+                self.node.handle_leader(l.leader.clone());
+                self.leadership = l;
+            }
+            Err(e) => self.discovery_error("leadership query failed", e),
+        }
+        Ok(())
+    }
+
+    // ---- stamps ----
+
+    /// A local stamp in REALTIME (plus the injected skew) with its source.
+    fn local_stamp(&self, domain_ns: (ClockDomain, i64), source: StampSource) -> Option<WireStamp> {
+        let (domain, ns) = domain_ns;
+        let (rt, bound) = to_realtime(Stamp { domain, ns }, &self.maps)?;
+        Some(WireStamp {
+            realtime_ns: self.skewed(rt),
+            bound_ns: u32::try_from(bound).unwrap_or(u32::MAX),
+            source,
+        })
+    }
+
+    /// This node's side and pair of a captured probe, if it is ours.
+    fn event_key(&self, ev: &ProbeEvent) -> Option<(Side, PairKey)> {
+        let me = self.node.me().id;
+        let tx = clockmesh_common::point_is_tx(ev.point);
+        let (side, from, to) = match (tx, ev.sender == me, ev.receiver == me) {
+            (true, true, _) => (Side::Tx, me, ev.receiver),
+            (false, _, true) => (Side::Rx, ev.sender, me),
+            _ => return None,
+        };
+        Some((
+            side,
+            PairKey {
+                from,
+                to,
+                seq: ev.seq,
+            },
+        ))
+    }
+
+    fn on_capture_events(&mut self, events: &[ProbeEvent]) {
+        let now = self.local_now();
+        for ev in events.iter().filter(|e| e.kind == kind::PROBE) {
+            let Some((side, key)) = self.event_key(ev) else {
+                continue;
+            };
+            self.count("ebpf_events");
+            let stamps: Vec<WireStamp> = event_stamps(ev, self.phc)
+                .into_iter()
+                .filter_map(|st| {
+                    let source = match (st.domain, ev.point) {
+                        (ClockDomain::Realtime, _) => StampSource::Kernel,
+                        (ClockDomain::Phc(_), _) => StampSource::Hardware,
+                        (_, point::TP_XMIT | point::TP_RECEIVE) => StampSource::Tracepoint,
+                        (_, point::TC_EGRESS | point::TC_INGRESS) => StampSource::Tc,
+                        _ => return None, // completion-time ktime: not a wire time
+                    };
+                    self.local_stamp((st.domain, st.ns), source)
+                })
+                .collect();
+            self.node
+                .handle_stamps(side, key, ev.pair_index, &stamps, now);
+        }
+    }
+
+    fn socket_stamps(&self, stamps: Stamps) -> Vec<WireStamp> {
+        let mut out = Vec::new();
+        if stamps.software_ns != 0 {
+            out.extend(self.local_stamp(
+                (ClockDomain::Realtime, stamps.software_ns),
+                StampSource::Kernel,
+            ));
+        }
+        if let (Some(i), true) = (self.phc, stamps.hardware_ns != 0) {
+            out.extend(self.local_stamp(
+                (ClockDomain::Phc(i), stamps.hardware_ns),
+                StampSource::Hardware,
+            ));
+        }
+        out
+    }
+
+    fn on_sender_event(&mut self, e: SenderEvent) {
+        let now = self.local_now();
+        match e {
+            SenderEvent::Sent { to, seq, .. } => self.node.handle_sent(to, seq, now),
+            SenderEvent::TxStamp {
+                to,
+                seq,
+                index,
+                stamps,
+            } => {
+                let key = PairKey {
+                    from: self.node.me().id,
+                    to,
+                    seq,
+                };
+                let stamps = self.socket_stamps(stamps);
+                self.node.handle_stamps(Side::Tx, key, index, &stamps, now);
+            }
+        }
+    }
+
+    /// Receives every queued datagram (non-blocking) and hands each to the node.
+    async fn drain_socket(&mut self) {
+        let mut buf = [0u8; RECV_BUF];
+        loop {
+            let d = match timestamping::recv_stamped(&self.sock, &mut buf) {
+                Ok(d) => d,
+                Err(nix::errno::Errno::EAGAIN) => return,
+                Err(e) => return debug!("recv: {e}"),
+            };
+            let len = d.len.min(buf.len());
+            let stamps = self.socket_stamps(d.stamps);
+            let now = self.local_now();
+            let actions = self.node.handle_datagram(&buf[..len], d.from, &stamps, now);
+            self.perform(actions).await;
+        }
+    }
+
+    // ---- status ----
+
+    pub(super) fn publish_status(&mut self) {
+        let mut s = self.status_extra.clone();
+        let me = self.node.me().clone();
+        s.node = me.name.clone();
+        s.node_id = me.id;
+        s.addr = me.probe_addr().to_string();
+        s.version = env!("CARGO_PKG_VERSION").into();
+        s.started_at_ns = self.started_at_ns;
+        s.ready = true;
+        s.leader = self.leadership.leader.clone();
+        s.is_leader = self.leadership.is_me;
+        s.window = self.node.last_fitted_window();
+        s.peers = self.peer_status();
+        s.nodes = self.node.last_results().iter().map(node_status).collect();
+        s.timings = self.node.timings().clone();
+        s.counters = self.counters();
+        s.dropped = self.dropped();
+        if let Ok(e) = self.capture.counters() {
+            s.ebpf = [
+                ("emitted", e.emitted),
+                ("ringbuf_full", e.ringbuf_full),
+                ("skipped", e.skipped),
+                ("malformed", e.malformed),
+                ("read_failed", e.read_failed),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        }
+        s.config = config_summary(&self.cfg);
+        *self.status.lock().unwrap_or_else(|e| e.into_inner()) = s;
+    }
+
+    fn counters(&self) -> BTreeMap<String, u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut counters = owned(self.node.counters());
+        let stats = &self.sender.stats;
+        counters.insert("probes_sent".into(), 2 * stats.pairs_sent.load(Relaxed));
+        counters.insert("probe_send_errors".into(), stats.send_errors.load(Relaxed));
+        counters.insert(
+            "unmatched_tx_reports".into(),
+            stats.unmatched_tx_reports.load(Relaxed),
+        );
+        counters.insert("pairs_settled".into(), self.node.collector_stats().settled);
+        let b = self.node.book_stats();
+        counters.insert("probes_completed".into(), b.completed);
+        counters.insert("probes_evicted_incomplete".into(), b.evicted_incomplete);
+        counters
+    }
+
+    fn dropped(&self) -> BTreeMap<String, u64> {
+        let mut dropped = owned(self.node.dropped());
+        let c = self.node.collector_stats();
+        dropped.insert("unconfirmed_rx".into(), c.unconfirmed);
+        dropped.insert("evicted_pending".into(), c.evicted);
+        dropped
+    }
+
+    fn peer_status(&self) -> Vec<super::status::PeerStatus> {
+        let now = self.local_now();
+        let out_edges = self.node.graph().out_neighbours(self.node.me().id);
+        self.node
+            .peers()
+            .map(|p| super::status::PeerStatus {
+                id: p.id,
+                name: p.name.clone(),
+                addr: p.addr.to_string(),
+                state: p.state.as_str().to_owned(),
+                out_edge: out_edges.contains(&p.id),
+                hello_attempts: p.attempts,
+                last_heard_ms: u64::try_from((now - p.last_heard_ns) / 1_000_000).ok(),
+                edge: self.node.edge_status(p.id),
+            })
+            .collect()
+    }
+}
+
+/// Counters under owned names, as `/status` serves them.
+fn owned(counts: &BTreeMap<&'static str, u64>) -> BTreeMap<String, u64> {
+    counts.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// Status view of a result, in the one convention: global − local.
+fn node_status(r: &pb::NodeOffset) -> NodeOffsetStatus {
+    NodeOffsetStatus {
+        node: r.node.clone(),
+        node_id: r.node_id,
+        reference: r.reference_node.clone(),
+        window: r.window,
+        offset_ns: r.offset_ns,
+        drift_ppb: r.drift_ppb,
+        bound_ns: r.bound_ns,
+        anchor_ns: r.anchor_ns,
+        valid_until_ns: r.valid_until_ns as i64,
+        anchor_kind: r.anchor_kind.clone(),
+    }
+}
+
+fn config_summary(cfg: &AgentConfig) -> BTreeMap<String, String> {
+    let v = serde_json::to_value(cfg).unwrap_or_default();
+    let mut out = BTreeMap::new();
+    if let serde_json::Value::Object(map) = v {
+        for (k, e) in map {
+            if let Some(val) = e.get("value") {
+                let text = val.as_str().map_or_else(|| val.to_string(), str::to_owned);
+                out.insert(k, text);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Layers;
+
+    /// The simulator runs `Settings::default()`; it must be what the agent ships.
+    #[test]
+    fn shipped_defaults_are_the_cores_defaults() {
+        let mut l = Layers::with_defaults();
+        l.apply_flag("interface", "eth0".into(), "--interface")
+            .unwrap();
+        let cfg = AgentConfig::from_layers(&l, "node-a").unwrap();
+        assert_eq!(settings(&cfg), Settings::default());
+    }
+}

@@ -1,0 +1,198 @@
+//! Each out-edge's fit over a history of windows, its length chosen from the
+//! data.
+//!
+//! One window holds few pairs at the shipped cadence (about 40 per
+//! direction in 4 s); with software stamps the minimum delays of so few
+//! samples are noisy, and so is a fit that stands between them. A longer
+//! span sees more of the fast packets — but only while both clocks stay
+//! affine over it. So the node keeps the raw probes of the last
+//! [`MAX_WINDOWS`] windows and fits the last 1, 2, 4 and 8 of them. It keeps
+//! the longest fit that agrees with every shorter one: their offsets at the
+//! newest point differ by less than the sum of their bounds. A clock whose
+//! frequency moved inside the span breaks that agreement and shortens the
+//! history; a steady one lets it grow (the choice chrony makes with its runs
+//! test, here made with the fits' own honest bounds).
+//!
+//! The bound stays honest over the longer span: each fit's model slack
+//! grows with its span by the frequency wander the estimator assumes
+//! (`holdover_wander_ppb`): a frequency change of Δf inside a span T moves
+//! the clock off the best affine line by at most Δf·T/8.
+
+use std::collections::VecDeque;
+
+use clockmesh_estimator::{EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, estimate_edge};
+
+/// Windows of raw probes kept per out-edge (32 s at the shipped 4 s windows).
+pub const MAX_WINDOWS: usize = 8;
+/// Spans tried, in windows, shortest first.
+const SPANS: [usize; 4] = [1, 2, 4, 8];
+
+/// The raw probes of one out-edge's recent windows, newest last.
+#[derive(Debug, Default)]
+pub struct EdgeHistory {
+    windows: VecDeque<EdgeProbes>,
+}
+
+/// The chosen fit and how many windows it spans.
+pub struct HistoryFit {
+    pub outcome: EdgeOutcome,
+    pub windows: usize,
+}
+
+impl EdgeHistory {
+    /// Adds a window's probes, dropping the oldest beyond [`MAX_WINDOWS`].
+    pub fn push(&mut self, probes: EdgeProbes) {
+        self.windows.push_back(probes);
+        while self.windows.len() > MAX_WINDOWS {
+            self.windows.pop_front();
+        }
+    }
+
+    /// The longest span whose fit agrees with every shorter one.
+    pub fn fit(&self, cfg: &EstimatorConfig) -> Option<HistoryFit> {
+        let newest = self.windows.back()?;
+        let mut chosen: Option<HistoryFit> = None;
+        let mut accepted: Vec<EdgeFit> = Vec::new();
+        for &span in SPANS.iter().filter(|&&s| s <= self.windows.len()) {
+            let outcome = self.fit_span(span, cfg);
+            let Ok(fit) = &outcome.fit else {
+                if chosen.is_none() {
+                    chosen = Some(HistoryFit {
+                        outcome,
+                        windows: span,
+                    });
+                }
+                continue;
+            };
+            if !accepted.iter().all(|short| agree(fit, short)) {
+                break; // the clocks were not affine over this span
+            }
+            accepted.push(fit.clone());
+            chosen = Some(HistoryFit {
+                outcome,
+                windows: span,
+            });
+        }
+        chosen.or_else(|| {
+            Some(HistoryFit {
+                outcome: estimate_edge(newest, &cfg.purity, &cfg.fit),
+                windows: 1,
+            })
+        })
+    }
+
+    fn fit_span(&self, span: usize, cfg: &EstimatorConfig) -> EdgeOutcome {
+        let recent: Vec<&EdgeProbes> = self.windows.iter().rev().take(span).rev().collect();
+        let mut merged = EdgeProbes {
+            from: recent[0].from,
+            to: recent[0].to,
+            forward: Vec::new(),
+            backward: Vec::new(),
+        };
+        for w in &recent {
+            merged.forward.extend_from_slice(&w.forward);
+            merged.backward.extend_from_slice(&w.backward);
+        }
+        let span_ns = time_span(&merged);
+        let mut fit_cfg = cfg.fit.clone();
+        fit_cfg.model_slack_ns += cfg.holdover_wander_ppb * 1e-9 * span_ns / 8.0;
+        estimate_edge(&merged, &cfg.purity, &fit_cfg)
+    }
+}
+
+/// Whether two fits' offsets at the shorter one's epoch are within the sum
+/// of their bounds there.
+fn agree(long: &EdgeFit, short: &EdgeFit) -> bool {
+    let t = short.epoch_ns;
+    let (lb, lf) = long.offset_at(t);
+    let (sb, sf) = short.offset_at(t);
+    let gap = (lb - sb) as f64 + (lf - sf);
+    let age = t.saturating_sub(long.epoch_ns).unsigned_abs() as f64;
+    gap.abs() <= long.bound_ns + long.drift_bound * age + short.bound_ns
+}
+
+/// Time covered by the probes (ns, on the `from` clock).
+fn time_span(p: &EdgeProbes) -> f64 {
+    let stamps = p
+        .forward
+        .iter()
+        .map(|t| t.tx_ns)
+        .chain(p.backward.iter().map(|t| t.rx_ns));
+    let (lo, hi) = stamps.fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
+    if lo > hi { 0.0 } else { (hi - lo) as f64 }
+}
+
+#[cfg(test)]
+mod tests {
+    use clockmesh_estimator::ProbeTimestamps;
+
+    use super::*;
+
+    /// Probes of one window `w` of a link whose `to` clock is ahead by
+    /// `offset(t)`; one-way delay 5 µs plus a per-probe jitter.
+    fn window(w: i64, offset: impl Fn(i64) -> i64) -> EdgeProbes {
+        let base = 1_700_000_000_000_000_000i64 + w * 4_000_000_000;
+        let mut forward = Vec::new();
+        let mut backward = Vec::new();
+        for k in 0..40i64 {
+            for i in 0..2u8 {
+                let t = base + k * 100_000_000 + i64::from(i) * 100_000;
+                let jitter = (k * 7919 + i64::from(i) * 31) % 3_000;
+                let seq = (w * 40 + k) as u64;
+                forward.push(ProbeTimestamps {
+                    seq,
+                    pair_index: i,
+                    tx_ns: t,
+                    rx_ns: t + 5_000 + jitter + offset(t),
+                });
+                let tb = t + 50_000_000;
+                backward.push(ProbeTimestamps {
+                    seq,
+                    pair_index: i,
+                    tx_ns: tb + offset(tb),
+                    rx_ns: tb + 5_000 + jitter,
+                });
+            }
+        }
+        EdgeProbes {
+            from: 1,
+            to: 2,
+            forward,
+            backward,
+        }
+    }
+
+    fn cfg() -> EstimatorConfig {
+        crate::settings::estimator_config(&crate::settings::Settings::default())
+    }
+
+    #[test]
+    fn a_steady_clock_uses_the_whole_history() {
+        let mut h = EdgeHistory::default();
+        for w in 0..MAX_WINDOWS as i64 + 2 {
+            h.push(window(w, |_| 1_000));
+        }
+        let fit = h.fit(&cfg()).unwrap();
+        assert_eq!(fit.windows, MAX_WINDOWS);
+        let f = fit.outcome.fit.unwrap();
+        let (base, frac) = f.offset_at(f.epoch_ns);
+        assert!(((base as f64 + frac) - 1_000.0).abs() <= f.bound_ns);
+    }
+
+    #[test]
+    fn a_frequency_step_shortens_the_history() {
+        let mut h = EdgeHistory::default();
+        let step = 1_700_000_000_000_000_000i64 + 6 * 4_000_000_000;
+        // 50 ppm faster from window 6 on: not affine over 8 windows.
+        let offset = move |t: i64| if t < step { 0 } else { (t - step) / 20_000 };
+        for w in 0..8 {
+            h.push(window(w, offset));
+        }
+        let fit = h.fit(&cfg()).unwrap();
+        assert!(fit.windows <= 2, "{} windows", fit.windows);
+        let f = fit.outcome.fit.unwrap();
+        let (base, frac) = f.offset_at(f.epoch_ns);
+        let truth = offset(f.epoch_ns) as f64;
+        assert!(((base as f64 + frac) - truth).abs() <= f.bound_ns, "{f:?}");
+    }
+}

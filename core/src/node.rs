@@ -1,0 +1,905 @@
+//! One node of the protocol as a state machine, without I/O (in the manner
+//! of ntpd-rs's `ntp-proto`): the caller feeds it datagrams, stamps, member
+//! lists and the time on its local clock; it answers with [`Action`]s
+//! (send this datagram, probe these targets, share these fits, publish this
+//! result) that the caller carries out. The agent runs it over sockets and
+//! eBPF; the simulator over simulated links and clocks.
+//!
+//! Window `k` covers local time `[k·W, (k+1)·W)`. After it ends every node
+//! fits its out-edges and shares the fits; the leader solves the network;
+//! every node then takes its own result and publishes it
+//! ([`crate::window_clock`] says when each phase is due).
+//!
+//! How fits and results travel is the membership backend's choice
+//! ([`Exchange`]): over UDP to and from the leader (handled here, as
+//! datagrams), or through a shared store (the node asks the caller with
+//! [`Action::PutFits`], [`Action::FetchFits`], [`Action::PutResults`] and
+//! [`Action::FetchResult`], and the caller answers with [`Node::solve`] and
+//! [`Node::handle_result`]).
+
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
+    time::Instant,
+};
+
+use clockmesh_common::{PROBE_VERSION, ProbeHeader, kind};
+use clockmesh_estimator::{
+    AnchorKind as SolveAnchor, EdgeOutcome, Estimator, EstimatorConfig, NodeId,
+};
+use clockmesh_proto::{clockmesh as pb, prost::Message as _};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    codec,
+    collector::{Collector, CollectorStats, PairKey, Settled, Side},
+    graph::ProbeGraph,
+    history::{EdgeHistory, HistoryFit},
+    pairs::{PairBook, PairBookStats},
+    peers::{HandshakeConfig, Peer, Peers},
+    report::FitLine,
+    settings::{Settings, estimator_config},
+    window_clock::{Phase, WindowClock},
+    wire::{
+        self, AuthKey, Hello, KIND_EDGE_FIT, KIND_RESULT, KIND_RX_REPORT, Message, ReplayWindow,
+        StampSource, WireError, WireStamp,
+    },
+};
+
+/// The driver calls [`Node::handle_tick`] this often: it settles stamps and
+/// sends reports and handshakes. Nothing needs lower latency (every stamp
+/// is taken by the kernel), and waking per packet costs far more CPU.
+pub const TICK_NS: i64 = 50_000_000;
+/// A pair is settled this long after its first stamp (two ticks).
+pub const SETTLE_NS: i64 = 100_000_000;
+pub use crate::report::{EdgeLine, EdgeStatus, Timings};
+
+/// Bounds on per-packet state (a flood cannot grow memory past these).
+const MAX_PENDING_PAIRS: usize = 8192;
+const MAX_PENDING_PER_DIRECTION: usize = 4096;
+const MAX_REPLAY_SENDERS: usize = 4096;
+
+/// One agent as the others see it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Member {
+    /// Unique, stable name (the Kubernetes node name, or the host name).
+    pub name: String,
+    /// Compact id carried in every probe header; unique within the cluster.
+    pub id: u32,
+    pub addr: IpAddr,
+    pub probe_port: u16,
+    /// `wire::capability` bits.
+    pub capabilities: u32,
+}
+
+impl Member {
+    pub fn probe_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.addr, self.probe_port)
+    }
+}
+
+/// How edge fits reach the leader and results come back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Exchange {
+    /// Over UDP: each fit in a datagram to the leader, each result in one
+    /// back (static and Kubernetes membership).
+    Relay,
+    /// Through a shared store the caller reads and writes (etcd).
+    Store,
+}
+
+/// Everything a node needs to start.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub me: Member,
+    pub settings: Settings,
+    pub key: Option<AuthKey>,
+    pub exchange: Exchange,
+    /// Start of the handshake nonces (the agent uses its start time in µs,
+    /// so a restarted agent's old acks are not taken for new ones).
+    pub nonce_base: u64,
+}
+
+/// A peer this node sends coded pairs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub id: NodeId,
+    pub addr: SocketAddr,
+}
+
+/// What the caller must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Send `datagram` to `to`; on success count it under `counter`
+    /// ([`Node::count`]).
+    Send {
+        to: SocketAddr,
+        datagram: Vec<u8>,
+        counter: &'static str,
+    },
+    /// Probe exactly these peers from now on.
+    SetTargets(Vec<Target>),
+    /// Store exchange: replace this node's fits in the store.
+    PutFits(pb::Snapshot),
+    /// Store exchange (leader): read every node's fits and pass them to
+    /// [`Node::solve`] for `window`.
+    FetchFits { window: u64 },
+    /// Store exchange (leader): write the solve's results.
+    PutResults {
+        window: u64,
+        results: Vec<pb::NodeOffset>,
+    },
+    /// Store exchange: read this node's result and pass it to
+    /// [`Node::handle_result`].
+    FetchResult,
+    /// Publish this node's new result (offsets file, history).
+    Publish(pb::NodeOffset),
+    /// Write an edge line to the JSONL history.
+    History(EdgeLine),
+}
+
+/// Errors that end a node.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("this node ({0}) is no longer registered (lease lost)")]
+    Deregistered(String),
+}
+
+/// Fits relayed to the leader and the result relayed back ([`Exchange::Relay`]).
+#[derive(Default)]
+struct Relay {
+    /// Latest fit per directed edge (bounded: edges between members only).
+    edges: BTreeMap<(NodeId, NodeId), pb::EdgeFit>,
+    result: Option<pb::NodeOffset>,
+}
+
+/// One node's protocol state.
+pub struct Node {
+    me: Member,
+    settings: Settings,
+    key: Option<AuthKey>,
+    exchange: Exchange,
+    est_cfg: EstimatorConfig,
+    estimator: Option<Estimator>,
+    members: Vec<Member>,
+    /// Position of each member id in `members` (every datagram looks one up).
+    member_index: BTreeMap<NodeId, usize>,
+    leader: Option<String>,
+    graph: ProbeGraph,
+    /// Recent windows of each out-edge's probes (the fit's history).
+    history: BTreeMap<NodeId, EdgeHistory>,
+    peers: Peers,
+    collector: Collector,
+    book: PairBook,
+    replay: ReplayWindow,
+    windows: WindowClock,
+    relay: Relay,
+    last_results: Vec<pb::NodeOffset>,
+    timings: Timings,
+    counters: BTreeMap<&'static str, u64>,
+    dropped: BTreeMap<&'static str, u64>,
+}
+
+impl Node {
+    pub fn new(cfg: NodeConfig) -> Self {
+        let est_cfg = estimator_config(&cfg.settings);
+        Node {
+            graph: ProbeGraph::build(&[cfg.me.id], cfg.settings.degree),
+            history: BTreeMap::new(),
+            windows: WindowClock::new(cfg.settings.window_ns()),
+            peers: Peers::new(HandshakeConfig::default(), cfg.nonce_base),
+            collector: Collector::new(SETTLE_NS, MAX_PENDING_PAIRS),
+            book: PairBook::new(MAX_PENDING_PER_DIRECTION),
+            replay: ReplayWindow::new(MAX_REPLAY_SENDERS),
+            est_cfg,
+            estimator: None,
+            members: Vec::new(),
+            member_index: BTreeMap::new(),
+            leader: None,
+            relay: Relay::default(),
+            last_results: Vec::new(),
+            timings: Timings::default(),
+            counters: BTreeMap::new(),
+            dropped: BTreeMap::new(),
+            me: cfg.me,
+            settings: cfg.settings,
+            key: cfg.key,
+            exchange: cfg.exchange,
+        }
+    }
+
+    // ---- inputs ----
+
+    /// A new member list (sorted by name): rebuilds the probe graph and the
+    /// peer set. Fails if this node is no longer among the members.
+    pub fn handle_members(
+        &mut self,
+        members: Vec<Member>,
+        now_ns: i64,
+    ) -> Result<Vec<Action>, NodeError> {
+        if members == self.members {
+            return Ok(Vec::new());
+        }
+        if !members.iter().any(|m| m.id == self.me.id) {
+            return Err(NodeError::Deregistered(self.me.name.clone()));
+        }
+        let ids: Vec<NodeId> = members.iter().map(|m| m.id).collect();
+        self.graph = ProbeGraph::build(&ids, self.settings.degree);
+        let me = self.me.id;
+        let mut neighbours: Vec<NodeId> = self.graph.out_neighbours(me).to_vec();
+        neighbours.extend_from_slice(self.graph.in_neighbours(me));
+        neighbours.sort_unstable();
+        neighbours.dedup();
+        let wanted: Vec<(NodeId, String, SocketAddr)> = members
+            .iter()
+            .filter(|m| neighbours.contains(&m.id))
+            .map(|m| (m.id, m.name.clone(), m.probe_addr()))
+            .collect();
+        for id in self.peers.set(&wanted, now_ns) {
+            self.book.forget(id);
+            self.history.remove(&id);
+        }
+        self.member_index = members.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
+        self.members = members;
+        Ok(vec![self.targets()])
+    }
+
+    /// The elected leader (the reference and solver), by name.
+    pub fn handle_leader(&mut self, leader: Option<String>) {
+        self.leader = leader;
+    }
+
+    /// Local stamps of one packet (TX from the sender's socket or eBPF, RX
+    /// from eBPF), already on this node's clock.
+    pub fn handle_stamps(
+        &mut self,
+        side: Side,
+        key: PairKey,
+        index: u8,
+        stamps: &[WireStamp],
+        now_ns: i64,
+    ) {
+        for s in stamps {
+            self.collector.add(side, key, index, *s, now_ns);
+        }
+    }
+
+    /// The sender sent both probes of pair `seq` to `to`.
+    pub fn handle_sent(&mut self, to: NodeId, seq: u64, now_ns: i64) {
+        self.count("pairs_sent");
+        let key = PairKey {
+            from: self.me.id,
+            to,
+            seq,
+        };
+        self.collector.confirm(Side::Tx, key, now_ns);
+    }
+
+    /// A datagram from `from`, with the receive stamps its socket gave.
+    pub fn handle_datagram(
+        &mut self,
+        bytes: &[u8],
+        from: Option<SocketAddr>,
+        rx_stamps: &[WireStamp],
+        now_ns: i64,
+    ) -> Vec<Action> {
+        let msg = match wire::parse(bytes, self.key.as_ref()) {
+            Ok(m) => m,
+            Err(e) => return self.drop_msg(wire_drop_reason(&e)),
+        };
+        let h = *msg.header();
+        if h.receiver != self.me.id {
+            return self.drop_msg("wrong_receiver");
+        }
+        match self.member(h.sender) {
+            Some(m) if Some(m.addr) == from.map(|a| a.ip()) => {}
+            Some(_) => return self.drop_msg("source_mismatch"),
+            None => return self.drop_msg("unknown_sender"),
+        }
+        // Last, so messages from elsewhere cannot move a member's window.
+        if self.key.is_some() && !self.replay.accept(&h) {
+            return self.drop_msg("replayed");
+        }
+        self.peers.heard(h.sender, now_ns);
+        match msg {
+            Message::Probe { header } => self.on_probe(header, rx_stamps, now_ns),
+            Message::FollowUp { header, tx } => {
+                self.count("follow_ups_received");
+                for (i, s) in (0u8..).zip(tx) {
+                    self.book.tx(header.sender, self.me.id, header.seq, i, s);
+                }
+            }
+            Message::RxReport { header, rx } => {
+                self.count("rx_reports_received");
+                for (i, s) in (0u8..).zip(rx) {
+                    self.book.rx(self.me.id, header.sender, header.seq, i, s);
+                }
+            }
+            Message::Hello { header, .. } => return self.on_hello(header),
+            Message::HelloAck { header, hello } => {
+                return self.on_hello_ack(header, hello, now_ns);
+            }
+            Message::EdgeFit { header, payload } => self.on_edge_fit(header, &payload),
+            Message::Result { header, payload } => self.on_result(header, &payload),
+        }
+        Vec::new()
+    }
+
+    /// Timers: settles stamps (follow-ups, RX reports), handshakes, and the
+    /// window phases due at `now_ns`.
+    pub fn handle_tick(&mut self, now_ns: i64) -> Vec<Action> {
+        let mut actions = Vec::new();
+        for s in self.collector.settle(now_ns) {
+            actions.extend(self.on_settled(s));
+        }
+        let was_ready = self.peers.ready().count();
+        for h in self.peers.due_hellos(now_ns) {
+            let hello = Message::Hello {
+                header: control_header(kind::HELLO, self.me.id, h.id, h.nonce),
+                hello: self.my_hello(),
+            };
+            actions.push(self.send(&hello, h.addr, "hellos_sent"));
+        }
+        if self.peers.ready().count() != was_ready {
+            actions.push(self.targets()); // a silent peer went back to the handshake
+        }
+        self.run_window_phases(now_ns, &mut actions);
+        actions
+    }
+
+    /// The leader's solve of window `k` from every node's fits (the store's,
+    /// or those relayed to it).
+    pub fn solve(&mut self, k: u64, fits: &[pb::EdgeFit]) -> Vec<Action> {
+        let Some(reference) = self.reference() else {
+            return Vec::new();
+        };
+        let is_member = |id: NodeId| self.member_index.contains_key(&id);
+        let measurements: Vec<_> = fits
+            .iter()
+            .filter_map(codec::edge_from_pb)
+            .filter(|m| is_member(m.from) && is_member(m.to))
+            .collect();
+        if self.est_cfg.net.reference != reference || self.estimator.is_none() {
+            self.est_cfg.net.reference = reference;
+            self.estimator = Some(Estimator::new(self.est_cfg.clone()));
+        }
+        // Anchor at the window's end (reference clock): the fits' epochs lie
+        // there, so the result carries no extrapolation of its own.
+        let epoch = self.windows.end_ns(k);
+        let started = Instant::now();
+        let Some(estimator) = self.estimator.as_mut() else {
+            return Vec::new();
+        };
+        let solution = match estimator.apply_fits(epoch, &measurements) {
+            Ok(s) => s.clone(),
+            Err(_) => {
+                self.count("solve_errors");
+                return Vec::new();
+            }
+        };
+        self.timings.last_solve_us = started.elapsed().as_micros() as u64;
+        self.timings.solves += 1;
+        let results: Vec<pb::NodeOffset> = solution
+            .nodes
+            .iter()
+            .filter(|n| {
+                matches!(
+                    n.anchor_kind,
+                    SolveAnchor::Reference | SolveAnchor::Holdover
+                )
+            })
+            .map(|n| self.published_result(k, reference, epoch, n))
+            .collect();
+        self.share_results(k, results)
+    }
+
+    /// This node's latest result as the store holds it.
+    pub fn handle_result(&mut self, result: Option<pb::NodeOffset>) -> Vec<Action> {
+        let Some(r) = result else {
+            return Vec::new();
+        };
+        if r.node_id != self.me.id {
+            return self.drop_msg("bad_record");
+        }
+        self.publish_if_new(r)
+    }
+
+    // ---- views (status) ----
+
+    pub fn me(&self) -> &Member {
+        &self.me
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn estimator_config(&self) -> &EstimatorConfig {
+        &self.est_cfg
+    }
+
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    pub fn member(&self, id: NodeId) -> Option<&Member> {
+        self.members.get(*self.member_index.get(&id)?)
+    }
+
+    pub fn leader(&self) -> Option<&str> {
+        self.leader.as_deref()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader.as_deref() == Some(self.me.name.as_str())
+    }
+
+    /// The reference: the leader's id.
+    pub fn reference(&self) -> Option<NodeId> {
+        let leader = self.leader.as_deref()?;
+        self.members.iter().find(|m| m.name == leader).map(|m| m.id)
+    }
+
+    pub fn graph(&self) -> &ProbeGraph {
+        &self.graph
+    }
+
+    pub fn peers(&self) -> impl Iterator<Item = &Peer> {
+        self.peers.all()
+    }
+
+    pub fn edge_status(&self, peer: NodeId) -> Option<EdgeStatus> {
+        self.windows.edge_status(peer)
+    }
+
+    pub fn last_fitted_window(&self) -> u64 {
+        self.windows.last_fitted()
+    }
+
+    pub fn has_published(&self) -> bool {
+        self.windows.has_published()
+    }
+
+    /// The leader's last results, one per node.
+    pub fn last_results(&self) -> &[pb::NodeOffset] {
+        &self.last_results
+    }
+
+    pub fn timings(&self) -> &Timings {
+        &self.timings
+    }
+
+    pub fn counters(&self) -> &BTreeMap<&'static str, u64> {
+        &self.counters
+    }
+
+    pub fn dropped(&self) -> &BTreeMap<&'static str, u64> {
+        &self.dropped
+    }
+
+    pub fn collector_stats(&self) -> CollectorStats {
+        self.collector.stats()
+    }
+
+    pub fn book_stats(&self) -> PairBookStats {
+        self.book.stats()
+    }
+
+    pub fn count(&mut self, name: &'static str) {
+        *self.counters.entry(name).or_default() += 1;
+    }
+
+    // ---- handshakes and probes ----
+
+    fn targets(&self) -> Action {
+        Action::SetTargets(
+            self.peers
+                .ready()
+                .map(|p| Target {
+                    id: p.id,
+                    addr: p.addr,
+                })
+                .collect(),
+        )
+    }
+
+    fn my_hello(&self) -> Hello {
+        Hello {
+            max_version: PROBE_VERSION,
+            capabilities: 0,
+            probe_port: self.me.probe_port,
+        }
+    }
+
+    fn send(&self, msg: &Message, to: SocketAddr, counter: &'static str) -> Action {
+        Action::Send {
+            to,
+            datagram: msg.encode(self.key.as_ref()),
+            counter,
+        }
+    }
+
+    fn drop_msg(&mut self, reason: &'static str) -> Vec<Action> {
+        *self.dropped.entry(reason).or_default() += 1;
+        Vec::new()
+    }
+
+    fn on_hello(&mut self, header: ProbeHeader) -> Vec<Action> {
+        self.count("hellos_received");
+        let Some(addr) = self.member(header.sender).map(Member::probe_addr) else {
+            return Vec::new();
+        };
+        let ack = Message::HelloAck {
+            header: control_header(kind::HELLO_ACK, self.me.id, header.sender, header.seq),
+            hello: self.my_hello(),
+        };
+        vec![self.send(&ack, addr, "hello_acks_sent")]
+    }
+
+    fn on_hello_ack(&mut self, header: ProbeHeader, hello: Hello, now_ns: i64) -> Vec<Action> {
+        let version = hello.max_version.min(PROBE_VERSION);
+        let ready = self.peers.acked(
+            header.sender,
+            header.seq,
+            version,
+            hello.capabilities,
+            now_ns,
+        );
+        if ready {
+            vec![self.targets()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn on_probe(&mut self, header: ProbeHeader, stamps: &[WireStamp], now_ns: i64) {
+        self.count("probes_received");
+        let key = PairKey {
+            from: header.sender,
+            to: self.me.id,
+            seq: header.seq,
+        };
+        self.collector.confirm(Side::Rx, key, now_ns);
+        self.handle_stamps(Side::Rx, key, header.pair_index, stamps, now_ns);
+    }
+
+    /// A settled pair: into the pair book, and its stamps to the peer (a
+    /// follow-up for our TX stamps, an RX report for our RX stamps).
+    fn on_settled(&mut self, s: Settled) -> Option<Action> {
+        let PairKey { from, to, seq } = s.key;
+        let me = self.me.id;
+        for st in s.stamps {
+            self.count(stamp_counter(s.side, st.source));
+        }
+        let (peer, msg, counter) = match s.side {
+            Side::Tx => {
+                for (i, st) in (0u8..).zip(s.stamps) {
+                    self.book.tx(me, to, seq, i, st);
+                }
+                let header = control_header(kind::FOLLOW_UP, me, to, seq);
+                let msg = Message::FollowUp {
+                    header,
+                    tx: s.stamps,
+                };
+                (to, msg, "follow_ups_sent")
+            }
+            Side::Rx => {
+                for (i, st) in (0u8..).zip(s.stamps) {
+                    self.book.rx(from, me, seq, i, st);
+                }
+                let header = control_header(KIND_RX_REPORT, me, from, seq);
+                let msg = Message::RxReport {
+                    header,
+                    rx: s.stamps,
+                };
+                (from, msg, "rx_reports_sent")
+            }
+        };
+        let addr = self.member(peer).map(Member::probe_addr)?;
+        Some(self.send(&msg, addr, counter))
+    }
+
+    // ---- windows ----
+
+    fn run_window_phases(&mut self, now_ns: i64, actions: &mut Vec<Action>) {
+        if let Some(k) = self.windows.take_due(Phase::Fit, now_ns) {
+            actions.extend(self.fit_window(k, now_ns));
+        }
+        if let Some(k) = self.windows.take_due(Phase::Solve, now_ns)
+            && self.is_leader()
+        {
+            actions.extend(self.start_solve(k));
+        }
+        if self.windows.take_due(Phase::Fetch, now_ns).is_some() {
+            actions.extend(self.fetch_result());
+        }
+    }
+
+    fn fit_window(&mut self, k: u64, now_ns: i64) -> Vec<Action> {
+        let started = Instant::now();
+        let me = self.me.clone();
+        let mut fits = Vec::new();
+        let mut actions = Vec::new();
+        for peer in self.graph.out_neighbours(me.id).to_vec() {
+            let history = self.history.entry(peer).or_default();
+            history.push(self.book.take_edge(me.id, peer));
+            let Some(HistoryFit {
+                outcome,
+                windows: history_windows,
+            }) = history.fit(&self.est_cfg)
+            else {
+                continue;
+            };
+            let peer_name = self
+                .member(peer)
+                .map_or_else(|| peer.to_string(), |m| m.name.clone());
+            let fit = outcome
+                .fit
+                .as_ref()
+                .ok()
+                .map(|f| codec::edge_to_pb(k, (me.id, &me.name), (peer, &peer_name), f));
+            let mut status = edge_status(k, &outcome, fit.as_ref());
+            status.history_windows = history_windows;
+            self.windows.record_edge(peer, status);
+            let mut line = edge_line(k, &me.name, &peer_name, &outcome, fit.as_ref());
+            line.history_windows = history_windows;
+            actions.push(Action::History(line));
+            fits.extend(fit);
+        }
+        // Directions of edges other nodes fit are not ours to keep.
+        self.book.clear_complete();
+        self.timings.last_fit_us = started.elapsed().as_micros() as u64;
+        self.timings.windows += 1;
+        actions.extend(self.share_fits(k, fits, now_ns));
+        actions
+    }
+
+    fn share_fits(&mut self, k: u64, fits: Vec<pb::EdgeFit>, now_ns: i64) -> Vec<Action> {
+        if self.exchange == Exchange::Store {
+            return vec![Action::PutFits(pb::Snapshot {
+                window: k,
+                produced_at_ns: now_ns,
+                edges: fits,
+                nodes: Vec::new(),
+            })];
+        }
+        let Some(leader) = self.reference() else {
+            return Vec::new();
+        };
+        let mut actions = Vec::new();
+        for (i, fit) in fits.into_iter().enumerate() {
+            if leader == self.me.id {
+                self.relay.edges.insert((fit.from_id, fit.to_id), fit);
+            } else {
+                let seq = k.saturating_mul(64).saturating_add(i as u64);
+                actions.extend(self.send_record(KIND_EDGE_FIT, leader, seq, fit.encode_to_vec()));
+            }
+        }
+        actions
+    }
+
+    fn start_solve(&mut self, k: u64) -> Vec<Action> {
+        let Some(reference) = self.reference() else {
+            return Vec::new();
+        };
+        if self.members.len() == 1 {
+            // A lone node is its own reference: nothing to solve, but its
+            // offsets file (and the GPU maps in it) must still be published.
+            let lone = self.lone_result(k, reference);
+            return self.share_results(k, vec![lone]);
+        }
+        if self.exchange == Exchange::Store {
+            return vec![Action::FetchFits { window: k }];
+        }
+        // This window's fits, or the previous one's.
+        self.relay.edges.retain(|_, f| f.window + 1 >= k);
+        let fits: Vec<pb::EdgeFit> = self.relay.edges.values().cloned().collect();
+        self.solve(k, &fits)
+    }
+
+    fn published_result(
+        &self,
+        k: u64,
+        reference: NodeId,
+        epoch: i64,
+        n: &clockmesh_estimator::NodeEstimate,
+    ) -> pb::NodeOffset {
+        let off = n.offset_ns_rounded();
+        let anchor = epoch.saturating_add(off);
+        let wander = self.est_cfg.holdover_wander_ppb * 1e-9;
+        pb::NodeOffset {
+            node: self.name_of(n.node),
+            anchor_ns: anchor,
+            offset_ns: -off,
+            drift_ppb: -n.drift * 1e9,
+            bound_ns: n.bound_ns.ceil() as u64,
+            reference_node: self.name_of(reference),
+            window: k,
+            valid_until_ns: anchor.saturating_add(self.est_cfg.max_age_ns) as u64,
+            devices: Vec::new(),
+            bound_growth_ppb: (n.drift_bound + wander) * 1e9,
+            node_id: n.node,
+            reference_id: reference,
+            anchor_kind: published_anchor_kind(n.anchor_kind).into(),
+        }
+    }
+
+    fn name_of(&self, id: NodeId) -> String {
+        self.member(id)
+            .map_or_else(|| id.to_string(), |m| m.name.clone())
+    }
+
+    fn lone_result(&self, k: u64, me: NodeId) -> pb::NodeOffset {
+        let anchor = self.windows.end_ns(k);
+        pb::NodeOffset {
+            node: self.me.name.clone(),
+            anchor_ns: anchor,
+            reference_node: self.me.name.clone(),
+            window: k,
+            valid_until_ns: anchor.saturating_add(self.est_cfg.max_age_ns) as u64,
+            node_id: me,
+            reference_id: me,
+            anchor_kind: "reference".into(),
+            ..Default::default()
+        }
+    }
+
+    /// Hands the leader's results to every node.
+    fn share_results(&mut self, k: u64, results: Vec<pb::NodeOffset>) -> Vec<Action> {
+        self.last_results.clone_from(&results);
+        if self.exchange == Exchange::Store {
+            return vec![Action::PutResults { window: k, results }];
+        }
+        let mut actions = Vec::new();
+        for r in results {
+            if r.node_id == self.me.id {
+                self.relay.result = Some(r);
+            } else {
+                actions.extend(self.send_record(KIND_RESULT, r.node_id, k, r.encode_to_vec()));
+            }
+        }
+        actions
+    }
+
+    fn fetch_result(&mut self) -> Vec<Action> {
+        if self.exchange == Exchange::Store {
+            return vec![Action::FetchResult];
+        }
+        match self.relay.result.clone() {
+            Some(r) => self.publish_if_new(r),
+            None => Vec::new(),
+        }
+    }
+
+    fn publish_if_new(&mut self, r: pb::NodeOffset) -> Vec<Action> {
+        if !self.windows.take_new_result(r.window, r.anchor_ns) {
+            return Vec::new();
+        }
+        self.count("results_published");
+        vec![Action::Publish(r)]
+    }
+
+    // ---- relayed records ----
+
+    /// A member's edge fit, for the solve (we are, or were, the leader).
+    fn on_edge_fit(&mut self, header: ProbeHeader, payload: &[u8]) {
+        let Ok(fit) = pb::EdgeFit::decode(payload) else {
+            self.drop_msg("malformed");
+            return;
+        };
+        // A node reports only its own out-edges, between members.
+        if fit.from_id != header.sender || self.member(fit.to_id).is_none() {
+            self.drop_msg("bad_record");
+            return;
+        }
+        self.count("edge_fits_received");
+        self.relay.edges.insert((fit.from_id, fit.to_id), fit);
+    }
+
+    /// Our result from the leader.
+    fn on_result(&mut self, header: ProbeHeader, payload: &[u8]) {
+        let Ok(r) = pb::NodeOffset::decode(payload) else {
+            self.drop_msg("malformed");
+            return;
+        };
+        let from_leader = self.reference() == Some(header.sender);
+        if !from_leader || r.node_id != self.me.id || r.reference_id != header.sender {
+            self.drop_msg("bad_record");
+            return;
+        }
+        self.count("results_received");
+        self.relay.result = Some(r);
+    }
+
+    /// A protobuf record (edge fit or result) to member `to`.
+    fn send_record(&self, kind: u8, to: NodeId, seq: u64, payload: Vec<u8>) -> Option<Action> {
+        let addr = self.member(to).map(Member::probe_addr)?;
+        let header = control_header(kind, self.me.id, to, seq);
+        let (msg, counter) = if kind == KIND_EDGE_FIT {
+            (Message::EdgeFit { header, payload }, "edge_fits_sent")
+        } else {
+            (Message::Result { header, payload }, "results_sent")
+        };
+        Some(self.send(&msg, addr, counter))
+    }
+}
+
+fn edge_status(k: u64, o: &EdgeOutcome, fit: Option<&pb::EdgeFit>) -> EdgeStatus {
+    EdgeStatus {
+        window: k,
+        offset_ns: fit.map(|f| f.offset_ns),
+        drift_ppb: fit.map(|f| f.drift_ppb),
+        bound_ns: fit.map(|f| f.bound_exact_ns),
+        min_rtt_ns: fit.map(|f| f.min_rtt_ns),
+        probes: (o.forward.probes + o.backward.probes) as u64,
+        pure: (o.forward.pure + o.backward.pure) as u64,
+        error: o.fit.as_ref().err().map(|e| e.to_string()),
+        history_windows: 1,
+    }
+}
+
+fn edge_line(k: u64, me: &str, peer: &str, o: &EdgeOutcome, fit: Option<&pb::EdgeFit>) -> EdgeLine {
+    EdgeLine {
+        kind: "edge",
+        window: k,
+        node: me.to_owned(),
+        from: me.to_owned(),
+        to: peer.to_owned(),
+        from_id: o.from,
+        to_id: o.to,
+        probes_forward: o.forward.probes,
+        probes_backward: o.backward.probes,
+        pure_forward: o.forward.pure,
+        pure_backward: o.backward.pure,
+        incomplete: o.forward.incomplete + o.backward.incomplete,
+        spacing_rejected: o.forward.spacing_rejected + o.backward.spacing_rejected,
+        impure: o.forward.impure + o.backward.impure,
+        history_windows: 1,
+        fit: fit.map(FitLine::from),
+        error: o.fit.as_ref().err().map(|e| e.to_string()),
+    }
+}
+
+/// The estimator's anchor kind under its published name (the offsets
+/// crate's `AnchorKind` parses the same names).
+fn published_anchor_kind(kind: SolveAnchor) -> &'static str {
+    match kind {
+        SolveAnchor::Reference => "reference",
+        SolveAnchor::Substitute => "substitute",
+        SolveAnchor::Detached => "detached",
+        SolveAnchor::Holdover => "holdover",
+    }
+}
+
+/// Header of a follow-up, RX report, handshake or record message.
+fn control_header(k: u8, sender: NodeId, receiver: NodeId, seq: u64) -> ProbeHeader {
+    ProbeHeader {
+        kind: k,
+        ..ProbeHeader::probe(sender, receiver, seq, 0, 0)
+    }
+}
+
+/// Which stamp each settled packet got, by side and source (status, metrics).
+fn stamp_counter(side: Side, source: StampSource) -> &'static str {
+    match (side, source) {
+        (Side::Tx, StampSource::Hardware) => "tx_stamps_hardware",
+        (Side::Tx, StampSource::Kernel) => "tx_stamps_kernel",
+        (Side::Tx, StampSource::Tracepoint) => "tx_stamps_tracepoint",
+        (Side::Tx, StampSource::Tc) => "tx_stamps_tc",
+        (Side::Tx, StampSource::Missing) => "tx_stamps_missing",
+        (Side::Rx, StampSource::Hardware) => "rx_stamps_hardware",
+        (Side::Rx, StampSource::Kernel) => "rx_stamps_kernel",
+        (Side::Rx, StampSource::Tracepoint) => "rx_stamps_tracepoint",
+        (Side::Rx, StampSource::Tc) => "rx_stamps_tc",
+        (Side::Rx, StampSource::Missing) => "rx_stamps_missing",
+    }
+}
+
+fn wire_drop_reason(e: &WireError) -> &'static str {
+    match e {
+        WireError::Unauthenticated => "unauthenticated",
+        WireError::BadTag => "bad_tag",
+        _ => "malformed",
+    }
+}

@@ -1,0 +1,96 @@
+//! The protocol settings an agent runs with, and the one function that
+//! turns them into the estimator's configuration. The agent (from its
+//! config file, environment and flags) and the simulator (from a scenario's
+//! `[agent]` table) both go through [`estimator_config`], so a simulated
+//! run uses exactly the settings that ship.
+
+use clockmesh_estimator::{EstimatorConfig, PurityConfig};
+use serde::{Deserialize, Serialize};
+
+/// Software stamps: a pair is pure when its gaps agree within this.
+pub const SOFTWARE_PURITY_NS: i64 = 10_000;
+/// The sender sleeps between the packets of a pair; sleeps overshoot, so TX
+/// gaps up to twice the nominal spacing are accepted (the gap is measured by
+/// the TX stamps; purity compares it with the RX gap).
+pub const MIN_SPACING_ERROR_NS: i64 = 20_000;
+
+/// What shapes probing and estimation. Defaults are the agent's shipped
+/// defaults (`clockmesh agent --help` lists the same values).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Interval between coded pairs on one edge, µs (default 100,000).
+    pub probe_cadence_us: u64,
+    /// Spacing between the two probes of a pair, µs (default 100).
+    pub packet_spacing_us: u64,
+    /// Estimation window, s (default 4).
+    pub probe_window_s: u64,
+    /// Out-neighbours each node probes (default 4).
+    pub degree: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            probe_cadence_us: 100_000,
+            packet_spacing_us: 100,
+            probe_window_s: 4,
+            degree: 4,
+        }
+    }
+}
+
+impl Settings {
+    pub fn window_ns(&self) -> i64 {
+        (self.probe_window_s as i64).saturating_mul(1_000_000_000)
+    }
+
+    pub fn spacing_ns(&self) -> i64 {
+        (self.packet_spacing_us as i64).saturating_mul(1_000)
+    }
+
+    pub fn cadence_ns(&self) -> i64 {
+        (self.probe_cadence_us as i64).saturating_mul(1_000)
+    }
+}
+
+/// The estimator configuration for `settings`: purity from the spacing and
+/// the software-stamp tolerance; results usable for a few missed windows.
+pub fn estimator_config(settings: &Settings) -> EstimatorConfig {
+    let spacing_ns = settings.spacing_ns();
+    EstimatorConfig {
+        purity: PurityConfig {
+            spacing_ns,
+            tolerance_ns: SOFTWARE_PURITY_NS,
+            max_spacing_error_ns: spacing_ns.max(MIN_SPACING_ERROR_NS),
+            ..PurityConfig::default()
+        },
+        // Results stay usable for a few missed windows, never less than 10 s.
+        max_age_ns: (3 * settings.window_ns()).max(10_000_000_000),
+        ..EstimatorConfig::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn purity_follows_the_spacing() {
+        let c = estimator_config(&Settings {
+            packet_spacing_us: 50,
+            ..Settings::default()
+        });
+        assert_eq!(c.purity.spacing_ns, 50_000);
+        assert_eq!(c.purity.max_spacing_error_ns, 50_000);
+        assert_eq!(c.purity.tolerance_ns, SOFTWARE_PURITY_NS);
+        let close = estimator_config(&Settings {
+            packet_spacing_us: 5,
+            ..Settings::default()
+        });
+        assert_eq!(close.purity.max_spacing_error_ns, MIN_SPACING_ERROR_NS);
+        let d = estimator_config(&Settings::default());
+        assert_eq!(d.purity.max_spacing_error_ns, 100_000);
+        assert_eq!(d.max_age_ns, 12_000_000_000);
+    }
+}

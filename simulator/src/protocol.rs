@@ -1,0 +1,748 @@
+//! Protocol mode: every simulated host runs the agent's own state machine
+//! ([`clockmesh_core::node::Node`]) with the agent's settings
+//! (`[agent]`, default: what ships). Datagrams — probes, follow-ups, RX
+//! reports, handshakes, relayed fits and results — travel over simulated
+//! links with the scenario's delays, queues and loss; stamps are readings of
+//! the simulated clocks with the scenario's stamp errors. The store of the
+//! etcd exchange is modelled in memory. Each published result is scored
+//! against the truth, and every message and byte is counted.
+
+use std::{
+    cmp::Reverse,
+    collections::{BTreeMap, BinaryHeap, HashMap},
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+};
+
+use clockmesh_common::ProbeHeader;
+use clockmesh_core::{
+    collector::{PairKey, Side},
+    node::{Action, Exchange, Member, Node, NodeConfig, TICK_NS, Target},
+    wire::{KIND_EDGE_FIT, KIND_RESULT, Message, StampSource, WireStamp},
+};
+use clockmesh_estimator::NodeId;
+use clockmesh_proto::{clockmesh as pb, prost::Message as _};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    cluster::{Clocks, Noise, READING_BASE_NS, rng_from_seed},
+    error::SimError,
+    report::Quantiles,
+    scenario::Scenario,
+};
+
+/// Windows before scoring starts: handshakes and the first partial window.
+const WARMUP_WINDOWS: u32 = 2;
+/// Probe port of every simulated agent.
+const PORT: u16 = 31900;
+
+/// Messages and bytes of one kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Traffic {
+    pub messages: f64,
+    pub bytes: f64,
+}
+
+impl Traffic {
+    fn add(&mut self, bytes: usize) {
+        self.messages += 1.0;
+        self.bytes += bytes as f64;
+    }
+
+    fn scaled(self, by: f64) -> Self {
+        Traffic {
+            messages: self.messages * by,
+            bytes: self.bytes * by,
+        }
+    }
+}
+
+/// What one host sent and received, by flow.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostTraffic {
+    /// Probes, follow-ups, RX reports, handshakes.
+    pub probing_out: Traffic,
+    pub probing_in: Traffic,
+    /// Fits and results: relayed datagrams, or store requests and answers.
+    pub coordination_out: Traffic,
+    pub coordination_in: Traffic,
+}
+
+impl HostTraffic {
+    fn scaled(&self, by: f64) -> Self {
+        HostTraffic {
+            probing_out: self.probing_out.scaled(by),
+            probing_in: self.probing_in.scaled(by),
+            coordination_out: self.coordination_out.scaled(by),
+            coordination_in: self.coordination_in.scaled(by),
+        }
+    }
+}
+
+/// The result of a protocol-mode run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProtocolReport {
+    pub scenario: String,
+    pub nodes: u32,
+    pub exchange: Exchange,
+    pub settings: clockmesh_core::settings::Settings,
+    /// Windows whose results were scored (after the warm-up).
+    pub windows: usize,
+    /// Results published after the warm-up, over all non-reference nodes.
+    pub results: usize,
+    /// Non-reference nodes that published no result after the warm-up.
+    pub nodes_without_result: usize,
+    /// |published offset − true offset| at the result's anchor.
+    pub abs_error_ns: Quantiles,
+    /// Fraction of results whose true error lies inside the published bound.
+    pub coverage: f64,
+    pub median_bound_ns: f64,
+    /// A result just before the next replaced it, bound grown by its growth rate.
+    pub aged_abs_error_ns: Quantiles,
+    pub aged_coverage: f64,
+    /// Per window, at the leader.
+    pub leader_traffic: HostTraffic,
+    /// Per window, mean over the other nodes.
+    pub node_traffic: HostTraffic,
+    /// Per window, the busiest other node's coordination traffic in + out.
+    pub node_coordination_max: Traffic,
+    /// The nodes' own counters, summed (`follow_ups_sent`,
+    /// `rx_reports_sent`, `results_published`, …) and the leader's solves.
+    pub counters: BTreeMap<String, u64>,
+    /// Datagrams the nodes dropped, by reason, summed.
+    pub dropped: BTreeMap<String, u64>,
+    pub datagrams_lost: u64,
+    pub events: u64,
+    pub wall_ms: f64,
+}
+
+#[derive(Debug)]
+enum Event {
+    Tick(usize),
+    SendPair {
+        node: usize,
+        target: Target,
+        generation: u64,
+    },
+    Deliver {
+        to: usize,
+        from: SocketAddr,
+        datagram: Vec<u8>,
+        /// Probes carry the receiver's stamp, taken on arrival.
+        probe: bool,
+    },
+}
+
+struct Scheduled {
+    at: i64,
+    order: u64,
+    event: Event,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.order) == (o.at, o.order)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.order).cmp(&(o.at, o.order))
+    }
+}
+
+struct Host {
+    node: Node,
+    /// Current targets and their generation (a re-added target restarts).
+    targets: HashMap<NodeId, u64>,
+    next_seq: u64,
+    last_result: Option<pb::NodeOffset>,
+    traffic: HostTraffic,
+}
+
+/// The modelled shared store (etcd exchange).
+#[derive(Default)]
+struct StoreModel {
+    edges: BTreeMap<String, pb::Snapshot>,
+    results: BTreeMap<String, pb::NodeOffset>,
+}
+
+#[derive(Default)]
+struct Scores {
+    windows: std::collections::BTreeSet<u64>,
+    errors: Vec<f64>,
+    bounds: Vec<f64>,
+    covered: usize,
+    aged_errors: Vec<f64>,
+    aged_covered: usize,
+}
+
+struct Sim<'a> {
+    s: &'a Scenario,
+    clocks: Clocks,
+    noise: Noise,
+    rng: ChaCha8Rng,
+    hosts: Vec<Host>,
+    by_addr: HashMap<IpAddr, usize>,
+    delays: HashMap<(usize, usize), (f64, f64)>,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    order: u64,
+    now: i64,
+    score_from: i64,
+    store: StoreModel,
+    scores: Scores,
+    lost: u64,
+    events: u64,
+}
+
+/// Runs the scenario with the real protocol.
+pub fn run_protocol(s: &Scenario) -> Result<ProtocolReport, SimError> {
+    s.validate()?;
+    let started = std::time::Instant::now();
+    let window_ns = s.agent.window_ns();
+    let total_windows = s.windows + WARMUP_WINDOWS;
+    // One more window so the last scored window's result is fetched.
+    let end = window_ns * (i64::from(total_windows) + 1);
+    let mut sim = Sim::new(s, end as f64 + window_ns as f64);
+    sim.score_from = window_ns * i64::from(WARMUP_WINDOWS);
+    sim.start()?;
+    while let Some(Reverse(next)) = sim.queue.pop() {
+        if next.at > end {
+            break;
+        }
+        sim.now = next.at;
+        sim.events += 1;
+        sim.handle(next.event);
+    }
+    Ok(sim.report(started.elapsed().as_secs_f64() * 1e3))
+}
+
+fn member(i: usize) -> Member {
+    let id = i as u32 + 1;
+    Member {
+        name: format!("node-{i:05}"),
+        id,
+        // 198.18.0.0/15, the benchmarking range the tests use.
+        addr: IpAddr::V4(Ipv4Addr::from(0xC612_0000u32 + id)),
+        probe_port: PORT,
+        capabilities: 0,
+    }
+}
+
+impl<'a> Sim<'a> {
+    fn new(s: &'a Scenario, horizon_ns: f64) -> Self {
+        let stream = |k: u64| rng_from_seed(s.seed.wrapping_mul(4).wrapping_add(k));
+        let clocks = Clocks::generate(s, horizon_ns, &mut stream(0));
+        let members: Vec<Member> = (0..s.nodes as usize).map(member).collect();
+        let hosts = members
+            .iter()
+            .map(|m| Host {
+                node: Node::new(NodeConfig {
+                    me: m.clone(),
+                    settings: s.agent.clone(),
+                    key: None,
+                    exchange: s.exchange,
+                    nonce_base: u64::from(m.id) << 32,
+                }),
+                targets: HashMap::new(),
+                next_seq: 1,
+                last_result: None,
+                traffic: HostTraffic::default(),
+            })
+            .collect();
+        Sim {
+            s,
+            clocks,
+            noise: Noise::new(s),
+            rng: stream(2),
+            hosts,
+            by_addr: members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.addr, i))
+                .collect(),
+            delays: HashMap::new(),
+            queue: BinaryHeap::new(),
+            order: 0,
+            now: 0,
+            score_from: 0,
+            store: StoreModel::default(),
+            scores: Scores::default(),
+            lost: 0,
+            events: 0,
+        }
+    }
+
+    fn start(&mut self) -> Result<(), SimError> {
+        let mut members: Vec<Member> = (0..self.s.nodes as usize).map(member).collect();
+        members.sort();
+        let leader = member(self.s.reference as usize).name;
+        for i in 0..self.hosts.len() {
+            let now = self.local_now(i);
+            let host = &mut self.hosts[i];
+            host.node.handle_leader(Some(leader.clone()));
+            let actions = host
+                .node
+                .handle_members(members.clone(), now)
+                .map_err(|e| SimError::Invalid(e.to_string()))?;
+            self.perform(i, actions);
+            let phase = self.rng.random_range(0..TICK_NS);
+            self.schedule(phase, Event::Tick(i));
+        }
+        Ok(())
+    }
+
+    fn schedule(&mut self, at: i64, event: Event) {
+        self.order += 1;
+        self.queue.push(Reverse(Scheduled {
+            at,
+            order: self.order,
+            event,
+        }));
+    }
+
+    /// Host `i`'s clock now, as the agent reads it (ns since the epoch).
+    fn local_now(&self, i: usize) -> i64 {
+        READING_BASE_NS + self.clocks.reading(i as NodeId, self.now as f64).floor() as i64
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Tick(i) => {
+                let now = self.local_now(i);
+                let actions = self.hosts[i].node.handle_tick(now);
+                self.perform(i, actions);
+                self.schedule(self.now + TICK_NS, Event::Tick(i));
+            }
+            Event::SendPair {
+                node,
+                target,
+                generation,
+            } => {
+                if self.hosts[node].targets.get(&target.id) == Some(&generation) {
+                    self.send_pair(node, target, generation);
+                }
+            }
+            Event::Deliver {
+                to,
+                from,
+                datagram,
+                probe,
+            } => self.deliver(to, from, &datagram, probe),
+        }
+    }
+
+    fn deliver(&mut self, to: usize, from: SocketAddr, datagram: &[u8], probe: bool) {
+        let stamps: Vec<WireStamp> = if probe {
+            let reading = self.clocks.reading(to as NodeId, self.now as f64)
+                + self.noise.rx_error(&mut self.rng);
+            vec![kernel_stamp(self.noise.quantize(reading))]
+        } else {
+            Vec::new()
+        };
+        let flow = flow_of(datagram);
+        account(&mut self.hosts[to].traffic, flow, false, datagram.len());
+        let now = self.local_now(to);
+        let actions = self.hosts[to]
+            .node
+            .handle_datagram(datagram, Some(from), &stamps, now);
+        self.perform(to, actions);
+    }
+
+    /// One coded pair from host `i`, as the agent's sender sends it.
+    fn send_pair(&mut self, i: usize, target: Target, generation: u64) {
+        let seq = self.hosts[i].next_seq;
+        self.hosts[i].next_seq += 1;
+        let me = self.hosts[i].node.me().id;
+        let spacing = self.s.agent.spacing_ns();
+        let mut prev_tx = i64::MIN;
+        for index in 0..2u8 {
+            let t_send = self.now as f64 + f64::from(index) * spacing as f64;
+            let header = ProbeHeader::probe(me, target.id, seq, index, spacing as u32);
+            let datagram = Message::Probe { header }.encode(None);
+            // One host stamps its TX packets in send order.
+            let reading =
+                self.clocks.reading(i as NodeId, t_send) + self.noise.tx_error(&mut self.rng);
+            let tx = self.noise.quantize(reading).max(prev_tx.saturating_add(1));
+            prev_tx = tx;
+            let key = PairKey {
+                from: me,
+                to: target.id,
+                seq,
+            };
+            let now = self.local_now(i);
+            self.hosts[i]
+                .node
+                .handle_stamps(Side::Tx, key, index, &[kernel_stamp(tx)], now);
+            self.transmit(i, target.addr, datagram, t_send as i64, true);
+        }
+        let now = self.local_now(i);
+        self.hosts[i].node.handle_sent(target.id, seq, now);
+        let cadence = self.s.agent.cadence_ns() as f64;
+        // ±20 % jitter, as the agent's sender.
+        let next = self.now + (cadence * self.rng.random_range(0.8..1.2)) as i64;
+        self.schedule(
+            next,
+            Event::SendPair {
+                node: i,
+                target,
+                generation,
+            },
+        );
+    }
+
+    /// Puts a datagram on the link from host `i` to `to`.
+    fn transmit(&mut self, i: usize, to: SocketAddr, datagram: Vec<u8>, at: i64, probe: bool) {
+        account(
+            &mut self.hosts[i].traffic,
+            flow_of(&datagram),
+            true,
+            datagram.len(),
+        );
+        let Some(&j) = self.by_addr.get(&to.ip()) else {
+            return;
+        };
+        if self.noise.lost(&mut self.rng) {
+            self.lost += 1;
+            return;
+        }
+        let delay = self.link_delay(i, j) + self.noise.queueing(&mut self.rng);
+        let from = self.hosts[i].node.me().probe_addr();
+        self.schedule(
+            at + delay.round() as i64,
+            Event::Deliver {
+                to: j,
+                from,
+                datagram,
+                probe,
+            },
+        );
+    }
+
+    /// Minimum one-way delay `i → j`: drawn once per link, with the
+    /// scenario's per-link asymmetry (forward − backward).
+    fn link_delay(&mut self, i: usize, j: usize) -> f64 {
+        let key = (i.min(j), i.max(j));
+        let (forward, backward) = match self.delays.get(&key) {
+            Some(d) => *d,
+            None => {
+                let [lo, hi] = self.s.link.base_delay_ns;
+                let base = self.rng.random_range(lo..=hi);
+                let half = Normal::new(0.0, self.s.link.asymmetry_ns)
+                    .map_or(0.0, |d| d.sample(&mut self.rng))
+                    / 2.0;
+                let d = ((base + half).max(1.0), (base - half).max(1.0));
+                self.delays.insert(key, d);
+                d
+            }
+        };
+        if i < j { forward } else { backward }
+    }
+
+    fn perform(&mut self, i: usize, actions: Vec<Action>) {
+        let mut queue = std::collections::VecDeque::from(actions);
+        while let Some(action) = queue.pop_front() {
+            queue.extend(self.perform_one(i, action));
+        }
+    }
+
+    fn perform_one(&mut self, i: usize, action: Action) -> Vec<Action> {
+        match action {
+            Action::Send {
+                to,
+                datagram,
+                counter,
+            } => {
+                self.hosts[i].node.count(counter);
+                self.transmit(i, to, datagram, self.now, false);
+            }
+            Action::SetTargets(targets) => self.set_targets(i, targets),
+            Action::History(_) => {}
+            Action::Publish(r) => self.score(i, r),
+            Action::PutFits(snapshot) => {
+                let name = self.hosts[i].node.me().name.clone();
+                let t = &mut self.hosts[i].traffic;
+                t.coordination_out.add(snapshot.encoded_len() + name.len());
+                self.store.edges.insert(name, snapshot);
+            }
+            Action::FetchFits { window } => {
+                let fresh = |w: u64| w + 1 >= window;
+                let fits: Vec<pb::EdgeFit> = self
+                    .store
+                    .edges
+                    .values()
+                    .filter(|s| fresh(s.window))
+                    .flat_map(|s| s.edges.iter().cloned())
+                    .collect();
+                let bytes: usize = self.store.edges.values().map(|s| s.encoded_len()).sum();
+                let t = &mut self.hosts[i].traffic;
+                t.coordination_out.add(0);
+                t.coordination_in.add(bytes);
+                return self.hosts[i].node.solve(window, &fits);
+            }
+            Action::PutResults { results, .. } => {
+                for chunk in results.chunks(128) {
+                    let bytes: usize = chunk.iter().map(|r| r.encoded_len() + r.node.len()).sum();
+                    self.hosts[i].traffic.coordination_out.add(bytes);
+                }
+                for r in results {
+                    self.store.results.insert(r.node.clone(), r);
+                }
+            }
+            Action::FetchResult => {
+                let name = self.hosts[i].node.me().name.clone();
+                let r = self.store.results.get(&name).cloned();
+                let t = &mut self.hosts[i].traffic;
+                t.coordination_out.add(name.len());
+                t.coordination_in
+                    .add(r.as_ref().map_or(0, |r| r.encoded_len()));
+                return self.hosts[i].node.handle_result(r);
+            }
+        }
+        Vec::new()
+    }
+
+    fn set_targets(&mut self, i: usize, targets: Vec<Target>) {
+        let cadence = self.s.agent.cadence_ns();
+        let current = std::mem::take(&mut self.hosts[i].targets);
+        let mut next = HashMap::new();
+        for t in targets {
+            if let Some(&g) = current.get(&t.id) {
+                next.insert(t.id, g);
+                continue;
+            }
+            let generation = self.order; // unique
+            next.insert(t.id, generation);
+            let first = self.now + self.rng.random_range(0..cadence.max(1));
+            self.schedule(
+                first,
+                Event::SendPair {
+                    node: i,
+                    target: t,
+                    generation,
+                },
+            );
+        }
+        self.hosts[i].targets = next;
+    }
+
+    /// Scores a published result against the truth, and the previous
+    /// result as it stood just before this one replaced it.
+    fn score(&mut self, i: usize, r: pb::NodeOffset) {
+        if i == self.s.reference as usize {
+            return;
+        }
+        let aged = self.hosts[i].last_result.replace(r.clone());
+        if self.now < self.score_from {
+            return;
+        }
+        let (err, bound) = self.error_at(i, &r, r.anchor_ns);
+        self.scores.windows.insert(r.window);
+        self.scores.errors.push(err.abs());
+        self.scores.bounds.push(bound);
+        self.scores.covered += usize::from(err.abs() <= bound);
+        if let Some(old) = aged {
+            let (err, bound) = self.error_at(i, &old, self.local_now(i));
+            self.scores.aged_errors.push(err.abs());
+            self.scores.aged_covered += usize::from(err.abs() <= bound);
+        }
+    }
+
+    /// Error and bound of result `r` (global − local) used at local time `at`.
+    fn error_at(&self, i: usize, r: &pb::NodeOffset, at: i64) -> (f64, f64) {
+        let reading = (at - READING_BASE_NS) as f64;
+        let t = self.clocks.true_time_of(i as NodeId, reading);
+        let reference = self.s.reference as NodeId;
+        let truth = self.clocks.reading(reference, t) - self.clocks.reading(i as NodeId, t);
+        let age_s = (at - r.anchor_ns) as f64 / 1e9;
+        let estimate = r.offset_ns as f64 + r.drift_ppb * age_s;
+        let bound = r.bound_ns as f64 + r.bound_growth_ppb * age_s.abs();
+        (estimate - truth, bound)
+    }
+
+    fn report(mut self, wall_ms: f64) -> ProtocolReport {
+        let leader = self.s.reference as usize;
+        let others = self.hosts.len().saturating_sub(1).max(1) as f64;
+        let per_window = 1.0 / f64::from(self.s.windows + WARMUP_WINDOWS + 1);
+        let mut node_sum = HostTraffic::default();
+        let mut coordination_max = Traffic::default();
+        for (_, h) in self.hosts.iter().enumerate().filter(|(i, _)| *i != leader) {
+            let t = &h.traffic;
+            for (sum, x) in [
+                (&mut node_sum.probing_out, t.probing_out),
+                (&mut node_sum.probing_in, t.probing_in),
+                (&mut node_sum.coordination_out, t.coordination_out),
+                (&mut node_sum.coordination_in, t.coordination_in),
+            ] {
+                sum.messages += x.messages;
+                sum.bytes += x.bytes;
+            }
+            let c = Traffic {
+                messages: t.coordination_out.messages + t.coordination_in.messages,
+                bytes: t.coordination_out.bytes + t.coordination_in.bytes,
+            };
+            if c.bytes > coordination_max.bytes {
+                coordination_max = c;
+            }
+        }
+        let without = self
+            .hosts
+            .iter()
+            .enumerate()
+            .filter(|(i, h)| *i != leader && h.last_result.is_none())
+            .count();
+        let mut counters: BTreeMap<String, u64> = BTreeMap::new();
+        let mut dropped: BTreeMap<String, u64> = BTreeMap::new();
+        for h in &self.hosts {
+            for (k, v) in h.node.counters() {
+                *counters.entry(k.to_string()).or_default() += v;
+            }
+            for (k, v) in h.node.dropped() {
+                *dropped.entry(k.to_string()).or_default() += v;
+            }
+        }
+        counters.insert("solves".into(), self.hosts[leader].node.timings().solves);
+        let results = self.scores.errors.len();
+        let aged = self.scores.aged_errors.len();
+        let ratio = |k: usize, n: usize| if n == 0 { 0.0 } else { k as f64 / n as f64 };
+        ProtocolReport {
+            scenario: self.s.name.clone(),
+            nodes: self.s.nodes,
+            exchange: self.s.exchange,
+            settings: self.s.agent.clone(),
+            windows: self.scores.windows.len(),
+            results,
+            nodes_without_result: without,
+            coverage: ratio(self.scores.covered, results),
+            median_bound_ns: Quantiles::of(&mut self.scores.bounds).p50,
+            abs_error_ns: Quantiles::of(&mut self.scores.errors),
+            aged_coverage: ratio(self.scores.aged_covered, aged),
+            aged_abs_error_ns: Quantiles::of(&mut self.scores.aged_errors),
+            leader_traffic: self.hosts[leader].traffic.scaled(per_window),
+            node_traffic: node_sum.scaled(per_window / others),
+            node_coordination_max: coordination_max.scaled(per_window),
+            counters,
+            dropped,
+            datagrams_lost: self.lost,
+            events: self.events,
+            wall_ms,
+        }
+    }
+}
+
+fn kernel_stamp(realtime_ns: i64) -> WireStamp {
+    WireStamp {
+        realtime_ns,
+        bound_ns: 0,
+        source: StampSource::Kernel,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Flow {
+    Probing,
+    Coordination,
+}
+
+/// The flow of a datagram, from its header's `kind` (byte 5).
+fn flow_of(datagram: &[u8]) -> Flow {
+    match datagram.get(5).copied() {
+        Some(KIND_EDGE_FIT | KIND_RESULT) => Flow::Coordination,
+        _ => Flow::Probing, // probes, follow-ups, RX reports, handshakes
+    }
+}
+
+fn account(t: &mut HostTraffic, flow: Flow, out: bool, bytes: usize) {
+    let slot = match (flow, out) {
+        (Flow::Probing, true) => &mut t.probing_out,
+        (Flow::Probing, false) => &mut t.probing_in,
+        (Flow::Coordination, true) => &mut t.coordination_out,
+        (Flow::Coordination, false) => &mut t.coordination_in,
+    };
+    slot.add(bytes);
+}
+
+impl ProtocolReport {
+    /// A human-readable summary.
+    pub fn table(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let a = &self.settings;
+        let _ = writeln!(
+            s,
+            "scenario {} (protocol): {} nodes, K={}, cadence {} µs, spacing {} µs, window {} s, {:?} exchange",
+            self.scenario,
+            self.nodes,
+            a.degree,
+            a.probe_cadence_us,
+            a.packet_spacing_us,
+            a.probe_window_s,
+            self.exchange
+        );
+        let q = |x: &Quantiles| format!("p50 {:.1}  p99 {:.1}  max {:.1}", x.p50, x.p99, x.max);
+        let _ = writeln!(
+            s,
+            "results           {} over {} windows ({} nodes without one)",
+            self.results, self.windows, self.nodes_without_result
+        );
+        let _ = writeln!(s, "|error| ns        {}", q(&self.abs_error_ns));
+        let _ = writeln!(
+            s,
+            "coverage          {:.5}  (median bound {:.0} ns)",
+            self.coverage, self.median_bound_ns
+        );
+        let _ = writeln!(s, "aged |error| ns   {}", q(&self.aged_abs_error_ns));
+        let _ = writeln!(s, "aged coverage     {:.5}", self.aged_coverage);
+        let _ = writeln!(s, "per window        messages      bytes  (out + in)");
+        let rows = [
+            (
+                "leader probing",
+                self.leader_traffic.probing_out,
+                self.leader_traffic.probing_in,
+            ),
+            (
+                "leader coordination",
+                self.leader_traffic.coordination_out,
+                self.leader_traffic.coordination_in,
+            ),
+            (
+                "node probing",
+                self.node_traffic.probing_out,
+                self.node_traffic.probing_in,
+            ),
+            (
+                "node coordination",
+                self.node_traffic.coordination_out,
+                self.node_traffic.coordination_in,
+            ),
+        ];
+        for (name, out, inn) in rows {
+            let _ = writeln!(
+                s,
+                "  {name:<20} {:>10.0} {:>10.0}",
+                out.messages + inn.messages,
+                out.bytes + inn.bytes
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  {:<20} {:>10.0} {:>10.0}",
+            "busiest node coord.",
+            self.node_coordination_max.messages,
+            self.node_coordination_max.bytes
+        );
+        let _ = writeln!(
+            s,
+            "datagrams lost    {}; {} events in {:.0} ms",
+            self.datagrams_lost, self.events, self.wall_ms
+        );
+        s
+    }
+}

@@ -1,0 +1,96 @@
+//! Protocol mode: several `clockmesh_core::Node`s — the agent's own state
+//! machine at the agent's shipped settings — probe each other over simulated
+//! links; the leader solves; every node publishes. Checked like the netns
+//! cluster tests (`tests/tests/agent_cluster.rs`): every result within its
+//! bound and within 50 µs of the truth.
+
+use clockmesh_core::{node::Exchange, settings::Settings};
+use clockmesh_sim::{Mode, ProtocolReport, Scenario, run_protocol};
+
+fn scenario(nodes: u32, exchange: Exchange) -> Scenario {
+    Scenario {
+        name: format!("protocol-{nodes}"),
+        mode: Mode::Protocol,
+        nodes,
+        windows: 4,
+        exchange,
+        ..Scenario::default()
+    }
+}
+
+fn assert_like_the_cluster_tests(r: &ProtocolReport) {
+    let others = r.nodes as usize - 1;
+    assert_eq!(r.nodes_without_result, 0, "{r:#?}");
+    // Every other node publishes about once per window after the warm-up.
+    assert!(r.windows >= 4 && r.results >= others * r.windows, "{r:#?}");
+    assert_eq!(r.coverage, 1.0, "bound violated: {r:#?}");
+    assert_eq!(r.aged_coverage, 1.0, "aged bound violated: {r:#?}");
+    assert!(r.abs_error_ns.max <= 50_000.0, "error too large: {r:#?}");
+    // The whole protocol ran: probes, follow-ups, RX reports, the solve.
+    for counter in [
+        "pairs_sent",
+        "probes_received",
+        "follow_ups_sent",
+        "follow_ups_received",
+        "rx_reports_sent",
+        "rx_reports_received",
+        "hellos_sent",
+        "results_published",
+        "solves",
+    ] {
+        let n = r.counters.get(counter).copied().unwrap_or(0);
+        assert!(n > 0, "{counter} = 0: {:#?}", r.counters);
+    }
+    assert!(r.dropped.values().all(|&n| n == 0), "{:#?}", r.dropped);
+}
+
+#[test]
+fn four_nodes_relay_at_the_agents_defaults() {
+    let s = scenario(4, Exchange::Relay);
+    assert_eq!(
+        s.agent,
+        Settings::default(),
+        "the simulator runs what ships"
+    );
+    let r = run_protocol(&s).unwrap();
+    assert_like_the_cluster_tests(&r);
+    // Relay: every other node's fits reach the leader as datagrams.
+    assert!(r.counters["edge_fits_received"] > 0);
+    assert!(r.counters["results_received"] > 0);
+    assert!(r.leader_traffic.coordination_in.messages > 0.0);
+}
+
+#[test]
+fn four_nodes_through_a_store() {
+    let r = run_protocol(&scenario(4, Exchange::Store)).unwrap();
+    assert_like_the_cluster_tests(&r);
+    // Store: no fit or result travels as a datagram.
+    assert!(
+        !r.counters.contains_key("edge_fits_sent"),
+        "{:#?}",
+        r.counters
+    );
+    assert!(
+        !r.counters.contains_key("results_sent"),
+        "{:#?}",
+        r.counters
+    );
+}
+
+#[test]
+fn a_reference_other_than_the_first_node() {
+    let s = Scenario {
+        reference: 3,
+        ..scenario(6, Exchange::Relay)
+    };
+    assert_like_the_cluster_tests(&run_protocol(&s).unwrap());
+}
+
+#[test]
+fn runs_are_reproducible() {
+    let s = scenario(4, Exchange::Relay);
+    let (mut a, mut b) = (run_protocol(&s).unwrap(), run_protocol(&s).unwrap());
+    a.wall_ms = 0.0;
+    b.wall_ms = 0.0;
+    assert_eq!(a, b);
+}

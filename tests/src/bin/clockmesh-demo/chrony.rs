@@ -1,0 +1,394 @@
+//! `clockmesh-demo bench-chrony` (`cargo xtask bench-chrony`): chrony and
+//! clockmesh side by side on one veth pair between two network namespaces,
+//! at the same time. Both namespaces share one kernel clock, so the true
+//! offset is 0 and each tool's estimate is its own error.
+//!
+//! chrony: Debian's `chronyd -x` (never touches the clock) as server in
+//! host 0 and client in host 1, 16 Hz polling, interleaved mode, kernel
+//! timestamps. clockmesh: two agents at the shipped defaults (static
+//! membership; host 0 leads). After the warm-up both are sampled once per
+//! second at the same instant: chrony's current tracking offset, clockmesh's
+//! published map of host 1 evaluated at that instant.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use clockmesh::publish::{OffsetsReader, realtime_now_ns};
+use clockmesh_testbed::{
+    cluster::{Backend, Cluster, ClusterConfig, process_cpu_seconds, quantile},
+    netns::Host,
+};
+use serde::Serialize;
+
+#[derive(clap::Args, Debug)]
+pub struct ChronyArgs {
+    /// Seconds sampled per run, after the warm-up.
+    #[arg(long, default_value_t = 240)]
+    duration: u64,
+    /// Seconds both tools run before sampling starts.
+    #[arg(long, default_value_t = 40)]
+    warmup: u64,
+    /// Load both cores (two busy threads) and send UDP cross-traffic over the pair.
+    #[arg(long)]
+    load: bool,
+    /// clockmesh's probe cadence, µs (default: the agent's default).
+    #[arg(long)]
+    cadence_us: Option<u64>,
+    /// Runs; the summary is the median over them.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Print the results as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One tool's figures in one run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ToolFigures {
+    pub samples: usize,
+    pub p50_ns: f64,
+    pub p99_ns: f64,
+    pub max_ns: f64,
+    /// CPU of the tool's processes over the sampled period, % of one core.
+    pub cpu_percent: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunFigures {
+    pub chrony: ToolFigures,
+    pub clockmesh: ToolFigures,
+    /// Fraction of clockmesh samples whose |error| is inside the published bound.
+    pub clockmesh_coverage: f64,
+    pub clockmesh_median_bound_ns: f64,
+    /// Samples at which clockmesh had no valid record.
+    pub clockmesh_unavailable: usize,
+    /// chrony p99 / clockmesh p99 (> 1: clockmesh is more accurate).
+    pub p99_ratio: f64,
+}
+
+pub fn run(args: ChronyArgs) -> anyhow::Result<()> {
+    which("chronyd")?;
+    which("chronyc")?;
+    let mut runs = Vec::new();
+    for r in 0..args.runs.max(1) {
+        eprintln!(
+            "run {} of {}: warm-up {} s, then {} s sampled",
+            r + 1,
+            args.runs,
+            args.warmup,
+            args.duration
+        );
+        runs.push(one_run(&args)?);
+    }
+    let median = |f: &dyn Fn(&RunFigures) -> f64| {
+        let v: Vec<f64> = runs.iter().map(f).collect();
+        quantile(&v, 0.5).unwrap_or(f64::NAN)
+    };
+    let summary = serde_json::json!({
+        "load": args.load,
+        "cadence_us": args.cadence_us,
+        "runs": runs,
+        "median": {
+            "chrony_p99_ns": median(&|r| r.chrony.p99_ns),
+            "clockmesh_p99_ns": median(&|r| r.clockmesh.p99_ns),
+            "p99_ratio": median(&|r| r.p99_ratio),
+            "clockmesh_coverage": median(&|r| r.clockmesh_coverage),
+            "chrony_cpu_percent": median(&|r| r.chrony.cpu_percent),
+            "clockmesh_cpu_percent": median(&|r| r.clockmesh.cpu_percent),
+        }
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+        return Ok(());
+    }
+    print_table(&runs);
+    let m = &summary["median"];
+    println!(
+        "median over {} run(s): chrony p99 {:.0} ns, clockmesh p99 {:.0} ns, ratio {:.2}, clockmesh coverage {:.4}",
+        runs.len(),
+        m["chrony_p99_ns"].as_f64().unwrap_or(f64::NAN),
+        m["clockmesh_p99_ns"].as_f64().unwrap_or(f64::NAN),
+        m["p99_ratio"].as_f64().unwrap_or(f64::NAN),
+        m["clockmesh_coverage"].as_f64().unwrap_or(f64::NAN),
+    );
+    Ok(())
+}
+
+fn print_table(runs: &[RunFigures]) {
+    println!(
+        "{:>4} {:>8} {:>16} {:>8} {:>16} {:>8} {:>9} {:>9} {:>7}",
+        "run", "tool", "p50/p99/max ns", "cpu %", "", "", "", "", ""
+    );
+    for (i, r) in runs.iter().enumerate() {
+        for (name, t) in [("chrony", &r.chrony), ("clockmesh", &r.clockmesh)] {
+            println!(
+                "{:>4} {:>9} {:>7.0} / {:>6.0} / {:>7.0} ns  cpu {:>5.2} %  ({} samples)",
+                i + 1,
+                name,
+                t.p50_ns,
+                t.p99_ns,
+                t.max_ns,
+                t.cpu_percent,
+                t.samples
+            );
+        }
+        println!(
+            "     clockmesh coverage {:.4}, median bound {:.0} ns, unavailable {}; chrony p99 / clockmesh p99 = {:.2}",
+            r.clockmesh_coverage, r.clockmesh_median_bound_ns, r.clockmesh_unavailable, r.p99_ratio
+        );
+    }
+}
+
+fn which(tool: &str) -> anyhow::Result<()> {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).exists()))
+        .unwrap_or(false);
+    if !found {
+        bail!("{tool} is missing: run cargo xtask setup (installs every prerequisite)");
+    }
+    Ok(())
+}
+
+fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
+    let mut cfg = ClusterConfig {
+        nodes: 2,
+        backend: Backend::Static,
+        direct_pair: true,
+        inject_skew: false,
+        ..ClusterConfig::default()
+    };
+    // The shipped defaults, unless a cadence is asked for.
+    cfg.cadence_us = args.cadence_us.unwrap_or(100_000);
+    cfg.window_s = 4;
+    let cluster = Cluster::start(cfg)?;
+    let dir = cluster.dir.join("chrony");
+    std::fs::create_dir_all(&dir)?;
+    let server = Chronyd::start(cluster.bed.host(0), &dir, "server", &server_conf(&dir))?;
+    let client_conf = client_conf(&dir, &cluster.bed.host(0).addr.to_string());
+    let client = Chronyd::start(cluster.bed.host(1), &dir, "client", &client_conf)?;
+    let load = args.load.then(|| Load::start(&cluster));
+    std::thread::sleep(Duration::from_secs(args.warmup));
+    let offsets = cluster.node_dir(1).join("offsets");
+    let reader = OffsetsReader::open(&offsets)
+        .with_context(|| format!("clockmesh published nothing in {} s", args.warmup))?;
+    let cpu_before = cpu(&cluster, &server, &client);
+    let started = Instant::now();
+    let mut s = Samples::default();
+    while started.elapsed() < Duration::from_secs(args.duration) {
+        let tick = Instant::now();
+        s.take(&reader, &client);
+        std::thread::sleep(Duration::from_secs(1).saturating_sub(tick.elapsed()));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu_after = cpu(&cluster, &server, &client);
+    drop(load);
+    let percent = |a: f64, b: f64| (b - a) / elapsed * 100.0;
+    let mut chrony = figures(&s.chrony);
+    chrony.cpu_percent = percent(cpu_before.0, cpu_after.0);
+    let mut clockmesh = figures(&s.clockmesh);
+    clockmesh.cpu_percent = percent(cpu_before.1, cpu_after.1);
+    Ok(RunFigures {
+        p99_ratio: chrony.p99_ns / clockmesh.p99_ns.max(1e-9),
+        clockmesh_coverage: s.covered as f64 / s.clockmesh.len().max(1) as f64,
+        clockmesh_median_bound_ns: quantile(&s.bounds, 0.5).unwrap_or(f64::NAN),
+        clockmesh_unavailable: s.unavailable,
+        chrony,
+        clockmesh,
+    })
+}
+
+/// CPU seconds so far: (both chronyds, both agents).
+fn cpu(cluster: &Cluster, server: &Chronyd, client: &Chronyd) -> (f64, f64) {
+    let of = |pid: Option<u32>| pid.and_then(process_cpu_seconds).unwrap_or(0.0);
+    let chrony = of(Some(server.child.id())) + of(Some(client.child.id()));
+    let agents = of(cluster.pid(0)) + of(cluster.pid(1));
+    (chrony, agents)
+}
+
+#[derive(Default)]
+struct Samples {
+    chrony: Vec<f64>,
+    clockmesh: Vec<f64>,
+    bounds: Vec<f64>,
+    covered: usize,
+    unavailable: usize,
+}
+
+impl Samples {
+    /// Both tools' estimates at (nearly) the same instant; the truth is 0.
+    fn take(&mut self, reader: &OffsetsReader, client: &Chronyd) {
+        let now = realtime_now_ns();
+        match reader.snapshot() {
+            Ok(snap) if snap.check_fresh(now).is_ok() => {
+                let (global, bound) = snap.node.to_global(now);
+                let error = (global - now) as f64;
+                self.clockmesh.push(error.abs());
+                self.bounds.push(bound as f64);
+                self.covered += usize::from(error.abs() <= bound as f64);
+            }
+            _ => self.unavailable += 1,
+        }
+        if let Some(offset) = client.tracking_offset_ns() {
+            self.chrony.push(offset.abs());
+        }
+    }
+}
+
+fn figures(v: &[f64]) -> ToolFigures {
+    let q = |p| quantile(v, p).unwrap_or(f64::NAN);
+    ToolFigures {
+        samples: v.len(),
+        p50_ns: q(0.5),
+        p99_ns: q(0.99),
+        max_ns: q(1.0),
+        cpu_percent: 0.0,
+    }
+}
+
+fn server_conf(dir: &Path) -> String {
+    format!(
+        "# clockmesh bench: serves its own (shared) clock; never adjusts it (-x)\n\
+         local stratum 8\nallow 198.18.0.0/15\n{}",
+        common_conf(dir, "server")
+    )
+}
+
+fn client_conf(dir: &Path, server: &str) -> String {
+    format!(
+        "# clockmesh bench: 16 Hz, interleaved, kernel timestamps; never adjusts the clock (-x)\n\
+         server {server} iburst minpoll -4 maxpoll -4 xleave\n{}",
+        common_conf(dir, "client")
+    )
+}
+
+fn common_conf(dir: &Path, role: &str) -> String {
+    format!(
+        "bindcmdaddress {sock}\ncmdport 0\npidfile {pid}\nuser root\n",
+        sock = dir.join(format!("{role}.sock")).display(),
+        pid = dir.join(format!("{role}.pid")).display(),
+    )
+}
+
+struct Chronyd {
+    child: Child,
+    sock: PathBuf,
+}
+
+impl Chronyd {
+    fn start(host: &Host, dir: &Path, role: &str, conf: &str) -> anyhow::Result<Self> {
+        let conf_path = dir.join(format!("{role}.conf"));
+        std::fs::write(&conf_path, conf)?;
+        let log = std::fs::File::create(dir.join(format!("{role}.log")))?;
+        // -x: never adjust the clock; -d: foreground, log to stderr.
+        let child = Command::new("ip")
+            .args(["netns", "exec", &host.netns, "chronyd", "-x", "-d", "-f"])
+            .arg(&conf_path)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting chronyd")?;
+        let sock = dir.join(format!("{role}.sock"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sock.exists() {
+            if Instant::now() > deadline {
+                bail!("chronyd ({role}) did not start; see {}", dir.display());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(Chronyd { child, sock })
+    }
+
+    /// chrony's current estimate of this clock's offset (`System time`).
+    fn tracking_offset_ns(&self) -> Option<f64> {
+        let out = Command::new("chronyc")
+            .arg("-h")
+            .arg(&self.sock)
+            .args(["-c", "tracking"])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        // CSV: ref id, name, stratum, ref time, system time (s), …
+        let seconds: f64 = text.trim().split(',').nth(4)?.parse().ok()?;
+        Some(seconds * 1e9)
+    }
+}
+
+impl Drop for Chronyd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Both cores busy and UDP cross-traffic over the pair, until dropped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(cluster: &Cluster) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for _ in 0..2 {
+            let stop = stop.clone();
+            threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            }));
+        }
+        let target = std::net::SocketAddr::from((cluster.bed.host(1).addr, 9_999));
+        let (s1, s2) = (stop.clone(), stop.clone());
+        let rx = cluster.bed.host(1).spawn(move || drain_udp(target, &s1));
+        let tx = cluster.bed.host(0).spawn(move || flood_udp(target, &s2));
+        for h in [rx, tx] {
+            threads.push(std::thread::spawn(move || {
+                let _ = h.join();
+            }));
+        }
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// ~20,000 datagrams of 1,200 bytes per second (~190 Mbit/s) to `to`.
+fn flood_udp(to: std::net::SocketAddr, stop: &AtomicBool) {
+    let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0") else {
+        return;
+    };
+    let payload = [0u8; 1200];
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..20 {
+            let _ = sock.send_to(&payload, to);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn drain_udp(at: std::net::SocketAddr, stop: &AtomicBool) {
+    let Ok(sock) = std::net::UdpSocket::bind(at) else {
+        return;
+    };
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut buf = [0u8; 2048];
+    while !stop.load(Ordering::Relaxed) {
+        let _ = sock.recv_from(&mut buf);
+    }
+}
