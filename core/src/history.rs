@@ -22,6 +22,8 @@ use std::collections::VecDeque;
 
 use clockmesh_estimator::{EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, estimate_edge};
 
+use crate::settings::StampClass;
+
 /// Windows of raw probes kept per out-edge (32 s at the shipped 4 s windows).
 pub const MAX_WINDOWS: usize = 8;
 /// Spans tried, in windows, shortest first.
@@ -30,19 +32,21 @@ const SPANS: [usize; 4] = [1, 2, 4, 8];
 /// The raw probes of one out-edge's recent windows, newest last.
 #[derive(Debug, Default)]
 pub struct EdgeHistory {
-    windows: VecDeque<EdgeProbes>,
+    windows: VecDeque<(EdgeProbes, StampClass)>,
 }
 
 /// The chosen fit and how many windows it spans.
 pub struct HistoryFit {
     pub outcome: EdgeOutcome,
     pub windows: usize,
+    /// The stamps of the span (its worst window's), which set its purity.
+    pub stamps: StampClass,
 }
 
 impl EdgeHistory {
     /// Adds a window's probes, dropping the oldest beyond [`MAX_WINDOWS`].
-    pub fn push(&mut self, probes: EdgeProbes) {
-        self.windows.push_back(probes);
+    pub fn push(&mut self, probes: EdgeProbes, stamps: StampClass) {
+        self.windows.push_back((probes, stamps));
         while self.windows.len() > MAX_WINDOWS {
             self.windows.pop_front();
         }
@@ -50,16 +54,17 @@ impl EdgeHistory {
 
     /// The longest span whose fit agrees with every shorter one.
     pub fn fit(&self, cfg: &EstimatorConfig) -> Option<HistoryFit> {
-        let newest = self.windows.back()?;
+        let (newest, newest_stamps) = self.windows.back()?;
         let mut chosen: Option<HistoryFit> = None;
         let mut accepted: Vec<EdgeFit> = Vec::new();
         for &span in SPANS.iter().filter(|&&s| s <= self.windows.len()) {
-            let outcome = self.fit_span(span, cfg);
+            let (outcome, stamps) = self.fit_span(span, cfg);
             let Ok(fit) = &outcome.fit else {
                 if chosen.is_none() {
                     chosen = Some(HistoryFit {
                         outcome,
                         windows: span,
+                        stamps,
                     });
                 }
                 continue;
@@ -71,18 +76,37 @@ impl EdgeHistory {
             chosen = Some(HistoryFit {
                 outcome,
                 windows: span,
+                stamps,
             });
         }
         chosen.or_else(|| {
+            let mut purity = cfg.purity.clone();
+            purity.tolerance_ns = newest_stamps.purity_tolerance_ns();
             Some(HistoryFit {
-                outcome: estimate_edge(newest, &cfg.purity, &cfg.fit),
+                outcome: estimate_edge(newest, &purity, &cfg.fit),
                 windows: 1,
+                stamps: *newest_stamps,
             })
         })
     }
 
-    fn fit_span(&self, span: usize, cfg: &EstimatorConfig) -> EdgeOutcome {
-        let recent: Vec<&EdgeProbes> = self.windows.iter().rev().take(span).rev().collect();
+    fn fit_span(&self, span: usize, cfg: &EstimatorConfig) -> (EdgeOutcome, StampClass) {
+        let recent: Vec<&EdgeProbes> = self
+            .windows
+            .iter()
+            .rev()
+            .take(span)
+            .rev()
+            .map(|(p, _)| p)
+            .collect();
+        let stamps = self
+            .windows
+            .iter()
+            .rev()
+            .take(span)
+            .map(|(_, c)| *c)
+            .max()
+            .unwrap_or_default();
         let mut merged = EdgeProbes {
             from: recent[0].from,
             to: recent[0].to,
@@ -96,7 +120,9 @@ impl EdgeHistory {
         let span_ns = time_span(&merged);
         let mut fit_cfg = cfg.fit.clone();
         fit_cfg.model_slack_ns += cfg.holdover_wander_ppb * 1e-9 * span_ns / 8.0;
-        estimate_edge(&merged, &cfg.purity, &fit_cfg)
+        let mut purity = cfg.purity.clone();
+        purity.tolerance_ns = stamps.purity_tolerance_ns();
+        (estimate_edge(&merged, &purity, &fit_cfg), stamps)
     }
 }
 
@@ -170,7 +196,7 @@ mod tests {
     fn a_steady_clock_uses_the_whole_history() {
         let mut h = EdgeHistory::default();
         for w in 0..MAX_WINDOWS as i64 + 2 {
-            h.push(window(w, |_| 1_000));
+            h.push(window(w, |_| 1_000), StampClass::Software);
         }
         let fit = h.fit(&cfg()).unwrap();
         assert_eq!(fit.windows, MAX_WINDOWS);
@@ -186,7 +212,7 @@ mod tests {
         // 50 ppm faster from window 6 on: not affine over 8 windows.
         let offset = move |t: i64| if t < step { 0 } else { (t - step) / 20_000 };
         for w in 0..8 {
-            h.push(window(w, offset));
+            h.push(window(w, offset), StampClass::Software);
         }
         let fit = h.fit(&cfg()).unwrap();
         assert!(fit.windows <= 2, "{} windows", fit.windows);

@@ -106,6 +106,8 @@ pub struct NodeConfig {
 pub struct Target {
     pub id: NodeId,
     pub addr: SocketAddr,
+    /// The peer takes warm-up datagrams before each pair.
+    pub warmup: bool,
 }
 
 /// What the caller must do.
@@ -320,6 +322,7 @@ impl Node {
             Message::HelloAck { header, hello } => {
                 return self.on_hello_ack(header, hello, now_ns);
             }
+            Message::Warmup { .. } => self.count("warmups_received"),
             Message::EdgeFit { header, payload } => self.on_edge_fit(header, &payload),
             Message::Result { header, payload } => self.on_result(header, &payload),
         }
@@ -499,6 +502,7 @@ impl Node {
                 .map(|p| Target {
                     id: p.id,
                     addr: p.addr,
+                    warmup: p.capabilities & wire::capability::WARMUP != 0,
                 })
                 .collect(),
         )
@@ -507,7 +511,7 @@ impl Node {
     fn my_hello(&self) -> Hello {
         Hello {
             max_version: PROBE_VERSION,
-            capabilities: 0,
+            capabilities: wire::capability::WARMUP,
             probe_port: self.me.probe_port,
         }
     }
@@ -623,10 +627,12 @@ impl Node {
         let mut actions = Vec::new();
         for peer in self.graph.out_neighbours(me.id).to_vec() {
             let history = self.history.entry(peer).or_default();
-            history.push(self.book.take_edge(me.id, peer));
+            let (probes, stamps) = self.book.take_edge_classified(me.id, peer);
+            history.push(probes, stamps);
             let Some(HistoryFit {
                 outcome,
                 windows: history_windows,
+                stamps,
             }) = history.fit(&self.est_cfg)
             else {
                 continue;
@@ -641,9 +647,13 @@ impl Node {
                 .map(|f| codec::edge_to_pb(k, (me.id, &me.name), (peer, &peer_name), f));
             let mut status = edge_status(k, &outcome, fit.as_ref());
             status.history_windows = history_windows;
+            status.stamps = stamps.as_str().into();
+            status.purity_tolerance_ns = stamps.purity_tolerance_ns();
             self.windows.record_edge(peer, status);
             let mut line = edge_line(k, &me.name, &peer_name, &outcome, fit.as_ref());
             line.history_windows = history_windows;
+            line.stamps = stamps.as_str();
+            line.purity_tolerance_ns = stamps.purity_tolerance_ns();
             actions.push(Action::History(line));
             fits.extend(fit);
         }
@@ -836,6 +846,8 @@ fn edge_status(k: u64, o: &EdgeOutcome, fit: Option<&pb::EdgeFit>) -> EdgeStatus
         pure: (o.forward.pure + o.backward.pure) as u64,
         error: o.fit.as_ref().err().map(|e| e.to_string()),
         history_windows: 1,
+        stamps: String::new(),
+        purity_tolerance_ns: 0,
     }
 }
 
@@ -856,6 +868,8 @@ fn edge_line(k: u64, me: &str, peer: &str, o: &EdgeOutcome, fit: Option<&pb::Edg
         spacing_rejected: o.forward.spacing_rejected + o.backward.spacing_rejected,
         impure: o.forward.impure + o.backward.impure,
         history_windows: 1,
+        stamps: "software",
+        purity_tolerance_ns: 0,
         fit: fit.map(FitLine::from),
         error: o.fit.as_ref().err().map(|e| e.to_string()),
     }

@@ -13,7 +13,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use clockmesh_estimator::{EdgeProbes, NodeId, ProbeTimestamps};
 
-use super::wire::{StampSource, WireStamp};
+use super::{
+    settings::StampClass,
+    wire::{StampSource, WireStamp},
+};
 
 /// Preference between candidate stamps of one packet: NIC first, tc last.
 fn rank(source: StampSource) -> u8 {
@@ -51,6 +54,8 @@ struct DirectionBook {
     /// (seq, pair_index) → halves; ordered so the oldest is evicted first.
     pending: BTreeMap<(u64, u8), Halves>,
     complete: Vec<ProbeTimestamps>,
+    /// A complete probe since the last take had a side without a NIC stamp.
+    software: bool,
 }
 
 /// Counters of what the book did.
@@ -111,6 +116,8 @@ impl PairBook {
             if (tx.source == StampSource::Hardware) != (rx.source == StampSource::Hardware) {
                 self.stats.mixed_sources += 1;
             }
+            book.software |=
+                tx.source != StampSource::Hardware || rx.source != StampSource::Hardware;
             book.complete.push(ProbeTimestamps {
                 seq,
                 pair_index: idx,
@@ -141,10 +148,30 @@ impl PairBook {
         }
     }
 
+    /// Like [`PairBook::take_edge`], with the class of the stamps the probes
+    /// carry: NIC only if every side of every probe had a NIC stamp.
+    pub fn take_edge_classified(&mut self, a: NodeId, b: NodeId) -> (EdgeProbes, StampClass) {
+        let mut software = false;
+        for d in [(a, b), (b, a)] {
+            if let Some(book) = self.books.get_mut(&d) {
+                software |= std::mem::take(&mut book.software);
+            }
+        }
+        let probes = self.take_edge(a, b);
+        let empty = probes.forward.is_empty() && probes.backward.is_empty();
+        let class = if software || empty {
+            StampClass::Software
+        } else {
+            StampClass::Nic
+        };
+        (probes, class)
+    }
+
     /// Drops every complete probe not taken (directions this node does not fit).
     pub fn clear_complete(&mut self) {
         for book in self.books.values_mut() {
             book.complete.clear();
+            book.software = false;
         }
     }
 

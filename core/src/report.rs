@@ -19,6 +19,9 @@ pub struct EdgeStatus {
     pub error: Option<String>,
     /// Windows of probes the fit spans (its history, `core/src/history.rs`).
     pub history_windows: usize,
+    /// `nic` or `software`: the stamps the fit used, which set its purity.
+    pub stamps: String,
+    pub purity_tolerance_ns: i64,
 }
 
 impl EdgeStatus {
@@ -63,6 +66,9 @@ pub struct EdgeLine {
     pub impure: usize,
     /// Windows of probes the fit spans (its history).
     pub history_windows: usize,
+    /// `nic` or `software`: the stamps the fit used, which set its purity.
+    pub stamps: &'static str,
+    pub purity_tolerance_ns: i64,
     pub fit: Option<FitLine>,
     pub error: Option<String>,
 }

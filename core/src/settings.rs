@@ -9,6 +9,37 @@ use serde::{Deserialize, Serialize};
 
 /// Software stamps: a pair is pure when its gaps agree within this.
 pub const SOFTWARE_PURITY_NS: i64 = 10_000;
+/// NIC stamps on both sides: a few clock ticks plus serialisation jitter
+/// (the estimator's own default).
+pub const NIC_PURITY_NS: i64 = 40;
+
+/// The stamps an edge's probes carry, which set its purity tolerance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StampClass {
+    /// Every side of every probe stamped by the NIC.
+    Nic,
+    /// Some side stamped by the kernel, a tracepoint or tc.
+    #[default]
+    Software,
+}
+
+impl StampClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StampClass::Nic => "nic",
+            StampClass::Software => "software",
+        }
+    }
+
+    /// The purity tolerance this class of stamps needs.
+    pub fn purity_tolerance_ns(self) -> i64 {
+        match self {
+            StampClass::Nic => NIC_PURITY_NS,
+            StampClass::Software => SOFTWARE_PURITY_NS,
+        }
+    }
+}
 /// The sender sleeps between the packets of a pair; sleeps overshoot, so TX
 /// gaps up to twice the nominal spacing are accepted (the gap is measured by
 /// the TX stamps; purity compares it with the RX gap).

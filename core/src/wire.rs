@@ -22,6 +22,8 @@ pub mod capability {
     pub const HW_RX: u32 = 1;
     /// TX stamps from the NIC (PHC domain).
     pub const HW_TX: u32 = 2;
+    /// Understands warm-up datagrams (`KIND_WARMUP`): only such peers get them.
+    pub const WARMUP: u32 = 4;
 }
 
 /// Where a timestamp carried in a message came from (all REALTIME ns on the
@@ -118,6 +120,10 @@ pub enum Message {
         header: ProbeHeader,
         payload: Vec<u8>,
     },
+    /// Sent just before a coded pair over the same path, untimed: it warms
+    /// the sender's network path (caches, branch predictors) so the timed
+    /// probes after it take the fast, steady path. Receivers drop it.
+    Warmup { header: ProbeHeader },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +139,8 @@ pub const KIND_RX_REPORT: u8 = 5;
 pub const KIND_EDGE_FIT: u8 = 6;
 /// `kind` of a node result sent by the leader.
 pub const KIND_RESULT: u8 = 7;
+/// `kind` of a warm-up datagram (probe-sized, untimed).
+pub const KIND_WARMUP: u8 = 8;
 /// Largest protobuf payload of an edge fit or result message.
 pub const MAX_RECORD_LEN: usize = MAX_PROBE_PAYLOAD as usize - PROBE_HEADER_LEN - TAG_LEN - 2;
 
@@ -197,7 +205,7 @@ fn body_len(k: u8, body: &[u8]) -> Result<usize, WireError> {
 
 fn fixed_body_len(k: u8) -> Option<usize> {
     Some(match k {
-        kind::PROBE => PROBE_LEN - PROBE_HEADER_LEN,
+        kind::PROBE | KIND_WARMUP => PROBE_LEN - PROBE_HEADER_LEN,
         kind::FOLLOW_UP | KIND_RX_REPORT => 2 * WireStamp::LEN,
         kind::HELLO | kind::HELLO_ACK => 8,
         _ => return None,
@@ -213,7 +221,8 @@ impl Message {
             | Message::Hello { header, .. }
             | Message::HelloAck { header, .. }
             | Message::EdgeFit { header, .. }
-            | Message::Result { header, .. } => header,
+            | Message::Result { header, .. }
+            | Message::Warmup { header } => header,
         }
     }
 
@@ -227,7 +236,7 @@ impl Message {
         };
         let mut out = header.to_bytes().to_vec();
         match self {
-            Message::Probe { .. } => out.resize(PROBE_LEN, 0),
+            Message::Probe { .. } | Message::Warmup { .. } => out.resize(PROBE_LEN, 0),
             Message::FollowUp { tx: s, .. } | Message::RxReport { rx: s, .. } => {
                 s.iter().for_each(|st| st.write(&mut out))
             }
@@ -312,6 +321,7 @@ fn decode_body(header: ProbeHeader, body: &[u8]) -> Result<Message, WireError> {
     };
     Ok(match header.kind {
         kind::PROBE => Message::Probe { header },
+        KIND_WARMUP => Message::Warmup { header },
         kind::FOLLOW_UP => Message::FollowUp {
             header,
             tx: stamps()?,
@@ -456,6 +466,9 @@ mod tests {
                 header: h(KIND_RESULT, 6, 0),
                 payload: Vec::new(),
             },
+            Message::Warmup {
+                header: h(KIND_WARMUP, 7, 0),
+            },
         ]
     }
 
@@ -489,7 +502,8 @@ mod tests {
                 | Message::Hello { header, .. }
                 | Message::HelloAck { header, .. }
                 | Message::EdgeFit { header, .. }
-                | Message::Result { header, .. } => header.flags |= FLAG_AUTH,
+                | Message::Result { header, .. }
+                | Message::Warmup { header } => header.flags |= FLAG_AUTH,
             }
             assert_eq!(parse(&signed, Some(&key)), Ok(expected));
         }

@@ -343,7 +343,7 @@ impl<'a> Sim<'a> {
         let stamps: Vec<WireStamp> = if probe {
             let reading = self.clocks.reading(to as NodeId, self.now as f64)
                 + self.noise.rx_error(&mut self.rng);
-            vec![kernel_stamp(self.noise.quantize(reading))]
+            vec![self.stamp(self.noise.quantize(reading))]
         } else {
             Vec::new()
         };
@@ -378,9 +378,10 @@ impl<'a> Sim<'a> {
                 seq,
             };
             let now = self.local_now(i);
+            let stamp = self.stamp(tx);
             self.hosts[i]
                 .node
-                .handle_stamps(Side::Tx, key, index, &[kernel_stamp(tx)], now);
+                .handle_stamps(Side::Tx, key, index, &[stamp], now);
             self.transmit(i, target.addr, datagram, t_send as i64, true);
         }
         let now = self.local_now(i);
@@ -637,11 +638,19 @@ impl<'a> Sim<'a> {
     }
 }
 
-fn kernel_stamp(realtime_ns: i64) -> WireStamp {
-    WireStamp {
-        realtime_ns,
-        bound_ns: 0,
-        source: StampSource::Kernel,
+impl Sim<'_> {
+    /// A stamp as the agent's capture labels it: NIC or kernel.
+    fn stamp(&self, realtime_ns: i64) -> WireStamp {
+        let source = if self.s.timestamps.nic {
+            StampSource::Hardware
+        } else {
+            StampSource::Kernel
+        };
+        WireStamp {
+            realtime_ns,
+            bound_ns: 0,
+            source,
+        }
     }
 }
 

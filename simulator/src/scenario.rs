@@ -169,6 +169,10 @@ pub struct TimestampModel {
     pub late_tx_probability: f64,
     /// Lateness uniform in [min, max] (default 10–200 ns).
     pub late_tx_ns: [f64; 2],
+    /// Protocol mode: the stamps are NIC hardware stamps (the agent then
+    /// applies its NIC purity tolerance); otherwise kernel software stamps
+    /// (default false).
+    pub nic: bool,
 }
 
 impl Default for TimestampModel {
@@ -179,6 +183,7 @@ impl Default for TimestampModel {
             rx_late_mean_ns: 0.0,
             late_tx_probability: 0.001,
             late_tx_ns: [10.0, 200.0],
+            nic: false,
         }
     }
 }

@@ -31,9 +31,13 @@ use crate::{
     },
     probe::{
         ProbeHeader,
-        wire::{AuthKey, Message},
+        wire::{AuthKey, KIND_WARMUP, Message},
     },
 };
+
+/// The `index` under which a warm-up's send is tracked (its TX report is
+/// read and dropped, so the kernel's OPT_ID numbering stays in step).
+const WARMUP_INDEX: u8 = u8::MAX;
 
 /// A peer to probe (from the protocol core's `SetTargets`).
 pub use clockmesh_core::node::Target;
@@ -251,6 +255,19 @@ impl Worker {
             .encode(self.cfg.key.as_ref())
         };
         let (first, second) = (encode(0), encode(1));
+        // Untimed, over the same path just before the pair: the timed
+        // packets then find it warm (docs/agent-tradeoff.md).
+        if target.warmup {
+            let warmup = Message::Warmup {
+                header: ProbeHeader {
+                    kind: KIND_WARMUP,
+                    ..ProbeHeader::probe(self.cfg.me, target.id, seq, 0, spacing_ns)
+                },
+            }
+            .encode(self.cfg.key.as_ref());
+            let sent_ns = clocks::now_ns(nix::time::ClockId::CLOCK_REALTIME);
+            self.send_one(&warmup, target, seq, WARMUP_INDEX, sent_ns);
+        }
         let sent_ns = clocks::now_ns(nix::time::ClockId::CLOCK_REALTIME);
         let t0 = Instant::now();
         if !self.send_one(&first, target, seq, 0, sent_ns) {
@@ -318,6 +335,8 @@ impl Worker {
             r.stamps.software_ns == 0 || (r.stamps.software_ns - sent).abs() < MAX_REPORT_DELAY_NS
         };
         match found {
+            // The warm-up's stamp times nothing.
+            Some((.., WARMUP_INDEX, _)) => {}
             Some((_, to, seq, index, sent)) if plausible(sent) => {
                 self.batch.push(SenderEvent::TxStamp {
                     to,

@@ -72,6 +72,8 @@ pub struct RunFigures {
     pub clockmesh_unavailable: usize,
     /// chrony p99 / clockmesh p99 (> 1: clockmesh is more accurate).
     pub p99_ratio: f64,
+    /// Which stamps host 1's agent used, by side and source (its `/status`).
+    pub clockmesh_stamps: std::collections::BTreeMap<String, u64>,
 }
 
 pub fn run(args: ChronyArgs) -> anyhow::Result<()> {
@@ -123,10 +125,7 @@ pub fn run(args: ChronyArgs) -> anyhow::Result<()> {
 }
 
 fn print_table(runs: &[RunFigures]) {
-    println!(
-        "{:>4} {:>8} {:>16} {:>8} {:>16} {:>8} {:>9} {:>9} {:>7}",
-        "run", "tool", "p50/p99/max ns", "cpu %", "", "", "", "", ""
-    );
+    println!("run  tool       |error| p50 / p99 / max      CPU (both processes)");
     for (i, r) in runs.iter().enumerate() {
         for (name, t) in [("chrony", &r.chrony), ("clockmesh", &r.clockmesh)] {
             println!(
@@ -144,6 +143,7 @@ fn print_table(runs: &[RunFigures]) {
             "     clockmesh coverage {:.4}, median bound {:.0} ns, unavailable {}; chrony p99 / clockmesh p99 = {:.2}",
             r.clockmesh_coverage, r.clockmesh_median_bound_ns, r.clockmesh_unavailable, r.p99_ratio
         );
+        println!("     clockmesh stamps used: {:?}", r.clockmesh_stamps);
     }
 }
 
@@ -171,6 +171,8 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
     let cluster = Cluster::start(cfg)?;
     let dir = cluster.dir.join("chrony");
     std::fs::create_dir_all(&dir)?;
+    // chronyd refuses a command socket in a directory others can reach.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
     let server = Chronyd::start(cluster.bed.host(0), &dir, "server", &server_conf(&dir))?;
     let client_conf = client_conf(&dir, &cluster.bed.host(0).addr.to_string());
     let client = Chronyd::start(cluster.bed.host(1), &dir, "client", &client_conf)?;
@@ -190,6 +192,15 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_after = cpu(&cluster, &server, &client);
     drop(load);
+    let clockmesh_stamps = cluster
+        .status(1)
+        .map(|st| {
+            st.counters
+                .into_iter()
+                .filter(|(k, _)| k.contains("_stamps_"))
+                .collect()
+        })
+        .unwrap_or_default();
     let percent = |a: f64, b: f64| (b - a) / elapsed * 100.0;
     let mut chrony = figures(&s.chrony);
     chrony.cpu_percent = percent(cpu_before.0, cpu_after.0);
@@ -200,6 +211,7 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
         clockmesh_coverage: s.covered as f64 / s.clockmesh.len().max(1) as f64,
         clockmesh_median_bound_ns: quantile(&s.bounds, 0.5).unwrap_or(f64::NAN),
         clockmesh_unavailable: s.unavailable,
+        clockmesh_stamps,
         chrony,
         clockmesh,
     })
