@@ -245,7 +245,7 @@ pub const KEYS: &[Key] = &[
         env: &["CLOCKMESH_INJECT_SKEW"],
         file_aliases: &[],
         default: None,
-        help: "TESTING ONLY: `offset_ns,drift_ppb,epoch_ns` added to every local stamp",
+        help: "TESTING ONLY: `offset_ns,drift_ppb,epoch_ns[,wander_ppb_per_sqrt_s[,seed]]` added to every local stamp",
     },
 ];
 
@@ -439,20 +439,27 @@ impl DiscoveryKind {
 }
 
 /// A known skew added to every local timestamp (tests and the demo): the
-/// node then behaves as if its clock read `true + offset + drift·(t − epoch)`.
+/// node then behaves as if its clock read `true + offset + drift·(t − epoch)`
+/// plus, optionally, a seeded random walk of its frequency
+/// ([`crate::wander`]).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct InjectedSkew {
     pub offset_ns: i64,
     pub drift_ppb: f64,
     pub epoch_ns: i64,
+    /// Random-walk frequency wander, ppb per √s (0: none).
+    pub wander_ppb_per_sqrt_s: f64,
+    pub wander_seed: u64,
 }
 
 impl InjectedSkew {
     /// The skew at local time `t_ns`.
     pub fn at(&self, t_ns: i64) -> i64 {
-        let age_s = t_ns.saturating_sub(self.epoch_ns) as f64 / 1e9;
+        let age_ns = t_ns.saturating_sub(self.epoch_ns);
+        let age_s = age_ns as f64 / 1e9;
+        let wander = crate::wander::offset_ns(self.wander_seed, self.wander_ppb_per_sqrt_s, age_ns);
         self.offset_ns
-            .saturating_add((self.drift_ppb * age_s).round() as i64)
+            .saturating_add((self.drift_ppb * age_s + wander).round() as i64)
     }
 }
 
@@ -519,18 +526,34 @@ fn list(s: &str) -> Result<Vec<String>, String> {
 
 fn skew(s: &str) -> Result<InjectedSkew, String> {
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
-    let bad = || "expected offset_ns,drift_ppb,epoch_ns (whole ns, ppb, whole ns)".to_string();
-    let [o, d, e] = parts[..] else {
-        return Err(bad());
+    let bad = || {
+        "expected offset_ns,drift_ppb,epoch_ns[,wander_ppb_per_sqrt_s[,seed]] \
+         (whole ns, ppb, whole ns, ppb/√s, whole number)"
+            .to_string()
+    };
+    let (o, d, e, rest) = match parts[..] {
+        [o, d, e] => (o, d, e, &[][..]),
+        [o, d, e, ref rest @ ..] if rest.len() <= 2 => (o, d, e, rest),
+        _ => return Err(bad()),
     };
     let drift_ppb: f64 = d.parse().map_err(|_| bad())?;
     if !drift_ppb.is_finite() || drift_ppb.abs() > 1e6 {
         return Err("drift_ppb must be finite and within ±1e6".into());
     }
+    let wander: f64 = rest
+        .first()
+        .map_or(Ok(0.0), |w| w.parse().map_err(|_| bad()))?;
+    if !(0.0..=1e4).contains(&wander) {
+        return Err("wander_ppb_per_sqrt_s must be within 0..=10000".into());
+    }
     Ok(InjectedSkew {
         offset_ns: o.parse().map_err(|_| bad())?,
         drift_ppb,
         epoch_ns: e.parse().map_err(|_| bad())?,
+        wander_ppb_per_sqrt_s: wander,
+        wander_seed: rest
+            .get(1)
+            .map_or(Ok(0), |s| s.parse().map_err(|_| bad()))?,
     })
 }
 

@@ -13,5 +13,6 @@ pub mod probe;
 /// `clockmesh-offsets` (what a reader depends on); re-exported here.
 pub use clockmesh_offsets as publish;
 pub mod runtime;
+pub mod wander;
 /// Trace alignment and merge live in `clockmesh-trace`; re-exported here.
 pub use clockmesh_trace as trace;

@@ -9,6 +9,8 @@
 //! - [`history`]: each out-edge's fit over the longest history its data allow;
 //! - [`peers`]: per-peer handshake state and backoff;
 //! - [`codec`]: edge fits and node results to and from protobuf;
+//! - [`stamps`]: clock domains, MONOTONIC/PHC → REALTIME maps, each event's
+//!   stamps and their source;
 //! - [`settings`]: the agent's protocol settings and the one function that
 //!   turns them into the estimator's configuration;
 //! - [`report`]: what a node reports (edge status, edge lines, timings);
@@ -28,5 +30,6 @@ pub mod pairs;
 pub mod peers;
 pub mod report;
 pub mod settings;
+pub mod stamps;
 pub mod window_clock;
 pub mod wire;

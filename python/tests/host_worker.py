@@ -6,6 +6,7 @@ exported trace reads as if this host's CLOCK_REALTIME were that far ahead
 constant clock offset)."""
 
 import argparse
+import sys
 import time
 
 import jax
@@ -44,6 +45,10 @@ def main():
 
         return xspace.edit_task_env(data, edit)
 
+    late_ms = (time.time_ns() - a.session_start_ns) / 1e6
+    if late_ms > 0:
+        # The test's timeline (sessions 300 ms apart) would be silently wrong.
+        sys.exit(f"host worker ready {late_ms:.0f} ms after its session start: machine too busy")
     sleep_until(a.session_start_ns)
     with cm_jax.trace(a.logdir, offsets_path=a.offsets, transform=skew if a.skew_ns else None):
         sleep_until(a.marker_at_ns)

@@ -61,7 +61,9 @@ class TwoHosts(unittest.TestCase):
         cls.XSpace = xspace_class()
         cls.tmp = pathlib.Path(tempfile.mkdtemp(prefix="clockmesh-jax-"))
         now = time.time_ns()
-        t0 = now + 4_000_000_000  # time for both processes to import jax and compile
+        # Time for both processes to import jax and compile, on a busy 2-core
+        # machine too (a worker that is not ready by then fails, saying so).
+        t0 = now + 12_000_000_000
         marker = t0 + 400_000_000
         starts = {"hostA": t0, "hostB": t0 + 300_000_000}  # hostB starts 300 ms later
         procs = []

@@ -54,6 +54,9 @@ pub struct ClusterConfig {
     pub direct_pair: bool,
     /// Appended to every agent's command line.
     pub extra_args: Vec<String>,
+    /// With `inject_skew`: each node's frequency also wanders (a seeded
+    /// random walk, ppb per √s; 0 = none).
+    pub wander_ppb_per_sqrt_s: f64,
 }
 
 impl Default for ClusterConfig {
@@ -68,6 +71,7 @@ impl Default for ClusterConfig {
             auth_key: None,
             direct_pair: false,
             extra_args: Vec::new(),
+            wander_ppb_per_sqrt_s: 0.0,
         }
     }
 }
@@ -79,6 +83,8 @@ pub fn skew_of(i: usize, epoch_ns: i64) -> InjectedSkew {
         offset_ns: ((i * 7919 + 311) % 2001 - 1000) * 1_000,
         drift_ppb: (((i * 104_729 + 17) % 41) - 20) as f64 * 1_000.0,
         epoch_ns,
+        wander_ppb_per_sqrt_s: 0.0,
+        wander_seed: i as u64 + 1,
     }
 }
 
@@ -159,12 +165,17 @@ impl Cluster {
         let skews = (0..cfg.nodes)
             .map(|i| {
                 if cfg.inject_skew {
-                    skew_of(i, epoch)
+                    InjectedSkew {
+                        wander_ppb_per_sqrt_s: cfg.wander_ppb_per_sqrt_s,
+                        ..skew_of(i, epoch)
+                    }
                 } else {
                     InjectedSkew {
                         offset_ns: 0,
                         drift_ppb: 0.0,
                         epoch_ns: epoch,
+                        wander_ppb_per_sqrt_s: 0.0,
+                        wander_seed: 0,
                     }
                 }
             })
@@ -239,7 +250,10 @@ impl Cluster {
             let s = self.skews[i];
             args.extend([
                 "--inject-skew".into(),
-                format!("{},{},{}", s.offset_ns, s.drift_ppb, s.epoch_ns),
+                format!(
+                    "{},{},{},{},{}",
+                    s.offset_ns, s.drift_ppb, s.epoch_ns, s.wander_ppb_per_sqrt_s, s.wander_seed
+                ),
             ]);
         }
         if c.auth_key.is_some() {

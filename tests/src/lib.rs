@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod etcd;
 pub mod exchange;
+pub mod load;
 pub mod netns;
 
 /// Integration tests need root (netns, eBPF). Where `CLOCKMESH_REQUIRE_ROOT`

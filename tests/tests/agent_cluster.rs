@@ -95,11 +95,17 @@ fn cluster_converges(nodes: usize, direct_pair: bool) {
         "probes_forward",
         "pure_forward",
         "impure",
+        "history_windows",
+        "stamps",
+        "purity_tolerance_ns",
         "fit",
         "error",
     ] {
         assert!(e.get(f).is_some(), "edge line lacks {f}: {e}");
     }
+    // Kernel software stamps on veths: the software purity tolerance.
+    assert_eq!(e["stamps"], "software", "{e}");
+    assert_eq!(e["purity_tolerance_ns"], 10_000, "{e}");
     let fit = edges
         .iter()
         .rev()
@@ -517,4 +523,22 @@ fn gpu_clock_maps_reach_status_metrics_offsets_file_and_jsonl() {
         let windows: std::collections::BTreeSet<u64> = lines.iter().map(|l| l.window).collect();
         assert_eq!(windows.len(), lines.len(), "one line per GPU per window");
     }
+}
+
+/// Clocks whose frequency wanders (a seeded random walk, 5 ppb/√s: a poor
+/// oscillator) against the fits' history: every result stays within its
+/// bound, and within the same 50 µs as the steady clusters.
+#[test]
+fn wandering_clocks_stay_within_their_bounds() {
+    if !root_or_skip("wandering_clocks_stay_within_their_bounds") {
+        return;
+    }
+    let _guard = serial();
+    let mut c = Cluster::start(ClusterConfig {
+        wander_ppb_per_sqrt_s: 5.0,
+        ..config(3)
+    })
+    .unwrap();
+    wait_converged(&mut c, 8);
+    assert_within(&c.check_all(), 50_000.0);
 }

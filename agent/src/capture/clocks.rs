@@ -1,5 +1,6 @@
-//! Clock domains, and the maps that bring every probe timestamp into the
-//! node's CLOCK_REALTIME (the clock XLA stamps traces with).
+//! Measuring the maps that bring every probe timestamp into the node's
+//! CLOCK_REALTIME (the clock XLA stamps traces with); the domain and map
+//! types are pure and live in `clockmesh_core::stamps`.
 //!
 //! Each eBPF field has its own domain: `bpf_ktime_get_ns` is MONOTONIC,
 //! `__sk_buff.tstamp` is REALTIME (RX software stamp), `hwtstamp` is the NIC's
@@ -11,64 +12,8 @@
 use std::{fs, os::fd::AsRawFd, path::Path};
 
 use nix::time::{ClockId, clock_gettime};
-use serde::Serialize;
 
-/// Where a timestamp came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum ClockDomain {
-    Monotonic,
-    Realtime,
-    /// A NIC's PTP hardware clock, `/dev/ptp<N>`.
-    Phc(u32),
-}
-
-/// `to = from + offset_ns`, valid near `anchor_from_ns`, within `bound_ns`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct ClockMap {
-    pub from: ClockDomain,
-    pub to: ClockDomain,
-    pub anchor_from_ns: i64,
-    pub offset_ns: i64,
-    /// Half the width of the tightest bracket: the map's worst-case error.
-    pub bound_ns: i64,
-}
-
-impl ClockMap {
-    pub fn apply(&self, from_ns: i64) -> i64 {
-        from_ns + self.offset_ns
-    }
-}
-
-/// One bracketed read: `to` clock before and after, `from` clock in between.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bracket {
-    pub to_before: i64,
-    pub from: i64,
-    pub to_after: i64,
-}
-
-/// The map from the tightest bracket; `None` for no valid bracket (a `to`
-/// clock that ran backwards inside a bracket makes it invalid).
-pub fn map_from_brackets(
-    from: ClockDomain,
-    to: ClockDomain,
-    brackets: &[Bracket],
-) -> Option<ClockMap> {
-    let best = brackets
-        .iter()
-        .filter(|b| b.to_after >= b.to_before)
-        .min_by_key(|b| b.to_after - b.to_before)?;
-    let width = best.to_after - best.to_before;
-    // Midpoint without overflow, in exact integers.
-    let mid = best.to_before + width / 2;
-    Some(ClockMap {
-        from,
-        to,
-        anchor_from_ns: best.from,
-        offset_ns: mid - best.from,
-        bound_ns: width - width / 2,
-    })
-}
+pub use clockmesh_core::stamps::{Bracket, ClockDomain, ClockMap, map_from_brackets};
 
 pub fn now_ns(clock: ClockId) -> i64 {
     // clock_gettime cannot fail for these clock ids on Linux.
@@ -180,47 +125,6 @@ mod phc_ioctl {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn b(to_before: i64, from: i64, to_after: i64) -> Bracket {
-        Bracket {
-            to_before,
-            from,
-            to_after,
-        }
-    }
-
-    #[test]
-    fn tightest_bracket_wins() {
-        let m = map_from_brackets(
-            ClockDomain::Monotonic,
-            ClockDomain::Realtime,
-            &[b(1000, 10, 1100), b(2000, 1010, 2010), b(3000, 2000, 3400)],
-        )
-        .unwrap();
-        assert_eq!((m.anchor_from_ns, m.offset_ns, m.bound_ns), (1010, 995, 5));
-        assert_eq!(m.apply(1010), 2005);
-    }
-
-    #[test]
-    fn backwards_brackets_are_ignored() {
-        let only_bad = [b(2000, 5, 1000)];
-        assert_eq!(
-            map_from_brackets(ClockDomain::Phc(0), ClockDomain::Realtime, &only_bad),
-            None
-        );
-        assert_eq!(
-            map_from_brackets(ClockDomain::Phc(0), ClockDomain::Realtime, &[]),
-            None
-        );
-    }
-
-    #[test]
-    fn odd_width_bound_covers_both_ends() {
-        let m = map_from_brackets(ClockDomain::Monotonic, ClockDomain::Realtime, &[b(0, 0, 7)])
-            .unwrap();
-        // True `to` at `from` lies in [0, 7]; estimate 3 ± 4 covers it.
-        assert_eq!((m.offset_ns, m.bound_ns), (3, 4));
-    }
 
     #[test]
     fn live_monotonic_map_is_tight_and_consistent() {

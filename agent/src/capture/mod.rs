@@ -4,8 +4,9 @@
 //! - [`timestamping`]: SO_TIMESTAMPING on the probe socket (TX stamps from the
 //!   error queue, RX stamps from control messages): the hardware-TX path
 //!   where fentry is refused, and a cross-check of the eBPF stamps.
-//! - [`clocks`]: clock domains and the MONOTONIC/PHC → REALTIME maps;
-//!   [`stamps`]: every event timestamp tagged with its domain.
+//! - [`clocks`]: measures the MONOTONIC/PHC → REALTIME maps (the domain
+//!   and map types are `clockmesh_core::stamps`); [`stamps`]: every event
+//!   timestamp tagged with its domain (re-exported from the core).
 //! - [`btf`]: kernel struct offsets for the tracing programs.
 
 pub mod btf;

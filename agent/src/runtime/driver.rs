@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use clockmesh_common::{ProbeEvent, kind, point};
+use clockmesh_common::{ProbeEvent, kind};
 use clockmesh_core::{
     node::{Action, Node, NodeConfig, TICK_NS},
     settings::Settings,
@@ -33,7 +33,7 @@ use crate::{
     capture::{
         Capture, CaptureConfig,
         clocks::{self, ClockDomain, ClockMap},
-        stamps::{Stamp, event_stamps, to_realtime},
+        stamps::{Stamp, event_stamps, stamp_source, to_realtime},
         timestamping::{self, StampMode, Stamps},
     },
     config::{AgentConfig, InjectedSkew},
@@ -542,13 +542,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             let stamps: Vec<WireStamp> = event_stamps(ev, self.phc)
                 .into_iter()
                 .filter_map(|st| {
-                    let source = match (st.domain, ev.point) {
-                        (ClockDomain::Realtime, _) => StampSource::Kernel,
-                        (ClockDomain::Phc(_), _) => StampSource::Hardware,
-                        (_, point::TP_XMIT | point::TP_RECEIVE) => StampSource::Tracepoint,
-                        (_, point::TC_EGRESS | point::TC_INGRESS) => StampSource::Tc,
-                        _ => return None, // completion-time ktime: not a wire time
-                    };
+                    let source = stamp_source(st.domain, ev.point)?;
                     self.local_stamp((st.domain, st.ns), source)
                 })
                 .collect();

@@ -331,6 +331,8 @@ mod tests {
             offset_ns: 1_000_000,
             drift_ppb: 0.0,
             epoch_ns: 0,
+            wander_ppb_per_sqrt_s: 0.0,
+            wander_seed: 0,
         };
         let skewed = device_entry(d, Some(skew)).unwrap();
         assert_eq!(skewed.offset_ns - e.offset_ns, 1_000_000);

@@ -13,10 +13,6 @@
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
     time::{Duration, Instant},
 };
 
@@ -24,6 +20,7 @@ use anyhow::{Context, bail};
 use clockmesh::publish::{OffsetsReader, realtime_now_ns};
 use clockmesh_testbed::{
     cluster::{Backend, Cluster, ClusterConfig, process_cpu_seconds, quantile},
+    load::{Flow, Load},
     netns::Host,
 };
 use serde::Serialize;
@@ -176,7 +173,7 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
     let server = Chronyd::start(cluster.bed.host(0), &dir, "server", &server_conf(&dir))?;
     let client_conf = client_conf(&dir, &cluster.bed.host(0).addr.to_string());
     let client = Chronyd::start(cluster.bed.host(1), &dir, "client", &client_conf)?;
-    let load = args.load.then(|| Load::start(&cluster));
+    let load = args.load.then(|| start_load(&cluster));
     std::thread::sleep(Duration::from_secs(args.warmup));
     let offsets = cluster.node_dir(1).join("offsets");
     let reader = OffsetsReader::open(&offsets)
@@ -340,67 +337,13 @@ impl Drop for Chronyd {
     }
 }
 
-/// Both cores busy and UDP cross-traffic over the pair, until dropped.
-struct Load {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Load {
-    fn start(cluster: &Cluster) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        for _ in 0..2 {
-            let stop = stop.clone();
-            threads.push(std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            }));
-        }
-        let target = std::net::SocketAddr::from((cluster.bed.host(1).addr, 9_999));
-        let (s1, s2) = (stop.clone(), stop.clone());
-        let rx = cluster.bed.host(1).spawn(move || drain_udp(target, &s1));
-        let tx = cluster.bed.host(0).spawn(move || flood_udp(target, &s2));
-        for h in [rx, tx] {
-            threads.push(std::thread::spawn(move || {
-                let _ = h.join();
-            }));
-        }
-        Load { stop, threads }
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-/// ~20,000 datagrams of 1,200 bytes per second (~190 Mbit/s) to `to`.
-fn flood_udp(to: std::net::SocketAddr, stop: &AtomicBool) {
-    let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0") else {
-        return;
-    };
-    let payload = [0u8; 1200];
-    while !stop.load(Ordering::Relaxed) {
-        for _ in 0..20 {
-            let _ = sock.send_to(&payload, to);
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn drain_udp(at: std::net::SocketAddr, stop: &AtomicBool) {
-    let Ok(sock) = std::net::UdpSocket::bind(at) else {
-        return;
-    };
-    let _ = sock.set_read_timeout(Some(Duration::from_millis(100)));
-    let mut buf = [0u8; 2048];
-    while !stop.load(Ordering::Relaxed) {
-        let _ = sock.recv_from(&mut buf);
-    }
+/// Both cores busy and ~20,000 datagrams of 1,200 bytes per second
+/// (~190 Mbit/s) from host 0 to a receiver in host 1, over the pair.
+fn start_load(cluster: &Cluster) -> Load {
+    Load::start(vec![Flow {
+        from: cluster.bed.host(0).clone(),
+        to: (cluster.bed.host(1).addr, 9_999),
+        per_10ms: 200,
+        drain: Some(cluster.bed.host(1).clone()),
+    }])
 }

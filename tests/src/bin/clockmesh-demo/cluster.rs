@@ -2,16 +2,14 @@
 //! real eBPF and a known injected skew; prints estimated vs true offsets.
 
 use std::{
-    net::UdpSocket,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
     thread,
     time::{Duration, Instant},
 };
 
-use clockmesh_testbed::cluster::{Backend, Checked, Cluster, ClusterConfig, quantile};
+use clockmesh_testbed::{
+    cluster::{Backend, Checked, Cluster, ClusterConfig, quantile},
+    load::{Flow, Load},
+};
 use serde::Serialize;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -46,6 +44,10 @@ pub struct ClusterArgs {
     /// With --nodes 2: join the hosts by one veth pair instead of a bridge.
     #[arg(long)]
     pub direct: bool,
+    /// Each node's injected frequency also wanders: a seeded random walk,
+    /// ppb per √s (real oscillators: ~0.1–10).
+    #[arg(long, default_value_t = 0.0)]
+    pub wander: f64,
 }
 
 #[derive(Serialize)]
@@ -83,57 +85,19 @@ struct Summary {
     per_node: Vec<NodeRow>,
 }
 
-/// Burns CPU and sends UDP cross-traffic until dropped.
-struct Load {
-    stop: Arc<AtomicBool>,
-    threads: Vec<thread::JoinHandle<()>>,
-}
-
-impl Load {
-    fn start(cluster: &Cluster) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        for _ in 0..2 {
-            let stop = stop.clone();
-            threads.push(thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            }));
-        }
-        let n = cluster.cfg.nodes;
-        for i in 0..n {
-            let (stop, dst) = (stop.clone(), cluster.bed.host((i + 1) % n).addr);
-            let h = cluster.bed.host(i).clone();
-            threads.push(thread::spawn(move || {
-                let _ = h.run(move || blast(&stop, dst));
-            }));
-        }
-        Load { stop, threads }
-    }
-}
-
-/// ~2,000 datagrams of 1,200 bytes per second to a port nobody listens on.
-fn blast(stop: &AtomicBool, dst: std::net::Ipv4Addr) {
-    let Ok(sock) = UdpSocket::bind("0.0.0.0:0") else {
-        return;
-    };
-    let buf = [0x5au8; 1200];
-    while !stop.load(Ordering::Relaxed) {
-        for _ in 0..20 {
-            let _ = sock.send_to(&buf, (dst, 5001));
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
+/// Both cores busy; every host sends ~2,000 datagrams of 1,200 bytes per
+/// second to the next host's port 5001, where nobody listens.
+fn start_load(cluster: &Cluster) -> Load {
+    let n = cluster.cfg.nodes;
+    let flows = (0..n)
+        .map(|i| Flow {
+            from: cluster.bed.host(i).clone(),
+            to: (cluster.bed.host((i + 1) % n).addr, 5001),
+            per_10ms: 20,
+            drain: None,
+        })
+        .collect();
+    Load::start(flows)
 }
 
 pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
@@ -154,6 +118,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         auth_key: None,
         direct_pair: args.direct,
         extra_args: Vec::new(),
+        wander_ppb_per_sqrt_s: args.wander,
     };
     if !args.json {
         eprintln!(
@@ -162,7 +127,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         );
     }
     let cluster = Cluster::start(cfg)?;
-    let _load = args.load.then(|| Load::start(&cluster));
+    let _load = args.load.then(|| start_load(&cluster));
     let window = Duration::from_secs(args.window_s);
     // Warm-up: registration, handshakes and two full windows.
     thread::sleep(window * 3 + Duration::from_secs(2));
