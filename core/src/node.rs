@@ -24,9 +24,7 @@ use std::{
 };
 
 use clockmesh_common::{PROBE_VERSION, ProbeHeader, kind};
-use clockmesh_estimator::{
-    AnchorKind as SolveAnchor, EdgeOutcome, Estimator, EstimatorConfig, NodeId,
-};
+use clockmesh_estimator::{AnchorKind as SolveAnchor, Estimator, EstimatorConfig, NodeId};
 use clockmesh_proto::{clockmesh as pb, prost::Message as _};
 use serde::{Deserialize, Serialize};
 
@@ -629,31 +627,21 @@ impl Node {
             let history = self.history.entry(peer).or_default();
             let (probes, stamps) = self.book.take_edge_classified(me.id, peer);
             history.push(probes, stamps);
-            let Some(HistoryFit {
-                outcome,
-                windows: history_windows,
-                stamps,
-            }) = history.fit(&self.est_cfg)
-            else {
+            let Some(chosen) = history.fit(&self.est_cfg) else {
                 continue;
             };
             let peer_name = self
                 .member(peer)
                 .map_or_else(|| peer.to_string(), |m| m.name.clone());
-            let fit = outcome
+            let fit = chosen
+                .outcome
                 .fit
                 .as_ref()
                 .ok()
                 .map(|f| codec::edge_to_pb(k, (me.id, &me.name), (peer, &peer_name), f));
-            let mut status = edge_status(k, &outcome, fit.as_ref());
-            status.history_windows = history_windows;
-            status.stamps = stamps.as_str().into();
-            status.purity_tolerance_ns = stamps.purity_tolerance_ns();
-            self.windows.record_edge(peer, status);
-            let mut line = edge_line(k, &me.name, &peer_name, &outcome, fit.as_ref());
-            line.history_windows = history_windows;
-            line.stamps = stamps.as_str();
-            line.purity_tolerance_ns = stamps.purity_tolerance_ns();
+            self.windows
+                .record_edge(peer, edge_status(k, &chosen, fit.as_ref()));
+            let line = edge_line(k, (&me.name, &peer_name), &chosen, fit.as_ref());
             actions.push(Action::History(line));
             fits.extend(fit);
         }
@@ -835,7 +823,8 @@ impl Node {
     }
 }
 
-fn edge_status(k: u64, o: &EdgeOutcome, fit: Option<&pb::EdgeFit>) -> EdgeStatus {
+fn edge_status(k: u64, h: &HistoryFit, fit: Option<&pb::EdgeFit>) -> EdgeStatus {
+    let o = &h.outcome;
     EdgeStatus {
         window: k,
         offset_ns: fit.map(|f| f.offset_ns),
@@ -845,13 +834,19 @@ fn edge_status(k: u64, o: &EdgeOutcome, fit: Option<&pb::EdgeFit>) -> EdgeStatus
         probes: (o.forward.probes + o.backward.probes) as u64,
         pure: (o.forward.pure + o.backward.pure) as u64,
         error: o.fit.as_ref().err().map(|e| e.to_string()),
-        history_windows: 1,
-        stamps: String::new(),
-        purity_tolerance_ns: 0,
+        history_windows: h.windows,
+        stamps: h.stamps.as_str().into(),
+        purity_tolerance_ns: h.stamps.purity_tolerance_ns(),
     }
 }
 
-fn edge_line(k: u64, me: &str, peer: &str, o: &EdgeOutcome, fit: Option<&pb::EdgeFit>) -> EdgeLine {
+fn edge_line(
+    k: u64,
+    (me, peer): (&str, &str),
+    h: &HistoryFit,
+    fit: Option<&pb::EdgeFit>,
+) -> EdgeLine {
+    let o = &h.outcome;
     EdgeLine {
         kind: "edge",
         window: k,
@@ -867,9 +862,9 @@ fn edge_line(k: u64, me: &str, peer: &str, o: &EdgeOutcome, fit: Option<&pb::Edg
         incomplete: o.forward.incomplete + o.backward.incomplete,
         spacing_rejected: o.forward.spacing_rejected + o.backward.spacing_rejected,
         impure: o.forward.impure + o.backward.impure,
-        history_windows: 1,
-        stamps: "software",
-        purity_tolerance_ns: 0,
+        history_windows: h.windows,
+        stamps: h.stamps.as_str(),
+        purity_tolerance_ns: h.stamps.purity_tolerance_ns(),
         fit: fit.map(FitLine::from),
         error: o.fit.as_ref().err().map(|e| e.to_string()),
     }
