@@ -207,8 +207,9 @@ impl Worker {
         else {
             return;
         };
+        // A peer whose address or capabilities changed starts a new slot.
         self.schedule
-            .retain(|id, (t, _)| targets.iter().any(|n| n.id == *id && n.addr == t.addr));
+            .retain(|id, (t, _)| targets.iter().any(|n| n.id == *id && n == t));
         let cadence = self.cfg.cadence;
         for t in targets {
             if self.schedule.contains_key(&t.id) {
