@@ -52,9 +52,10 @@ impl EdgeHistory {
         }
     }
 
-    /// The longest span whose fit agrees with every shorter one.
+    /// The longest span whose fit agrees with every shorter one; `None`
+    /// only before the first window. The one-window span is always tried,
+    /// so a failed fit is reported when no span fits.
     pub fn fit(&self, cfg: &EstimatorConfig) -> Option<HistoryFit> {
-        let (newest, newest_stamps) = self.windows.back()?;
         let mut chosen: Option<HistoryFit> = None;
         let mut accepted: Vec<EdgeFit> = Vec::new();
         for &span in SPANS.iter().filter(|&&s| s <= self.windows.len()) {
@@ -79,43 +80,22 @@ impl EdgeHistory {
                 stamps,
             });
         }
-        chosen.or_else(|| {
-            let mut purity = cfg.purity.clone();
-            purity.tolerance_ns = newest_stamps.purity_tolerance_ns();
-            Some(HistoryFit {
-                outcome: estimate_edge(newest, &purity, &cfg.fit),
-                windows: 1,
-                stamps: *newest_stamps,
-            })
-        })
+        chosen
     }
 
     fn fit_span(&self, span: usize, cfg: &EstimatorConfig) -> (EdgeOutcome, StampClass) {
-        let recent: Vec<&EdgeProbes> = self
-            .windows
-            .iter()
-            .rev()
-            .take(span)
-            .rev()
-            .map(|(p, _)| p)
-            .collect();
-        let stamps = self
-            .windows
-            .iter()
-            .rev()
-            .take(span)
-            .map(|(_, c)| *c)
-            .max()
-            .unwrap_or_default();
         let mut merged = EdgeProbes {
-            from: recent[0].from,
-            to: recent[0].to,
+            from: self.windows[0].0.from,
+            to: self.windows[0].0.to,
             forward: Vec::new(),
             backward: Vec::new(),
         };
-        for w in &recent {
+        // The span's worst stamps set its purity.
+        let mut stamps = StampClass::Nic;
+        for (w, class) in self.windows.iter().skip(self.windows.len() - span) {
             merged.forward.extend_from_slice(&w.forward);
             merged.backward.extend_from_slice(&w.backward);
+            stamps = stamps.max(*class);
         }
         let span_ns = time_span(&merged);
         let mut fit_cfg = cfg.fit.clone();

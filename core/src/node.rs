@@ -14,7 +14,7 @@
 //! ([`Exchange`]): over UDP to and from the leader (handled here, as
 //! datagrams), or through a shared store (the node asks the caller with
 //! [`Action::PutFits`], [`Action::FetchFits`], [`Action::PutResults`] and
-//! [`Action::FetchResult`], and the caller answers with [`Node::solve`] and
+//! [`Action::FetchResult`], and the caller answers with [`Node::solve_snapshots`] and
 //! [`Node::handle_result`]).
 
 use std::{
@@ -123,7 +123,7 @@ pub enum Action {
     /// Store exchange: replace this node's fits in the store.
     PutFits(pb::Snapshot),
     /// Store exchange (leader): read every node's fits and pass them to
-    /// [`Node::solve`] for `window`.
+    /// [`Node::solve_snapshots`] for `window`.
     FetchFits { window: u64 },
     /// Store exchange (leader): write the solve's results.
     PutResults {
@@ -349,9 +349,24 @@ impl Node {
         actions
     }
 
+    /// The leader's solve of window `k` from the store's snapshots (every
+    /// node's fits; those of older windows are left out).
+    pub fn solve_snapshots<'a>(
+        &mut self,
+        k: u64,
+        snapshots: impl IntoIterator<Item = &'a pb::Snapshot>,
+    ) -> Vec<Action> {
+        let fits: Vec<pb::EdgeFit> = snapshots
+            .into_iter()
+            .filter(|s| fresh_for_solve(k, s.window))
+            .flat_map(|s| s.edges.iter().cloned())
+            .collect();
+        self.solve(k, &fits)
+    }
+
     /// The leader's solve of window `k` from every node's fits (the store's,
     /// or those relayed to it).
-    pub fn solve(&mut self, k: u64, fits: &[pb::EdgeFit]) -> Vec<Action> {
+    fn solve(&mut self, k: u64, fits: &[pb::EdgeFit]) -> Vec<Action> {
         let Some(reference) = self.reference() else {
             return Vec::new();
         };
@@ -690,8 +705,7 @@ impl Node {
         if self.exchange == Exchange::Store {
             return vec![Action::FetchFits { window: k }];
         }
-        // This window's fits, or the previous one's.
-        self.relay.edges.retain(|_, f| f.window + 1 >= k);
+        self.relay.edges.retain(|_, f| fresh_for_solve(k, f.window));
         let fits: Vec<pb::EdgeFit> = self.relay.edges.values().cloned().collect();
         self.solve(k, &fits)
     }
@@ -821,6 +835,12 @@ impl Node {
         };
         Some(self.send(&msg, addr, counter))
     }
+}
+
+/// Whether fits of `window` enter the solve of window `k`: this window's,
+/// or the previous one's (a node whose fits came late).
+fn fresh_for_solve(k: u64, window: u64) -> bool {
+    window + 1 >= k
 }
 
 fn edge_status(k: u64, h: &HistoryFit, fit: Option<&pb::EdgeFit>) -> EdgeStatus {

@@ -474,19 +474,13 @@ impl<'a> Sim<'a> {
                 self.store.edges.insert(name, snapshot);
             }
             Action::FetchFits { window } => {
-                let fresh = |w: u64| w + 1 >= window;
-                let fits: Vec<pb::EdgeFit> = self
-                    .store
-                    .edges
-                    .values()
-                    .filter(|s| fresh(s.window))
-                    .flat_map(|s| s.edges.iter().cloned())
-                    .collect();
                 let bytes: usize = self.store.edges.values().map(|s| s.encoded_len()).sum();
                 let t = &mut self.hosts[i].traffic;
                 t.coordination_out.add(0);
                 t.coordination_in.add(bytes);
-                return self.hosts[i].node.solve(window, &fits);
+                return self.hosts[i]
+                    .node
+                    .solve_snapshots(window, self.store.edges.values());
             }
             Action::PutResults { results, .. } => {
                 for chunk in results.chunks(128) {

@@ -375,17 +375,8 @@ impl<D: Discovery + Coordination> Agent<D> {
         let Some(store) = self.discovery.store() else {
             return Vec::new();
         };
-        // This window's fits, or the previous one's.
-        let fresh = |w: u64| w + 1 >= k;
         match store.fetch_edges().await {
-            Ok(snapshots) => {
-                let fits: Vec<pb::EdgeFit> = snapshots
-                    .into_iter()
-                    .filter(|s| fresh(s.window))
-                    .flat_map(|s| s.edges)
-                    .collect();
-                self.node.solve(k, &fits)
-            }
+            Ok(snapshots) => self.node.solve_snapshots(k, &snapshots),
             Err(e) => {
                 self.discovery_error(&format!("reading edge fits for window {k}"), e);
                 Vec::new()
