@@ -136,6 +136,13 @@ pub const KEYS: &[Key] = &[
         help: "out-neighbours each node probes (1-20)",
     },
     Key {
+        name: "max_path_asymmetry_ns",
+        env: &["CLOCKMESH_MAX_PATH_ASYMMETRY_NS"],
+        file_aliases: &[],
+        default: None,
+        help: "known limit on the paths' one-way delay difference, ns: replaces the ½-RTT asymmetry allowance in the bound (unset: unknown; a wrong value makes the bound lie, see docs/configuration.md)",
+    },
+    Key {
         name: "output_dir",
         env: &["CLOCKMESH_OUTPUT_DIR", "XLA_DIST_PROF_OUTPUT_DIR"],
         file_aliases: &[],
@@ -378,6 +385,7 @@ pub struct AgentConfig {
     pub packet_spacing_us: Sourced<u64>,
     pub probe_window_s: Sourced<u64>,
     pub degree: Sourced<usize>,
+    pub max_path_asymmetry_ns: Option<Sourced<u64>>,
     pub output_dir: Sourced<PathBuf>,
     pub offsets_path: Sourced<PathBuf>,
     pub metrics_addr: Sourced<SocketAddr>,
@@ -701,6 +709,11 @@ impl AgentConfig {
                 )?,
                 "degree",
                 "degree",
+            )?,
+            max_path_asymmetry_ns: typed(
+                layers,
+                "max_path_asymmetry_ns",
+                int_in(0u64, 1_000_000_000),
             )?,
             output_dir: required(
                 typed(layers, "output_dir", path)?,

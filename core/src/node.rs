@@ -39,17 +39,23 @@ use crate::{
     settings::{Settings, estimator_config},
     window_clock::{Phase, WindowClock},
     wire::{
-        self, AuthKey, Hello, KIND_EDGE_FIT, KIND_RESULT, KIND_RX_REPORT, Message, ReplayWindow,
-        StampSource, WireError, WireStamp,
+        self, AuthKey, BatchEntry, Hello, KIND_EDGE_FIT, KIND_RESULT, KIND_RX_REPORT,
+        KIND_STAMP_BATCH, MAX_BATCH_ENTRIES, Message, ReplayWindow, Report, StampSource, WireError,
+        WireStamp,
     },
 };
 
 /// The driver calls [`Node::handle_tick`] this often: it settles stamps and
 /// sends reports and handshakes. Nothing needs lower latency (every stamp
 /// is taken by the kernel), and waking per packet costs far more CPU.
-pub const TICK_NS: i64 = 50_000_000;
+pub const TICK_NS: i64 = 100_000_000;
 /// A pair is settled this long after its first stamp (two ticks).
-pub const SETTLE_NS: i64 = 100_000_000;
+pub const SETTLE_NS: i64 = 150_000_000;
+/// A report waits at most this long for others to the same peer: one
+/// datagram then carries up to `MAX_BATCH_ENTRIES` of them instead of one
+/// per tick. Reports of a window's last second reach the peer after its fit
+/// and count in the next one (the fit history spans several windows).
+pub const REPORT_DELAY_NS: i64 = 1_000_000_000;
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
 
 /// Bounds on per-packet state (a flood cannot grow memory past these).
@@ -179,6 +185,10 @@ pub struct Node {
     timings: Timings,
     counters: BTreeMap<&'static str, u64>,
     dropped: BTreeMap<&'static str, u64>,
+    /// Last stamp batch's sequence number (replay protection).
+    batch_seq: u64,
+    /// Reports waiting to fill a batch, per peer, with the time each was queued.
+    pending_reports: BTreeMap<NodeId, Vec<(i64, BatchEntry)>>,
 }
 
 impl Node {
@@ -202,6 +212,8 @@ impl Node {
             timings: Timings::default(),
             counters: BTreeMap::new(),
             dropped: BTreeMap::new(),
+            batch_seq: cfg.nonce_base,
+            pending_reports: BTreeMap::new(),
             me: cfg.me,
             settings: cfg.settings,
             key: cfg.key,
@@ -238,6 +250,7 @@ impl Node {
             .collect();
         for id in self.peers.set(&wanted, now_ns) {
             self.book.forget(id);
+            self.pending_reports.remove(&id);
             self.history.remove(&id);
         }
         self.member_index = members.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
@@ -305,15 +318,15 @@ impl Node {
         match msg {
             Message::Probe { header } => self.on_probe(header, rx_stamps, now_ns),
             Message::FollowUp { header, tx } => {
-                self.count("follow_ups_received");
-                for (i, s) in (0u8..).zip(tx) {
-                    self.book.tx(header.sender, self.me.id, header.seq, i, s);
-                }
+                self.on_report(header.sender, Report::FollowUp, header.seq, tx)
             }
             Message::RxReport { header, rx } => {
-                self.count("rx_reports_received");
-                for (i, s) in (0u8..).zip(rx) {
-                    self.book.rx(self.me.id, header.sender, header.seq, i, s);
+                self.on_report(header.sender, Report::RxReport, header.seq, rx)
+            }
+            Message::StampBatch { header, entries } => {
+                self.count("stamp_batches_received");
+                for e in entries {
+                    self.on_report(header.sender, e.report, e.seq, e.stamps);
                 }
             }
             Message::Hello { header, .. } => return self.on_hello(header),
@@ -330,10 +343,13 @@ impl Node {
     /// Timers: settles stamps (follow-ups, RX reports), handshakes, and the
     /// window phases due at `now_ns`.
     pub fn handle_tick(&mut self, now_ns: i64) -> Vec<Action> {
-        let mut actions = Vec::new();
-        for s in self.collector.settle(now_ns) {
-            actions.extend(self.on_settled(s));
-        }
+        let reports: Vec<_> = self
+            .collector
+            .settle(now_ns)
+            .into_iter()
+            .map(|s| self.on_settled(s))
+            .collect();
+        let mut actions = self.send_reports(reports, now_ns);
         let was_ready = self.peers.ready().count();
         for h in self.peers.due_hellos(now_ns) {
             let hello = Message::Hello {
@@ -503,7 +519,11 @@ impl Node {
     }
 
     pub fn count(&mut self, name: &'static str) {
-        *self.counters.entry(name).or_default() += 1;
+        self.count_by(name, 1);
+    }
+
+    pub fn count_by(&mut self, name: &'static str, n: u64) {
+        *self.counters.entry(name).or_default() += n;
     }
 
     // ---- handshakes and probes ----
@@ -524,7 +544,7 @@ impl Node {
     fn my_hello(&self) -> Hello {
         Hello {
             max_version: PROBE_VERSION,
-            capabilities: wire::capability::WARMUP,
+            capabilities: wire::capability::WARMUP | wire::capability::STAMP_BATCH,
             probe_port: self.me.probe_port,
         }
     }
@@ -581,40 +601,137 @@ impl Node {
         self.handle_stamps(Side::Rx, key, header.pair_index, stamps, now_ns);
     }
 
-    /// A settled pair: into the pair book, and its stamps to the peer (a
-    /// follow-up for our TX stamps, an RX report for our RX stamps).
-    fn on_settled(&mut self, s: Settled) -> Option<Action> {
+    /// A settled pair: into the pair book; returns the report its stamps
+    /// make for the peer (a follow-up for our TX stamps, an RX report for
+    /// our RX stamps).
+    fn on_settled(&mut self, s: Settled) -> (NodeId, BatchEntry) {
         let PairKey { from, to, seq } = s.key;
         let me = self.me.id;
         for st in s.stamps {
             self.count(stamp_counter(s.side, st.source));
         }
-        let (peer, msg, counter) = match s.side {
+        let (peer, report) = match s.side {
             Side::Tx => {
                 for (i, st) in (0u8..).zip(s.stamps) {
                     self.book.tx(me, to, seq, i, st);
                 }
-                let header = control_header(kind::FOLLOW_UP, me, to, seq);
-                let msg = Message::FollowUp {
-                    header,
-                    tx: s.stamps,
-                };
-                (to, msg, "follow_ups_sent")
+                (to, Report::FollowUp)
             }
             Side::Rx => {
                 for (i, st) in (0u8..).zip(s.stamps) {
                     self.book.rx(from, me, seq, i, st);
                 }
-                let header = control_header(KIND_RX_REPORT, me, from, seq);
-                let msg = Message::RxReport {
-                    header,
-                    rx: s.stamps,
-                };
-                (from, msg, "rx_reports_sent")
+                (from, Report::RxReport)
             }
         };
-        let addr = self.member(peer).map(Member::probe_addr)?;
-        Some(self.send(&msg, addr, counter))
+        let entry = BatchEntry {
+            report,
+            seq,
+            stamps: s.stamps,
+        };
+        (peer, entry)
+    }
+
+    /// Queues this tick's reports and sends what is due: a peer that takes
+    /// batches gets full batches at once and the rest once its oldest
+    /// report waited [`REPORT_DELAY_NS`]; a peer that does not gets one
+    /// message per report now.
+    fn send_reports(&mut self, reports: Vec<(NodeId, BatchEntry)>, now_ns: i64) -> Vec<Action> {
+        let mut actions = Vec::new();
+        for (peer, entry) in reports {
+            self.count(match entry.report {
+                Report::FollowUp => "follow_ups_sent",
+                Report::RxReport => "rx_reports_sent",
+            });
+            let Some(addr) = self.member(peer).map(Member::probe_addr) else {
+                continue;
+            };
+            if self.takes_batches(peer) {
+                self.pending_reports
+                    .entry(peer)
+                    .or_default()
+                    .push((now_ns, entry));
+            } else {
+                let msg = self.single_report(peer, entry);
+                actions.push(self.send(&msg, addr, "report_datagrams_sent"));
+            }
+        }
+        let peers: Vec<NodeId> = self.pending_reports.keys().copied().collect();
+        for peer in peers {
+            actions.extend(self.flush_reports(peer, now_ns));
+        }
+        actions
+    }
+
+    fn takes_batches(&self, peer: NodeId) -> bool {
+        self.peers
+            .get(peer)
+            .is_some_and(|p| p.capabilities & wire::capability::STAMP_BATCH != 0)
+    }
+
+    /// The full batches of `peer`'s queue, and the rest once it waited long enough.
+    fn flush_reports(&mut self, peer: NodeId, now_ns: i64) -> Vec<Action> {
+        let Some(queue) = self.pending_reports.remove(&peer) else {
+            return Vec::new();
+        };
+        let due = queue
+            .first()
+            .is_some_and(|(queued, _)| now_ns - queued >= REPORT_DELAY_NS);
+        let full = queue.len() / MAX_BATCH_ENTRIES * MAX_BATCH_ENTRIES;
+        let send = if due { queue.len() } else { full };
+        let (now, later) = queue.split_at(send);
+        if !later.is_empty() {
+            self.pending_reports.insert(peer, later.to_vec());
+        }
+        let Some(addr) = self.member(peer).map(Member::probe_addr) else {
+            return Vec::new();
+        };
+        let entries: Vec<BatchEntry> = now.iter().map(|(_, e)| *e).collect();
+        let mut actions = Vec::new();
+        for chunk in entries.chunks(MAX_BATCH_ENTRIES) {
+            self.batch_seq += 1;
+            let header = control_header(KIND_STAMP_BATCH, self.me.id, peer, self.batch_seq);
+            let msg = Message::StampBatch {
+                header,
+                entries: chunk.to_vec(),
+            };
+            actions.push(self.send(&msg, addr, "stamp_batches_sent"));
+        }
+        actions
+    }
+
+    /// A report as its own message (peers without batches).
+    fn single_report(&self, peer: NodeId, e: BatchEntry) -> Message {
+        match e.report {
+            Report::FollowUp => Message::FollowUp {
+                header: control_header(kind::FOLLOW_UP, self.me.id, peer, e.seq),
+                tx: e.stamps,
+            },
+            Report::RxReport => Message::RxReport {
+                header: control_header(KIND_RX_REPORT, self.me.id, peer, e.seq),
+                rx: e.stamps,
+            },
+        }
+    }
+
+    /// A peer's report of pair `seq`: its TX stamps of its pair to us
+    /// (follow-up) or its RX stamps of our pair to it (RX report).
+    fn on_report(&mut self, peer: NodeId, report: Report, seq: u64, stamps: [WireStamp; 2]) {
+        let me = self.me.id;
+        match report {
+            Report::FollowUp => {
+                self.count("follow_ups_received");
+                for (i, s) in (0u8..).zip(stamps) {
+                    self.book.tx(peer, me, seq, i, s);
+                }
+            }
+            Report::RxReport => {
+                self.count("rx_reports_received");
+                for (i, s) in (0u8..).zip(stamps) {
+                    self.book.rx(me, peer, seq, i, s);
+                }
+            }
+        }
     }
 
     // ---- windows ----
@@ -930,5 +1047,174 @@ fn wire_drop_reason(e: &WireError) -> &'static str {
         WireError::Unauthenticated => "unauthenticated",
         WireError::BadTag => "bad_tag",
         _ => "malformed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    const T0: i64 = 1_700_000_000_000_000_000;
+
+    fn member(id: u32) -> Member {
+        Member {
+            name: format!("n{id}"),
+            id,
+            addr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, id as u8)),
+            probe_port: 31_900,
+            capabilities: 0,
+        }
+    }
+
+    fn node(id: u32) -> Node {
+        let mut n = Node::new(NodeConfig {
+            me: member(id),
+            settings: Settings::default(),
+            key: None,
+            exchange: Exchange::Relay,
+            nonce_base: 1,
+        });
+        n.handle_members(vec![member(1), member(2)], T0).unwrap();
+        n
+    }
+
+    fn datagrams(actions: &[Action]) -> Vec<Message> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send { datagram, .. } => Some(wire::parse(datagram, None).unwrap()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Node 1 after its handshake with node 2, which announced `caps`.
+    fn shaken(caps: u32) -> Node {
+        let mut a = node(1);
+        let hello = datagrams(&a.handle_tick(T0));
+        let Some(Message::Hello { header, .. }) = hello.first() else {
+            panic!("no hello: {hello:?}");
+        };
+        let ack = Message::HelloAck {
+            header: control_header(kind::HELLO_ACK, 2, 1, header.seq),
+            hello: Hello {
+                max_version: PROBE_VERSION,
+                capabilities: caps,
+                probe_port: 31_900,
+            },
+        };
+        let from = Some(member(2).probe_addr());
+        a.handle_datagram(&ack.encode(None), from, &[], T0);
+        a
+    }
+
+    /// Three of node 1's pairs to node 2 settle in one tick.
+    fn reports_of_three_pairs(a: &mut Node) -> Vec<Message> {
+        let stamp = |ns| WireStamp {
+            realtime_ns: ns,
+            bound_ns: 0,
+            source: StampSource::Kernel,
+        };
+        for seq in 0..3 {
+            let key = PairKey {
+                from: 1,
+                to: 2,
+                seq,
+            };
+            a.handle_sent(2, seq, T0);
+            a.handle_stamps(Side::Tx, key, 0, &[stamp(T0)], T0);
+            a.handle_stamps(Side::Tx, key, 1, &[stamp(T0 + 100_000)], T0);
+        }
+        let settled = datagrams(&a.handle_tick(T0 + SETTLE_NS + 1));
+        let waited = datagrams(&a.handle_tick(T0 + SETTLE_NS + 1 + REPORT_DELAY_NS));
+        [settled, waited].concat()
+    }
+
+    #[test]
+    fn reports_to_a_peer_that_takes_batches_share_one_datagram() {
+        let mut a = shaken(wire::capability::WARMUP | wire::capability::STAMP_BATCH);
+        let sent = reports_of_three_pairs(&mut a);
+        let [Message::StampBatch { entries, header }] = sent.as_slice() else {
+            panic!("expected one batch: {sent:?}");
+        };
+        assert_eq!(header.receiver, 2);
+        let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [0, 1, 2]);
+        assert!(entries.iter().all(|e| e.report == Report::FollowUp));
+        assert_eq!(a.counters()["follow_ups_sent"], 3);
+    }
+
+    #[test]
+    fn a_batch_waits_for_more_reports_unless_it_is_full() {
+        let mut a = shaken(wire::capability::STAMP_BATCH);
+        let stamp = WireStamp {
+            realtime_ns: T0,
+            bound_ns: 0,
+            source: StampSource::Kernel,
+        };
+        let pairs = MAX_BATCH_ENTRIES as u64 + 3;
+        for seq in 0..pairs {
+            let key = PairKey {
+                from: 1,
+                to: 2,
+                seq,
+            };
+            a.handle_sent(2, seq, T0);
+            a.handle_stamps(Side::Tx, key, 0, &[stamp], T0);
+            a.handle_stamps(Side::Tx, key, 1, &[stamp], T0);
+        }
+        let sizes = |m: Vec<Message>| -> Vec<usize> {
+            m.iter()
+                .map(|m| match m {
+                    Message::StampBatch { entries, .. } => entries.len(),
+                    other => panic!("not a batch: {other:?}"),
+                })
+                .collect()
+        };
+        let settled = T0 + SETTLE_NS + 1;
+        assert_eq!(
+            sizes(datagrams(&a.handle_tick(settled))),
+            [MAX_BATCH_ENTRIES]
+        );
+        assert!(datagrams(&a.handle_tick(settled + REPORT_DELAY_NS - 1)).is_empty());
+        assert_eq!(
+            sizes(datagrams(&a.handle_tick(settled + REPORT_DELAY_NS))),
+            [3]
+        );
+    }
+
+    #[test]
+    fn a_peer_without_batches_gets_one_follow_up_per_pair() {
+        let mut a = shaken(wire::capability::WARMUP);
+        let sent = reports_of_three_pairs(&mut a);
+        assert_eq!(sent.len(), 3, "{sent:?}");
+        assert!(sent.iter().all(|m| matches!(m, Message::FollowUp { .. })));
+    }
+
+    #[test]
+    fn a_batch_fills_the_pair_book_like_single_reports() {
+        let mut b = node(2);
+        let stamps = [WireStamp::MISSING; 2];
+        let batch = Message::StampBatch {
+            header: control_header(KIND_STAMP_BATCH, 1, 2, 7),
+            entries: vec![
+                BatchEntry {
+                    report: Report::FollowUp,
+                    seq: 4,
+                    stamps,
+                },
+                BatchEntry {
+                    report: Report::RxReport,
+                    seq: 5,
+                    stamps,
+                },
+            ],
+        };
+        let from = Some(member(1).probe_addr());
+        b.handle_datagram(&batch.encode(None), from, &[], T0);
+        assert_eq!(b.counters()["stamp_batches_received"], 1);
+        assert_eq!(b.counters()["follow_ups_received"], 1);
+        assert_eq!(b.counters()["rx_reports_received"], 1);
     }
 }

@@ -4,7 +4,7 @@
 //! `[agent]` table) both go through [`estimator_config`], so a simulated
 //! run uses exactly the settings that ship.
 
-use clockmesh_estimator::{EstimatorConfig, PurityConfig};
+use clockmesh_estimator::{EstimatorConfig, FitConfig, PurityConfig};
 use serde::{Deserialize, Serialize};
 
 /// Software stamps: a pair is pure when its gaps agree within this.
@@ -58,6 +58,10 @@ pub struct Settings {
     pub probe_window_s: u64,
     /// Out-neighbours each node probes (default 4).
     pub degree: usize,
+    /// Operator knowledge: the paths' minimum one-way delays differ by at
+    /// most this, ns. Replaces the ½-RTT asymmetry allowance in each edge's
+    /// bound (unset by default; a wrong value makes every bound lie).
+    pub max_path_asymmetry_ns: Option<u64>,
 }
 
 impl Default for Settings {
@@ -67,6 +71,7 @@ impl Default for Settings {
             packet_spacing_us: 100,
             probe_window_s: 4,
             degree: 4,
+            max_path_asymmetry_ns: None,
         }
     }
 }
@@ -98,6 +103,10 @@ pub fn estimator_config(settings: &Settings) -> EstimatorConfig {
         },
         // Results stay usable for a few missed windows, never less than 10 s.
         max_age_ns: (3 * settings.window_ns()).max(10_000_000_000),
+        fit: FitConfig {
+            max_path_asymmetry_ns: settings.max_path_asymmetry_ns.map(|a| a as f64),
+            ..FitConfig::default()
+        },
         ..EstimatorConfig::default()
     }
 }

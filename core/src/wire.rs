@@ -24,6 +24,9 @@ pub mod capability {
     pub const HW_TX: u32 = 2;
     /// Understands warm-up datagrams (`KIND_WARMUP`): only such peers get them.
     pub const WARMUP: u32 = 4;
+    /// Understands stamp batches (`KIND_STAMP_BATCH`): only such peers get
+    /// their follow-ups and RX reports batched.
+    pub const STAMP_BATCH: u32 = 8;
 }
 
 /// Where a timestamp carried in a message came from (all REALTIME ns on the
@@ -124,7 +127,62 @@ pub enum Message {
     /// the sender's network path (caches, branch predictors) so the timed
     /// probes after it take the fast, steady path. Receivers drop it.
     Warmup { header: ProbeHeader },
+    /// Follow-ups and RX reports for one peer, batched per tick: one
+    /// datagram (and one receive) instead of one per pair. `header.seq`
+    /// numbers the batches (replay protection), each entry names its pair.
+    StampBatch {
+        header: ProbeHeader,
+        entries: Vec<BatchEntry>,
+    },
 }
+
+/// What a stamp-batch entry reports about pair `seq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Report {
+    /// The batch's sender's TX stamps of its pair `seq` to the receiver.
+    FollowUp = 1,
+    /// The batch's sender's RX stamps of the receiver's pair `seq`.
+    RxReport = 2,
+}
+
+/// One follow-up or RX report inside a [`Message::StampBatch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchEntry {
+    pub report: Report,
+    pub seq: u64,
+    pub stamps: [WireStamp; 2],
+}
+
+impl BatchEntry {
+    /// seq (8), report (1), padding (3), two stamps.
+    const LEN: usize = 12 + 2 * WireStamp::LEN;
+
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend(self.seq.to_le_bytes());
+        out.extend([self.report as u8, 0, 0, 0]);
+        self.stamps.iter().for_each(|st| st.write(out));
+    }
+
+    fn read(b: &[u8]) -> Result<Self, WireError> {
+        let seq = u64::from_le_bytes(b[0..8].try_into().map_err(|_| WireError::Truncated)?);
+        let report = match b[8] {
+            1 => Report::FollowUp,
+            2 => Report::RxReport,
+            _ => return Err(WireError::BadField("batch entry")),
+        };
+        Ok(BatchEntry {
+            report,
+            seq,
+            stamps: [WireStamp::read(&b[12..28])?, WireStamp::read(&b[28..44])?],
+        })
+    }
+}
+
+/// Most entries in one stamp batch (the datagram stays within
+/// `MAX_PROBE_PAYLOAD`, tag included).
+pub const MAX_BATCH_ENTRIES: usize =
+    (MAX_PROBE_PAYLOAD as usize - PROBE_HEADER_LEN - TAG_LEN - 2) / BatchEntry::LEN;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -141,6 +199,8 @@ pub const KIND_EDGE_FIT: u8 = 6;
 pub const KIND_RESULT: u8 = 7;
 /// `kind` of a warm-up datagram (probe-sized, untimed).
 pub const KIND_WARMUP: u8 = 8;
+/// `kind` of a batch of follow-ups and RX reports for one peer.
+pub const KIND_STAMP_BATCH: u8 = 9;
 /// Largest protobuf payload of an edge fit or result message.
 pub const MAX_RECORD_LEN: usize = MAX_PROBE_PAYLOAD as usize - PROBE_HEADER_LEN - TAG_LEN - 2;
 
@@ -200,6 +260,14 @@ fn body_len(k: u8, body: &[u8]) -> Result<usize, WireError> {
         }
         return Ok(2 + n);
     }
+    if k == KIND_STAMP_BATCH {
+        let n = body.get(..2).ok_or(WireError::Truncated)?;
+        let n = usize::from(u16::from_le_bytes([n[0], n[1]]));
+        if n == 0 || n > MAX_BATCH_ENTRIES {
+            return Err(WireError::BadField("batch length"));
+        }
+        return Ok(2 + n * BatchEntry::LEN);
+    }
     fixed_body_len(k).ok_or(WireError::UnknownKind(k))
 }
 
@@ -222,7 +290,8 @@ impl Message {
             | Message::HelloAck { header, .. }
             | Message::EdgeFit { header, .. }
             | Message::Result { header, .. }
-            | Message::Warmup { header } => header,
+            | Message::Warmup { header }
+            | Message::StampBatch { header, .. } => header,
         }
     }
 
@@ -244,6 +313,11 @@ impl Message {
                 let n = payload.len().min(MAX_RECORD_LEN);
                 out.extend((n as u16).to_le_bytes());
                 out.extend(&payload[..n]);
+            }
+            Message::StampBatch { entries, .. } => {
+                let n = entries.len().min(MAX_BATCH_ENTRIES);
+                out.extend((n as u16).to_le_bytes());
+                entries[..n].iter().for_each(|e| e.write(&mut out));
             }
             Message::Hello { hello, .. } | Message::HelloAck { hello, .. } => {
                 out.push(hello.max_version);
@@ -337,6 +411,13 @@ fn decode_body(header: ProbeHeader, body: &[u8]) -> Result<Message, WireError> {
         KIND_RESULT => Message::Result {
             header,
             payload: body[2..].to_vec(),
+        },
+        KIND_STAMP_BATCH => Message::StampBatch {
+            header,
+            entries: body[2..]
+                .chunks_exact(BatchEntry::LEN)
+                .map(BatchEntry::read)
+                .collect::<Result<_, _>>()?,
         },
         kind::HELLO | kind::HELLO_ACK => {
             let hello = Hello {
@@ -469,7 +550,54 @@ mod tests {
             Message::Warmup {
                 header: h(KIND_WARMUP, 7, 0),
             },
+            Message::StampBatch {
+                header: h(KIND_STAMP_BATCH, 8, 0),
+                entries: vec![
+                    BatchEntry {
+                        report: Report::FollowUp,
+                        seq: u64::MAX,
+                        stamps: [stamp(1), stamp(2)],
+                    },
+                    BatchEntry {
+                        report: Report::RxReport,
+                        seq: 3,
+                        stamps: [WireStamp::MISSING, stamp(-4)],
+                    },
+                ],
+            },
         ]
+    }
+
+    #[test]
+    fn a_full_batch_fits_a_signed_datagram_and_bad_counts_are_refused() {
+        let key = AuthKey::new(vec![0x42; 32]).unwrap();
+        let entry = BatchEntry {
+            report: Report::RxReport,
+            seq: 1,
+            stamps: [stamp(1), stamp(2)],
+        };
+        let full = Message::StampBatch {
+            header: h(KIND_STAMP_BATCH, 1, 0),
+            entries: vec![entry; MAX_BATCH_ENTRIES],
+        };
+        let signed = full.encode(Some(&key));
+        assert!(signed.len() <= usize::from(MAX_PROBE_PAYLOAD));
+        assert!(parse(&signed, Some(&key)).is_ok());
+        let mut bytes = full.encode(None);
+        for bad in [0, MAX_BATCH_ENTRIES + 1] {
+            bytes[PROBE_HEADER_LEN..PROBE_HEADER_LEN + 2]
+                .copy_from_slice(&(bad as u16).to_le_bytes());
+            assert_eq!(
+                parse(&bytes, None),
+                Err(WireError::BadField("batch length"))
+            );
+        }
+        let mut wrong_report = full.encode(None);
+        wrong_report[PROBE_HEADER_LEN + 2 + 8] = 3;
+        assert_eq!(
+            parse(&wrong_report, None),
+            Err(WireError::BadField("batch entry"))
+        );
     }
 
     #[test]
@@ -503,7 +631,8 @@ mod tests {
                 | Message::HelloAck { header, .. }
                 | Message::EdgeFit { header, .. }
                 | Message::Result { header, .. }
-                | Message::Warmup { header } => header.flags |= FLAG_AUTH,
+                | Message::Warmup { header }
+                | Message::StampBatch { header, .. } => header.flags |= FLAG_AUTH,
             }
             assert_eq!(parse(&signed, Some(&key)), Ok(expected));
         }
@@ -536,8 +665,8 @@ mod tests {
     #[test]
     fn bad_fields_are_errors_not_panics() {
         let mut probe = all_kinds()[0].encode(None);
-        probe[5] = 9;
-        assert_eq!(parse(&probe, None), Err(WireError::UnknownKind(9)));
+        probe[5] = 99;
+        assert_eq!(parse(&probe, None), Err(WireError::UnknownKind(99)));
         let mut follow = all_kinds()[1].encode(None);
         follow[32 + 12] = 77;
         assert_eq!(

@@ -46,6 +46,11 @@ pub struct FitConfig {
     pub model_slack_ns: f64,
     /// Longest accepted time span of the points (default 60 s).
     pub max_window_ns: i64,
+    /// Operator knowledge: the two directions' minimum one-way delays differ
+    /// by at most this. The bound's asymmetry part (the margin, ½ the best
+    /// pure RTT) is then replaced by half of it. `None` (default): unknown,
+    /// the honest ½ RTT stays. Wrong values make the bound lie.
+    pub max_path_asymmetry_ns: Option<f64>,
 }
 
 impl Default for FitConfig {
@@ -57,6 +62,7 @@ impl Default for FitConfig {
             timestamp_resolution_ns: 1,
             model_slack_ns: 2.0,
             max_window_ns: 60_000_000_000,
+            max_path_asymmetry_ns: None,
         }
     }
 }
@@ -236,13 +242,27 @@ pub fn fit_edge(
         drift: opt.beta,
         margin_ns: opt.margin(),
         min_rtt_ns: opt.gap,
-        bound_ns: (range.offset_hi - alpha).max(alpha - range.offset_lo),
+        bound_ns: with_known_asymmetry(
+            (range.offset_hi - alpha).max(alpha - range.offset_lo),
+            opt.margin(),
+            cfg.max_path_asymmetry_ns,
+        ),
         drift_bound: (range.beta_hi - opt.beta).max(opt.beta - range.beta_lo),
         forward_points: bands.forward.len() - fwd_trimmed,
         backward_points: bands.backward.len() - bwd_trimmed,
         trimmed,
         span_ns: bands.span_ns,
     })
+}
+
+/// The bound with its asymmetry part (the margin: any split of the best
+/// RTT is possible) replaced by half the operator's asymmetry limit, when
+/// that is smaller. The rest of the bound (drift, slack) stays.
+fn with_known_asymmetry(bound_ns: f64, margin_ns: f64, max_asymmetry_ns: Option<f64>) -> f64 {
+    match max_asymmetry_ns {
+        Some(a) if a >= 0.0 => bound_ns.min((bound_ns - margin_ns).max(0.0) + a / 2.0),
+        _ => bound_ns,
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -772,5 +792,28 @@ mod tests {
         let fit = fit_edge(&f, &b, &FitConfig::default()).unwrap();
         let (base, rel) = fit.offset_at(fit.epoch_ns);
         assert_eq!(base + rel.round() as i64, 1_700_000_000_123_456_789);
+    }
+
+    #[test]
+    fn a_known_asymmetry_limit_replaces_the_half_rtt_in_the_bound() {
+        let (f, b) = synth(100, 1_234, 0, 500, 500);
+        let honest = fit_edge(&f, &b, &FitConfig::default()).unwrap();
+        assert!(honest.bound_ns >= 500.0, "{honest:?}");
+        let cfg = FitConfig {
+            max_path_asymmetry_ns: Some(100.0),
+            ..FitConfig::default()
+        };
+        let known = fit_edge(&f, &b, &cfg).unwrap();
+        let rest = honest.bound_ns - honest.margin_ns;
+        assert!((known.bound_ns - (rest + 50.0)).abs() < 1e-6, "{known:?}");
+        assert_eq!(
+            known.offset_rel_ns, honest.offset_rel_ns,
+            "only the bound changes"
+        );
+        let loose = FitConfig {
+            max_path_asymmetry_ns: Some(1e9),
+            ..FitConfig::default()
+        };
+        assert_eq!(fit_edge(&f, &b, &loose).unwrap().bound_ns, honest.bound_ns);
     }
 }

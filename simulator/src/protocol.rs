@@ -121,11 +121,8 @@ pub struct ProtocolReport {
 #[derive(Debug)]
 enum Event {
     Tick(usize),
-    SendPair {
-        node: usize,
-        target: Target,
-        generation: u64,
-    },
+    /// One round of coded pairs from a host to every target.
+    SendRound(usize),
     Deliver {
         to: usize,
         from: SocketAddr,
@@ -160,8 +157,9 @@ impl Ord for Scheduled {
 
 struct Host {
     node: Node,
-    /// Current targets and their generation (a re-added target restarts).
-    targets: HashMap<NodeId, u64>,
+    /// Probed every round, as the agent's sender does.
+    targets: Vec<Target>,
+    rounds: usize,
     next_seq: u64,
     last_result: Option<pb::NodeOffset>,
     traffic: HostTraffic,
@@ -251,7 +249,8 @@ impl<'a> Sim<'a> {
                     exchange: s.exchange,
                     nonce_base: u64::from(m.id) << 32,
                 }),
-                targets: HashMap::new(),
+                targets: Vec::new(),
+                rounds: 0,
                 next_seq: 1,
                 last_result: None,
                 traffic: HostTraffic::default(),
@@ -295,6 +294,9 @@ impl<'a> Sim<'a> {
             self.perform(i, actions);
             let phase = self.rng.random_range(0..TICK_NS);
             self.schedule(phase, Event::Tick(i));
+            let cadence = self.s.agent.cadence_ns().max(1);
+            let phase = self.rng.random_range(0..cadence);
+            self.schedule(phase, Event::SendRound(i));
         }
         Ok(())
     }
@@ -321,15 +323,7 @@ impl<'a> Sim<'a> {
                 self.perform(i, actions);
                 self.schedule(self.now + TICK_NS, Event::Tick(i));
             }
-            Event::SendPair {
-                node,
-                target,
-                generation,
-            } => {
-                if self.hosts[node].targets.get(&target.id) == Some(&generation) {
-                    self.send_pair(node, target, generation);
-                }
-            }
+            Event::SendRound(i) => self.send_round(i),
             Event::Deliver {
                 to,
                 from,
@@ -356,8 +350,25 @@ impl<'a> Sim<'a> {
         self.perform(to, actions);
     }
 
+    /// A pair to every target of host `i`, the first target rotating, and
+    /// the next round ±20 % jittered around the cadence, as the agent's
+    /// sender does.
+    fn send_round(&mut self, i: usize) {
+        let targets = self.hosts[i].targets.clone();
+        if !targets.is_empty() {
+            self.hosts[i].rounds += 1;
+            let first = self.hosts[i].rounds % targets.len();
+            for k in 0..targets.len() {
+                self.send_pair(i, targets[(first + k) % targets.len()]);
+            }
+        }
+        let cadence = self.s.agent.cadence_ns() as f64;
+        let next = self.now + (cadence * self.rng.random_range(0.8..1.2)) as i64;
+        self.schedule(next, Event::SendRound(i));
+    }
+
     /// One coded pair from host `i`, as the agent's sender sends it.
-    fn send_pair(&mut self, i: usize, target: Target, generation: u64) {
+    fn send_pair(&mut self, i: usize, target: Target) {
         let seq = self.hosts[i].next_seq;
         self.hosts[i].next_seq += 1;
         let me = self.hosts[i].node.me().id;
@@ -386,17 +397,6 @@ impl<'a> Sim<'a> {
         }
         let now = self.local_now(i);
         self.hosts[i].node.handle_sent(target.id, seq, now);
-        let cadence = self.s.agent.cadence_ns() as f64;
-        // ±20 % jitter, as the agent's sender.
-        let next = self.now + (cadence * self.rng.random_range(0.8..1.2)) as i64;
-        self.schedule(
-            next,
-            Event::SendPair {
-                node: i,
-                target,
-                generation,
-            },
-        );
     }
 
     /// Puts a datagram on the link from host `i` to `to`.
@@ -505,27 +505,7 @@ impl<'a> Sim<'a> {
     }
 
     fn set_targets(&mut self, i: usize, targets: Vec<Target>) {
-        let cadence = self.s.agent.cadence_ns();
-        let current = std::mem::take(&mut self.hosts[i].targets);
-        let mut next = HashMap::new();
-        for t in targets {
-            if let Some(&g) = current.get(&t.id) {
-                next.insert(t.id, g);
-                continue;
-            }
-            let generation = self.order; // unique
-            next.insert(t.id, generation);
-            let first = self.now + self.rng.random_range(0..cadence.max(1));
-            self.schedule(
-                first,
-                Event::SendPair {
-                    node: i,
-                    target: t,
-                    generation,
-                },
-            );
-        }
-        self.hosts[i].targets = next;
+        self.hosts[i].targets = targets;
     }
 
     /// Scores a published result against the truth, and the previous

@@ -26,7 +26,8 @@ fn assert_like_the_cluster_tests(r: &ProtocolReport) {
     assert_eq!(r.coverage, 1.0, "bound violated: {r:#?}");
     assert_eq!(r.aged_coverage, 1.0, "aged bound violated: {r:#?}");
     assert!(r.abs_error_ns.max <= 50_000.0, "error too large: {r:#?}");
-    // The whole protocol ran: probes, follow-ups, RX reports, the solve.
+    // The whole protocol ran: probes, follow-ups and RX reports (batched),
+    // the solve.
     for counter in [
         "pairs_sent",
         "probes_received",
@@ -34,6 +35,8 @@ fn assert_like_the_cluster_tests(r: &ProtocolReport) {
         "follow_ups_received",
         "rx_reports_sent",
         "rx_reports_received",
+        "stamp_batches_sent",
+        "stamp_batches_received",
         "hellos_sent",
         "results_published",
         "solves",

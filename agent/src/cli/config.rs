@@ -32,6 +32,11 @@ pub struct ConfigFlags {
     /// Out-neighbours each node probes (1–20).
     #[arg(long)]
     pub degree: Option<usize>,
+    /// Known limit on the paths' one-way delay difference, ns: replaces the
+    /// ½-RTT asymmetry allowance in the bound. Unset: unknown (honest). A
+    /// wrong value makes every bound lie.
+    #[arg(long, value_name = "NS")]
+    pub max_path_asymmetry_ns: Option<u64>,
     /// Directory for the per-window JSONL results.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
@@ -122,6 +127,11 @@ impl ConfigFlags {
                 self.packet_spacing_us.map(|v| v.to_string()),
             ),
             ("degree", "--degree", self.degree.map(|v| v.to_string())),
+            (
+                "max_path_asymmetry_ns",
+                "--max-path-asymmetry-ns",
+                self.max_path_asymmetry_ns.map(|v| v.to_string()),
+            ),
             ("output_dir", "--output-dir", path_text(&self.output_dir)),
             (
                 "offsets_path",

@@ -113,6 +113,7 @@ pub fn settings(cfg: &AgentConfig) -> Settings {
         packet_spacing_us: cfg.packet_spacing_us.value,
         probe_window_s: cfg.probe_window_s.value,
         degree: cfg.degree.value,
+        max_path_asymmetry_ns: cfg.max_path_asymmetry_ns.as_ref().map(|s| s.value),
     }
 }
 
@@ -345,7 +346,12 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     fn send(&mut self, datagram: &[u8], to: SocketAddr, counter: &'static str) {
         match self.sock.send_to(datagram, to) {
-            Ok(_) => self.count(counter),
+            Ok(_) => {
+                self.count(counter);
+                self.node.count_by("udp_datagrams_sent", 1);
+                self.node
+                    .count_by("udp_payload_bytes_sent", datagram.len() as u64);
+            }
             Err(e) => {
                 self.count("send_errors");
                 debug!(%to, "send failed: {e}");
@@ -637,6 +643,17 @@ impl<D: Discovery + Coordination> Agent<D> {
         let mut counters = owned(self.node.counters());
         let stats = &self.sender.stats;
         counters.insert("probes_sent".into(), 2 * stats.pairs_sent.load(Relaxed));
+        counters.insert("warmups_sent".into(), stats.warmups_sent.load(Relaxed));
+        // The probe socket's traffic on top of the control socket's.
+        for (name, n) in [
+            ("udp_datagrams_sent", stats.datagrams_sent.load(Relaxed)),
+            (
+                "udp_payload_bytes_sent",
+                stats.payload_bytes_sent.load(Relaxed),
+            ),
+        ] {
+            *counters.entry(name.into()).or_default() += n;
+        }
         counters.insert("probe_send_errors".into(), stats.send_errors.load(Relaxed));
         counters.insert(
             "unmatched_tx_reports".into(),

@@ -1,12 +1,13 @@
 //! The probe sender: one thread that sends coded pairs to every ready peer
-//! on a jittered schedule and reads the kernel's TX timestamps back.
+//! in rounds and reads the kernel's TX timestamps back.
 //!
 //! A thread rather than a task: the two packets of a pair must leave a known
 //! spacing apart, a sub-millisecond sleep the async runtime's timer cannot
-//! give. Between pairs the thread sleeps (at most 50 ms), then reads the TX
-//! stamps the kernel queued on the socket's error queue.
-//! Probes leave from their own socket so the `OPT_ID` counter of
-//! SO_TIMESTAMPING numbers probes only.
+//! give. Every peer is probed in the same round (one wake-up for all of
+//! them, not one per peer: wake-ups, not packets, dominate an idle agent's
+//! CPU); rounds are jittered ±20 % around the cadence. Probes leave from
+//! their own socket so the `OPT_ID` counter of SO_TIMESTAMPING numbers
+//! probes only.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -71,6 +72,10 @@ pub enum SenderEvent {
 #[derive(Debug, Default)]
 pub struct SenderStats {
     pub pairs_sent: AtomicU64,
+    pub warmups_sent: AtomicU64,
+    /// Every datagram the probe socket sent, and their UDP payload bytes.
+    pub datagrams_sent: AtomicU64,
+    pub payload_bytes_sent: AtomicU64,
     pub send_errors: AtomicU64,
     /// TX reports that did not match a probe we remember.
     pub unmatched_tx_reports: AtomicU64,
@@ -106,7 +111,12 @@ impl Sender {
             targets: targets.clone(),
             stop: stop.clone(),
             stats: stats.clone(),
-            schedule: HashMap::new(),
+            peers: Vec::new(),
+            seqs: HashMap::new(),
+            next_round: Instant::now(),
+            rounds: 0,
+            awaiting_reports: 0,
+            report_retries: 0,
             sent_ids: VecDeque::new(),
             next_id: 0,
             rng: 0,
@@ -137,19 +147,17 @@ impl Drop for Sender {
     }
 }
 
-struct Slot {
-    next_due: Instant,
-    seq: u64,
-}
-
 /// Probes we sent whose TX reports may still come: (OPT_ID, peer, seq, index, sent REALTIME).
 type SentId = (u32, NodeId, u64, u8, i64);
 const MAX_SENT_IDS: usize = 4096;
 /// A TX report further than this from the send time belongs to another packet.
 const MAX_REPORT_DELAY_NS: i64 = 50_000_000;
-/// Longest sleep: TX reports are read at least this often (well inside the
-/// agent's settle time) and target changes and stop requests seen promptly.
-const MAX_IDLE: Duration = Duration::from_millis(50);
+/// Longest sleep: target changes and stop requests are seen this promptly.
+const MAX_IDLE: Duration = Duration::from_millis(200);
+/// TX stamps a round still lacks are looked for again after 1, 2, 4, 8 and
+/// 16 ms (NIC stamps come at transmit completion; software stamps are
+/// queued during the send itself and need no second look).
+const REPORT_RETRIES: u32 = 5;
 
 struct Worker {
     cfg: SenderConfig,
@@ -160,7 +168,16 @@ struct Worker {
     targets: Arc<Mutex<Option<Vec<Target>>>>,
     stop: Arc<AtomicBool>,
     stats: Arc<SenderStats>,
-    schedule: HashMap<NodeId, (Target, Slot)>,
+    /// Probed every round.
+    peers: Vec<Target>,
+    /// Next sequence number per peer, kept when a peer leaves and comes
+    /// back (its replay window has seen the old numbers).
+    seqs: HashMap<NodeId, u64>,
+    next_round: Instant,
+    rounds: u64,
+    /// Datagrams of the last round whose TX reports have not come yet.
+    awaiting_reports: usize,
+    report_retries: u32,
     sent_ids: VecDeque<SentId>,
     next_id: u32,
     rng: u64,
@@ -171,20 +188,36 @@ impl Worker {
         // Tight timers for the pair spacing (default slack is 50 µs).
         let _ = nix::sys::prctl::set_timerslack(1_000);
         self.rng = u64::from(self.cfg.me).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.cfg.seq_base;
+        // Random phase: agents started together must not probe together.
+        self.next_round = Instant::now() + self.cfg.cadence.mul_f64(self.random());
         while !self.stop.load(Ordering::Relaxed) {
-            self.refresh_schedule();
+            self.refresh_targets();
             let now = Instant::now();
-            let due = self.schedule.values().map(|(_, s)| s.next_due).min();
-            match due {
-                Some(t) if t <= now => self.send_due(now),
-                Some(t) => self.wait(t - now),
-                None => self.wait(MAX_IDLE),
+            if now >= self.next_round {
+                self.send_round();
+                // ±20 % jitter keeps nodes from synchronising; never fall
+                // behind by more than one period (after a stall, skip
+                // rather than burst).
+                let jitter = 0.8 + 0.4 * self.random();
+                self.next_round = (self.next_round + self.cfg.cadence.mul_f64(jitter)).max(now);
             }
             self.read_tx_reports();
             if !self.batch.is_empty() {
                 let _ = self.events.send(std::mem::take(&mut self.batch));
             }
+            thread::sleep(self.sleep_time());
         }
+    }
+
+    /// Until the next round, or a short while if TX stamps are still due.
+    fn sleep_time(&mut self) -> Duration {
+        let until_round = self.next_round.saturating_duration_since(Instant::now());
+        if self.awaiting_reports > 0 && self.report_retries < REPORT_RETRIES {
+            let retry = Duration::from_millis(1 << self.report_retries);
+            self.report_retries += 1;
+            return retry.min(until_round);
+        }
+        until_round.min(MAX_IDLE)
     }
 
     /// Uniform in [0, 1).
@@ -198,7 +231,7 @@ impl Worker {
     }
 
     /// Applies a new peer list, if one was set since the last turn.
-    fn refresh_schedule(&mut self) {
+    fn refresh_targets(&mut self) {
         let Some(targets) = self
             .targets
             .lock()
@@ -207,88 +240,84 @@ impl Worker {
         else {
             return;
         };
-        // A peer whose address or capabilities changed starts a new slot.
-        self.schedule
-            .retain(|id, (t, _)| targets.iter().any(|n| n.id == *id && n == t));
-        let cadence = self.cfg.cadence;
-        for t in targets {
-            if self.schedule.contains_key(&t.id) {
-                continue;
-            }
-            // Random phase: edges added together must not fire together.
-            let phase = cadence.mul_f64(self.random());
-            let slot = Slot {
-                next_due: Instant::now() + phase,
-                seq: self.cfg.seq_base,
-            };
-            self.schedule.insert(t.id, (t, slot));
+        for t in &targets {
+            self.seqs.entry(t.id).or_insert(self.cfg.seq_base);
         }
+        self.peers = targets;
     }
 
-    fn send_due(&mut self, now: Instant) {
-        let due: Vec<NodeId> = self
-            .schedule
-            .iter()
-            .filter(|(_, (_, s))| s.next_due <= now)
-            .map(|(id, _)| *id)
+    /// One coded pair to every peer: the warm-ups, every first packet, the
+    /// spacing, every second packet. The starting peer rotates so that no
+    /// peer always waits behind the others' packets.
+    fn send_round(&mut self) {
+        if self.peers.is_empty() {
+            return;
+        }
+        self.rounds += 1;
+        self.awaiting_reports = 0;
+        self.report_retries = 0;
+        let n = self.peers.len();
+        let first = (self.rounds % n as u64) as usize;
+        let round: Vec<(Target, u64)> = (0..n)
+            .map(|i| {
+                let t = self.peers[(first + i) % n];
+                let seq = self.seqs.entry(t.id).or_insert(self.cfg.seq_base);
+                *seq += 1;
+                (t, *seq - 1)
+            })
             .collect();
-        for id in due {
-            let jitter = 0.8 + 0.4 * self.random();
-            let Some((target, slot)) = self.schedule.get_mut(&id) else {
-                continue;
-            };
-            let (target, seq) = (*target, slot.seq);
-            slot.seq += 1;
-            // ±20 % jitter keeps edges from synchronising; never fall behind
-            // by more than one period (after a stall, skip rather than burst).
-            let next = slot.next_due + self.cfg.cadence.mul_f64(jitter);
-            slot.next_due = next.max(now);
-            self.send_pair(target, seq);
-        }
-    }
-
-    fn send_pair(&mut self, target: Target, seq: u64) {
-        let spacing_ns = u32::try_from(self.cfg.spacing.as_nanos()).unwrap_or(u32::MAX);
-        let encode = |index: u8| {
-            Message::Probe {
-                header: ProbeHeader::probe(self.cfg.me, target.id, seq, index, spacing_ns),
-            }
-            .encode(self.cfg.key.as_ref())
-        };
-        let (first, second) = (encode(0), encode(1));
         // Untimed, over the same path just before the pair: the timed
         // packets then find it warm (docs/agent-tradeoff.md).
-        if target.warmup {
-            let warmup = Message::Warmup {
-                header: ProbeHeader {
-                    kind: KIND_WARMUP,
-                    ..ProbeHeader::probe(self.cfg.me, target.id, seq, 0, spacing_ns)
-                },
-            }
-            .encode(self.cfg.key.as_ref());
+        for &(t, seq) in round.iter().filter(|(t, _)| t.warmup) {
             let sent_ns = clocks::now_ns(nix::time::ClockId::CLOCK_REALTIME);
-            self.send_one(&warmup, target, seq, WARMUP_INDEX, sent_ns);
+            if self.send_one(&self.warmup(t, seq), t, seq, WARMUP_INDEX, sent_ns) {
+                self.stats.warmups_sent.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let sent_ns = clocks::now_ns(nix::time::ClockId::CLOCK_REALTIME);
         let t0 = Instant::now();
-        if !self.send_one(&first, target, seq, 0, sent_ns) {
-            return;
-        }
+        let firsts: Vec<bool> = round
+            .iter()
+            .map(|&(t, seq)| self.send_one(&self.probe(t, seq, 0), t, seq, 0, sent_ns))
+            .collect();
         self.pause_until(t0 + self.cfg.spacing);
-        if !self.send_one(&second, target, seq, 1, sent_ns) {
-            return;
+        for (&(t, seq), first_sent) in round.iter().zip(firsts) {
+            if first_sent && self.send_one(&self.probe(t, seq, 1), t, seq, 1, sent_ns) {
+                self.stats.pairs_sent.fetch_add(1, Ordering::Relaxed);
+                self.batch.push(SenderEvent::Sent {
+                    to: t.id,
+                    seq,
+                    sent_ns,
+                });
+            }
         }
-        self.stats.pairs_sent.fetch_add(1, Ordering::Relaxed);
-        self.batch.push(SenderEvent::Sent {
-            to: target.id,
-            seq,
-            sent_ns,
-        });
+    }
+
+    fn probe(&self, target: Target, seq: u64, index: u8) -> Vec<u8> {
+        let header = ProbeHeader::probe(self.cfg.me, target.id, seq, index, self.spacing_ns());
+        Message::Probe { header }.encode(self.cfg.key.as_ref())
+    }
+
+    fn warmup(&self, target: Target, seq: u64) -> Vec<u8> {
+        let header = ProbeHeader {
+            kind: KIND_WARMUP,
+            ..ProbeHeader::probe(self.cfg.me, target.id, seq, 0, self.spacing_ns())
+        };
+        Message::Warmup { header }.encode(self.cfg.key.as_ref())
+    }
+
+    fn spacing_ns(&self) -> u32 {
+        u32::try_from(self.cfg.spacing.as_nanos()).unwrap_or(u32::MAX)
     }
 
     fn send_one(&mut self, datagram: &[u8], target: Target, seq: u64, index: u8, t: i64) -> bool {
         match self.sock.send_to(datagram, target.addr) {
-            Ok(_) => {
+            Ok(n) => {
+                self.stats.datagrams_sent.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .payload_bytes_sent
+                    .fetch_add(n as u64, Ordering::Relaxed);
+                self.awaiting_reports += 1;
                 self.sent_ids
                     .push_back((self.next_id, target.id, seq, index, t));
                 self.next_id = self.next_id.wrapping_add(1);
@@ -314,12 +343,6 @@ impl Worker {
         }
     }
 
-    /// Sleeps until the next pair is due (at most [`MAX_IDLE`]). TX reports
-    /// are read after each turn; waking on each one would double the wake-ups.
-    fn wait(&self, timeout: Duration) {
-        thread::sleep(timeout.min(MAX_IDLE));
-    }
-
     fn read_tx_reports(&mut self) {
         let mut reports: Vec<TxReport> = Vec::new();
         if let Err(e) = timestamping::drain_tx_reports(&self.sock, &mut reports) {
@@ -330,11 +353,26 @@ impl Worker {
         }
     }
 
+    /// The probe the kernel numbered `id`. Ids are consecutive (one per
+    /// sent datagram), so it is found by position; a search from the newest
+    /// end covers a kernel that numbered differently.
+    fn sent(&self, id: u32) -> Option<SentId> {
+        let front = self.sent_ids.front()?.0;
+        let at = id.wrapping_sub(front) as usize;
+        match self.sent_ids.get(at) {
+            Some(s) if s.0 == id => Some(*s),
+            _ => self.sent_ids.iter().rev().find(|s| s.0 == id).copied(),
+        }
+    }
+
     fn match_report(&mut self, r: TxReport) {
-        let found = self.sent_ids.iter().find(|s| s.0 == r.id).copied();
+        let found = self.sent(r.id);
         let plausible = |sent: i64| {
             r.stamps.software_ns == 0 || (r.stamps.software_ns - sent).abs() < MAX_REPORT_DELAY_NS
         };
+        if found.is_some() {
+            self.awaiting_reports = self.awaiting_reports.saturating_sub(1);
+        }
         match found {
             // The warm-up's stamp times nothing.
             Some((.., WARMUP_INDEX, _)) => {}

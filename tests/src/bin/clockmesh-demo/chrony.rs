@@ -71,6 +71,11 @@ pub struct RunFigures {
     pub p99_ratio: f64,
     /// Which stamps host 1's agent used, by side and source (its `/status`).
     pub clockmesh_stamps: std::collections::BTreeMap<String, u64>,
+    /// CPU per coded pair sent (both agents' CPU over both agents' pairs),
+    /// µs; the same for the bare UDP ping-pong of the same datagrams.
+    pub clockmesh_cpu_us_per_pair: f64,
+    pub pingpong_cpu_us_per_pair: f64,
+    pub pingpong_cpu_percent: f64,
 }
 
 pub fn run(args: ChronyArgs) -> anyhow::Result<()> {
@@ -102,6 +107,8 @@ pub fn run(args: ChronyArgs) -> anyhow::Result<()> {
             "clockmesh_coverage": median(&|r| r.clockmesh_coverage),
             "chrony_cpu_percent": median(&|r| r.chrony.cpu_percent),
             "clockmesh_cpu_percent": median(&|r| r.clockmesh.cpu_percent),
+            "clockmesh_cpu_us_per_pair": median(&|r| r.clockmesh_cpu_us_per_pair),
+            "pingpong_cpu_us_per_pair": median(&|r| r.pingpong_cpu_us_per_pair),
         }
     });
     if args.json {
@@ -140,6 +147,13 @@ fn print_table(runs: &[RunFigures]) {
             "     clockmesh coverage {:.4}, median bound {:.0} ns, unavailable {}; chrony p99 / clockmesh p99 = {:.2}",
             r.clockmesh_coverage, r.clockmesh_median_bound_ns, r.clockmesh_unavailable, r.p99_ratio
         );
+        println!(
+            "     CPU per coded pair: clockmesh {:.1} µs, bare UDP ping-pong of the same datagrams {:.1} µs ({:.2} %), ratio {:.2}",
+            r.clockmesh_cpu_us_per_pair,
+            r.pingpong_cpu_us_per_pair,
+            r.pingpong_cpu_percent,
+            r.clockmesh_cpu_us_per_pair / r.pingpong_cpu_us_per_pair
+        );
         println!("     clockmesh stamps used: {:?}", r.clockmesh_stamps);
     }
 }
@@ -173,12 +187,15 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
     let server = Chronyd::start(cluster.bed.host(0), &dir, "server", &server_conf(&dir))?;
     let client_conf = client_conf(&dir, &cluster.bed.host(0).addr.to_string());
     let client = Chronyd::start(cluster.bed.host(1), &dir, "client", &client_conf)?;
+    let cadence_us = cluster.cfg.cadence_us;
+    let pingpong = PingPong::start(&cluster, cadence_us)?;
     let load = args.load.then(|| start_load(&cluster));
     std::thread::sleep(Duration::from_secs(args.warmup));
     let offsets = cluster.node_dir(1).join("offsets");
     let reader = OffsetsReader::open(&offsets)
         .with_context(|| format!("clockmesh published nothing in {} s", args.warmup))?;
     let cpu_before = cpu(&cluster, &server, &client);
+    let (pairs_before, pingpong_before) = (pairs_sent(&cluster), pingpong.cpu_seconds());
     let started = Instant::now();
     let mut s = Samples::default();
     while started.elapsed() < Duration::from_secs(args.duration) {
@@ -188,7 +205,9 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_after = cpu(&cluster, &server, &client);
+    let (pairs_after, pingpong_after) = (pairs_sent(&cluster), pingpong.cpu_seconds());
     drop(load);
+    drop(pingpong);
     let clockmesh_stamps = cluster
         .status(1)
         .map(|st| {
@@ -203,7 +222,13 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
     chrony.cpu_percent = percent(cpu_before.0, cpu_after.0);
     let mut clockmesh = figures(&s.clockmesh);
     clockmesh.cpu_percent = percent(cpu_before.1, cpu_after.1);
+    let pingpong_pairs = 2.0 * elapsed * 1e6 / cadence_us.max(1) as f64;
+    let pingpong_cpu = pingpong_after - pingpong_before;
     Ok(RunFigures {
+        clockmesh_cpu_us_per_pair: (cpu_after.1 - cpu_before.1) * 1e6
+            / pairs_after.saturating_sub(pairs_before).max(1) as f64,
+        pingpong_cpu_us_per_pair: pingpong_cpu * 1e6 / pingpong_pairs,
+        pingpong_cpu_percent: pingpong_cpu / elapsed * 100.0,
         p99_ratio: chrony.p99_ns / clockmesh.p99_ns.max(1e-9),
         clockmesh_coverage: s.covered as f64 / s.clockmesh.len().max(1) as f64,
         clockmesh_median_bound_ns: quantile(&s.bounds, 0.5).unwrap_or(f64::NAN),
@@ -220,6 +245,65 @@ fn cpu(cluster: &Cluster, server: &Chronyd, client: &Chronyd) -> (f64, f64) {
     let chrony = of(Some(server.child.id())) + of(Some(client.child.id()));
     let agents = of(cluster.pid(0)) + of(cluster.pid(1));
     (chrony, agents)
+}
+
+/// Coded pairs both agents sent so far (their `/status` counters).
+fn pairs_sent(cluster: &Cluster) -> u64 {
+    (0..2)
+        .filter_map(|i| cluster.status(i).ok())
+        .map(|s| s.counters.get("pairs_sent").copied().unwrap_or(0))
+        .sum()
+}
+
+/// `clockmesh-demo pingpong` in both hosts, pointed at each other.
+struct PingPong {
+    children: Vec<Child>,
+}
+
+impl PingPong {
+    const PORT: u16 = 7_100;
+
+    fn start(cluster: &Cluster, cadence_us: u64) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe()?;
+        let mut children = Vec::new();
+        for (me, peer) in [(0, 1), (1, 0)] {
+            let host = cluster.bed.host(me);
+            let child = Command::new("ip")
+                .args(["netns", "exec", &host.netns])
+                .arg(&exe)
+                .arg("pingpong")
+                .arg(format!("--bind={}:{}", host.addr, Self::PORT))
+                .arg(format!(
+                    "--peer={}:{}",
+                    cluster.bed.host(peer).addr,
+                    Self::PORT
+                ))
+                .arg(format!("--cadence-us={cadence_us}"))
+                .stdout(Stdio::null())
+                .spawn()
+                .context("starting the UDP ping-pong")?;
+            children.push(child);
+        }
+        Ok(PingPong { children })
+    }
+
+    /// CPU seconds of both processes (`ip netns exec` execs the program,
+    /// so the child's pid is the ping-pong's).
+    fn cpu_seconds(&self) -> f64 {
+        self.children
+            .iter()
+            .filter_map(|c| process_cpu_seconds(c.id()))
+            .sum()
+    }
+}
+
+impl Drop for PingPong {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 #[derive(Default)]

@@ -134,14 +134,14 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let warm_window = latest_window(&cluster);
     let cpu0: Vec<_> = (0..args.nodes).map(|i| cluster.usage(i)).collect();
     let counters0: Vec<_> = (0..args.nodes)
-        .map(|i| sent_datagrams(&cluster, i))
+        .map(|i| sent_wire_bytes(&cluster, i))
         .collect();
     let t0 = Instant::now();
     thread::sleep(Duration::from_secs(args.duration));
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu1: Vec<_> = (0..args.nodes).map(|i| cluster.usage(i)).collect();
     let counters1: Vec<_> = (0..args.nodes)
-        .map(|i| sent_datagrams(&cluster, i))
+        .map(|i| sent_wire_bytes(&cluster, i))
         .collect();
     let checked: Vec<Checked> = cluster
         .check_all()
@@ -160,7 +160,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
             .map(|(a, b)| (b.0 - a.0) / elapsed * 100.0);
         let bw = counters0[i]
             .zip(counters1[i])
-            .map(|(a, b)| (b - a) as f64 * WIRE_BYTES * 8.0 / elapsed);
+            .map(|(a, b)| (b - a) as f64 * 8.0 / elapsed);
         rows.push(NodeRow {
             node: name.clone(),
             reference: last.map_or_else(|| "(self)".into(), |c| c.reference.clone()),
@@ -213,8 +213,8 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
 
 /// The agent's shipped default cadence (`probe_cadence_us`).
 const DEFAULT_CADENCE_US: u64 = 100_000;
-/// Bytes on the wire per probe / follow-up / RX report: 64 B payload + UDP, IPv4, Ethernet.
-const WIRE_BYTES: f64 = 64.0 + 8.0 + 20.0 + 14.0;
+/// Bytes each datagram adds on the wire to its payload: UDP, IPv4, Ethernet.
+const HEADER_BYTES: u64 = 8 + 20 + 14;
 
 fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
@@ -227,21 +227,12 @@ fn latest_window(c: &Cluster) -> Option<u64> {
         .max()
 }
 
-/// Datagrams agent `i` sent so far (probes, follow-ups, RX reports, handshakes).
-fn sent_datagrams(c: &Cluster, i: usize) -> Option<u64> {
+/// Wire bytes agent `i` sent so far over UDP (probes, warm-ups, reports,
+/// handshakes, relayed fits and results).
+fn sent_wire_bytes(c: &Cluster, i: usize) -> Option<u64> {
     let s = c.status(i).ok()?;
-    Some(
-        [
-            "probes_sent",
-            "follow_ups_sent",
-            "rx_reports_sent",
-            "hellos_sent",
-            "hello_acks_sent",
-        ]
-        .iter()
-        .map(|k| s.counters.get(*k).copied().unwrap_or(0))
-        .sum(),
-    )
+    let counter = |k: &str| s.counters.get(k).copied().unwrap_or(0);
+    Some(counter("udp_payload_bytes_sent") + HEADER_BYTES * counter("udp_datagrams_sent"))
 }
 
 fn print_table(s: &Summary) {

@@ -18,6 +18,7 @@ use serde::Serialize;
 mod bench;
 mod chrony;
 mod cluster;
+mod pingpong;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -53,6 +54,9 @@ enum Cmd {
     /// chrony and clockmesh side by side on one veth pair, at the same
     /// instants: |error| p50/p99/max, CPU, clockmesh's bound coverage.
     BenchChrony(chrony::ChronyArgs),
+    /// The bare UDP floor of bench-chrony's CPU-per-pair comparison.
+    #[command(hide = true)]
+    Pingpong(pingpong::PingPongArgs),
 }
 
 /// One-way delay distributions (ns) per timestamp point, both directions.
@@ -75,6 +79,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::Bench(b)) => bench::run(b),
         Some(Cmd::Exchange(e)) => exchange_demo(e),
         Some(Cmd::BenchChrony(c)) => chrony::run(c),
+        Some(Cmd::Pingpong(p)) => pingpong::run(p),
         None => cluster::run(args.cluster),
     }
 }
