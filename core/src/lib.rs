@@ -31,5 +31,6 @@ pub mod peers;
 pub mod report;
 pub mod settings;
 pub mod stamps;
+pub mod timeline;
 pub mod window_clock;
 pub mod wire;

@@ -57,6 +57,7 @@ pub const SETTLE_NS: i64 = 150_000_000;
 /// and count in the next one (the fit history spans several windows).
 pub const REPORT_DELAY_NS: i64 = 1_000_000_000;
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
+use crate::timeline::{Carry, HandOverLine};
 
 /// Bounds on per-packet state (a flood cannot grow memory past these).
 const MAX_PENDING_PAIRS: usize = 8192;
@@ -143,6 +144,9 @@ pub enum Action {
     Publish(pb::NodeOffset),
     /// Write an edge line to the JSONL history.
     History(EdgeLine),
+    /// This node took the timeline over as leader: write the hand-over to
+    /// the JSONL history.
+    HandOver(HandOverLine),
 }
 
 /// Errors that end a node.
@@ -189,6 +193,11 @@ pub struct Node {
     batch_seq: u64,
     /// Reports waiting to fill a batch, per peer, with the time each was queued.
     pending_reports: BTreeMap<NodeId, Vec<(i64, BatchEntry)>>,
+    /// This node's last published result (what it carries if it becomes leader).
+    own_result: Option<pb::NodeOffset>,
+    /// As leader: the timeline it continues (`Some(None)`: its own, nothing
+    /// to carry); `None` until its first solve.
+    timeline: Option<Option<Carry>>,
 }
 
 impl Node {
@@ -214,6 +223,8 @@ impl Node {
             dropped: BTreeMap::new(),
             batch_seq: cfg.nonce_base,
             pending_reports: BTreeMap::new(),
+            own_result: None,
+            timeline: None,
             me: cfg.me,
             settings: cfg.settings,
             key: cfg.key,
@@ -260,6 +271,9 @@ impl Node {
 
     /// The elected leader (the reference and solver), by name.
     pub fn handle_leader(&mut self, leader: Option<String>) {
+        if leader != self.leader {
+            self.timeline = None; // decided again at the first solve as leader
+        }
         self.leader = leader;
     }
 
@@ -813,18 +827,43 @@ impl Node {
         let Some(reference) = self.reference() else {
             return Vec::new();
         };
+        let mut actions = self.take_timeline_over(k);
         if self.members.len() == 1 {
             // A lone node is its own reference: nothing to solve, but its
             // offsets file (and the GPU maps in it) must still be published.
             let lone = self.lone_result(k, reference);
-            return self.share_results(k, vec![lone]);
+            actions.extend(self.share_results(k, vec![lone]));
+            return actions;
         }
         if self.exchange == Exchange::Store {
-            return vec![Action::FetchFits { window: k }];
+            actions.push(Action::FetchFits { window: k });
+            return actions;
         }
         self.relay.edges.retain(|_, f| fresh_for_solve(k, f.window));
         let fits: Vec<pb::EdgeFit> = self.relay.edges.values().cloned().collect();
-        self.solve(k, &fits)
+        actions.extend(self.solve(k, &fits));
+        actions
+    }
+
+    /// At the first solve as leader: continue the timeline this node's own
+    /// last result was on (see [`crate::timeline`]), and record the hand-over.
+    fn take_timeline_over(&mut self, k: u64) -> Vec<Action> {
+        if self.timeline.is_some() {
+            return Vec::new();
+        }
+        let now = self.windows.end_ns(k);
+        let carry = self
+            .own_result
+            .as_ref()
+            .and_then(|r| Carry::from_result(r, now));
+        let line = HandOverLine::new(k, &self.me.name, carry.as_ref());
+        self.count(if carry.is_some() {
+            "timelines_continued"
+        } else {
+            "timelines_started"
+        });
+        self.timeline = Some(carry);
+        vec![Action::HandOver(line)]
     }
 
     fn published_result(
@@ -837,7 +876,7 @@ impl Node {
         let off = n.offset_ns_rounded();
         let anchor = epoch.saturating_add(off);
         let wander = self.est_cfg.holdover_wander_ppb * 1e-9;
-        pb::NodeOffset {
+        let mut r = pb::NodeOffset {
             node: self.name_of(n.node),
             anchor_ns: anchor,
             offset_ns: -off,
@@ -851,6 +890,15 @@ impl Node {
             node_id: n.node,
             reference_id: reference,
             anchor_kind: published_anchor_kind(n.anchor_kind).into(),
+        };
+        self.onto_timeline(&mut r, epoch);
+        r
+    }
+
+    /// A result solved against this node's clock, onto the timeline it continues.
+    fn onto_timeline(&self, r: &mut pb::NodeOffset, epoch_ns: i64) {
+        if let Some(Some(carry)) = &self.timeline {
+            carry.apply(r, epoch_ns);
         }
     }
 
@@ -861,7 +909,7 @@ impl Node {
 
     fn lone_result(&self, k: u64, me: NodeId) -> pb::NodeOffset {
         let anchor = self.windows.end_ns(k);
-        pb::NodeOffset {
+        let mut r = pb::NodeOffset {
             node: self.me.name.clone(),
             anchor_ns: anchor,
             reference_node: self.me.name.clone(),
@@ -871,7 +919,9 @@ impl Node {
             reference_id: me,
             anchor_kind: "reference".into(),
             ..Default::default()
-        }
+        };
+        self.onto_timeline(&mut r, anchor);
+        r
     }
 
     /// Hands the leader's results to every node.
@@ -906,6 +956,7 @@ impl Node {
             return Vec::new();
         }
         self.count("results_published");
+        self.own_result = Some(r.clone());
         vec![Action::Publish(r)]
     }
 

@@ -20,9 +20,11 @@ use clockmesh_estimator::{AnchorKind, EdgeMeasurement, Estimator, NodeId, estima
 
 pub use cluster::READING_BASE_NS;
 pub use error::SimError;
-pub use protocol::{HostTraffic, ProtocolReport, Traffic, run_protocol};
+pub use protocol::{HandOverScore, HostTraffic, ProtocolReport, Traffic, run_protocol};
 pub use report::{Quantiles, Report, Summary, WindowReport};
-pub use scenario::{ClockModel, LinkModel, Mode, QueueKind, QueueModel, Scenario, TimestampModel};
+pub use scenario::{
+    ClockModel, LeaderChange, LinkModel, Mode, QueueKind, QueueModel, Scenario, TimestampModel,
+};
 
 use cluster::{Clocks, Noise, generate_links, probe_link, rng_from_seed};
 use report::{Collector, WindowCollector};

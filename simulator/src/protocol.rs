@@ -17,6 +17,7 @@ use clockmesh_common::ProbeHeader;
 use clockmesh_core::{
     collector::{PairKey, Side},
     node::{Action, Exchange, Member, Node, NodeConfig, TICK_NS, Target},
+    timeline::{Carry, HandOverLine},
     wire::{KIND_EDGE_FIT, KIND_RESULT, Message, StampSource, WireStamp},
 };
 use clockmesh_estimator::NodeId;
@@ -113,9 +114,30 @@ pub struct ProtocolReport {
     pub counters: BTreeMap<String, u64>,
     /// Datagrams the nodes dropped, by reason, summed.
     pub dropped: BTreeMap<String, u64>,
+    /// Leader changes (`leader_change`): how far the continued timeline
+    /// stepped from the old one, against the bound the new leader carried.
+    pub hand_overs: Vec<HandOverScore>,
     pub datagrams_lost: u64,
     pub events: u64,
     pub wall_ms: f64,
+}
+
+/// One hand-over of the global timeline, against the truth.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HandOverScore {
+    /// The new leader carried the old timeline (false: a new one started).
+    pub carried: bool,
+    /// New timeline − old timeline at the hand-over (true values), ns.
+    pub step_ns: f64,
+    pub carried_bound_ns: f64,
+}
+
+/// How the global timeline relates to the simulated clocks: a node's
+/// reading, plus (after a hand-over) the carry that continues the old one.
+#[derive(Clone, Debug)]
+struct TimelineDef {
+    node: NodeId,
+    carry: Option<Carry>,
 }
 
 #[derive(Debug)]
@@ -123,6 +145,8 @@ enum Event {
     Tick(usize),
     /// One round of coded pairs from a host to every target.
     SendRound(usize),
+    /// Leadership moves to this host (`leader_change`).
+    LeaderChange(usize),
     Deliver {
         to: usize,
         from: SocketAddr,
@@ -196,6 +220,11 @@ struct Sim<'a> {
     score_from: i64,
     store: StoreModel,
     scores: Scores,
+    /// The timeline each reference's results are on, by reference id.
+    timelines: HashMap<NodeId, TimelineDef>,
+    /// Member id of the node whose timeline results are on now.
+    current_reference: NodeId,
+    hand_overs: Vec<HandOverScore>,
     lost: u64,
     events: u64,
 }
@@ -211,6 +240,10 @@ pub fn run_protocol(s: &Scenario) -> Result<ProtocolReport, SimError> {
     let mut sim = Sim::new(s, end as f64 + window_ns as f64);
     sim.score_from = window_ns * i64::from(WARMUP_WINDOWS);
     sim.start()?;
+    if let Some(c) = s.leader_change {
+        let at = window_ns * i64::from(WARMUP_WINDOWS + c.after_window);
+        sim.schedule(at, Event::LeaderChange(c.to as usize));
+    }
     while let Some(Reverse(next)) = sim.queue.pop() {
         if next.at > end {
             break;
@@ -274,6 +307,9 @@ impl<'a> Sim<'a> {
             score_from: 0,
             store: StoreModel::default(),
             scores: Scores::default(),
+            timelines: HashMap::new(),
+            current_reference: s.reference + 1,
+            hand_overs: Vec::new(),
             lost: 0,
             events: 0,
         }
@@ -324,6 +360,12 @@ impl<'a> Sim<'a> {
                 self.schedule(self.now + TICK_NS, Event::Tick(i));
             }
             Event::SendRound(i) => self.send_round(i),
+            Event::LeaderChange(to) => {
+                let name = member(to).name;
+                for h in &mut self.hosts {
+                    h.node.handle_leader(Some(name.clone()));
+                }
+            }
             Event::Deliver {
                 to,
                 from,
@@ -466,6 +508,7 @@ impl<'a> Sim<'a> {
             }
             Action::SetTargets(targets) => self.set_targets(i, targets),
             Action::History(_) => {}
+            Action::HandOver(line) => self.hand_over(i, &line),
             Action::Publish(r) => self.score(i, r),
             Action::PutFits(snapshot) => {
                 let name = self.hosts[i].node.me().name.clone();
@@ -511,7 +554,9 @@ impl<'a> Sim<'a> {
     /// Scores a published result against the truth, and the previous
     /// result as it stood just before this one replaced it.
     fn score(&mut self, i: usize, r: pb::NodeOffset) {
-        if i == self.s.reference as usize {
+        // The reference's own result on its own timeline is exact by definition.
+        let on_own_clock = self.timeline_of_reference(r.reference_id).carry.is_none();
+        if r.reference_id == r.node_id && on_own_clock {
             return;
         }
         let aged = self.hosts[i].last_result.replace(r.clone());
@@ -530,12 +575,66 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Host `i` took the timeline over: from now on results solved
+    /// against its clock are on the timeline it carries; scores the step.
+    fn hand_over(&mut self, i: usize, line: &HandOverLine) {
+        let node = i as NodeId;
+        let carry = match (
+            line.carried_anchor_ns,
+            line.carried_offset_ns,
+            line.carried_drift_ppb,
+            line.carried_bound_ns,
+        ) {
+            (Some(anchor_ns), Some(offset_ns), Some(drift_ppb), Some(bound_ns)) => Some(Carry {
+                anchor_ns,
+                offset_ns,
+                drift_ppb,
+                bound_ns,
+                from: line.previous_reference.clone().unwrap_or_default(),
+            }),
+            _ => None,
+        };
+        let new = TimelineDef { node, carry };
+        let t = self.now as f64;
+        let old = self.timeline_of_reference(self.current_reference);
+        let id = node + 1;
+        if id != self.current_reference {
+            self.current_reference = id;
+            self.hand_overs.push(HandOverScore {
+                carried: new.carry.is_some(),
+                step_ns: self.timeline_value(&new, t) - self.timeline_value(&old, t),
+                carried_bound_ns: new.carry.as_ref().map_or(0.0, |c| c.bound_ns as f64),
+            });
+        }
+        self.timelines.insert(id, new);
+    }
+
+    /// The timeline results solved against member id `reference` are on.
+    fn timeline_of_reference(&self, reference: NodeId) -> TimelineDef {
+        self.timelines
+            .get(&reference)
+            .cloned()
+            .unwrap_or(TimelineDef {
+                node: reference.saturating_sub(1),
+                carry: None,
+            })
+    }
+
+    /// The timeline's value (as a reading, ns) at true time `t`.
+    fn timeline_value(&self, def: &TimelineDef, t: f64) -> f64 {
+        let reading = self.clocks.reading(def.node, t);
+        let carried = def.carry.as_ref().map_or(0.0, |c| {
+            c.offset_at(READING_BASE_NS + reading.floor() as i64) as f64
+        });
+        reading + carried
+    }
+
     /// Error and bound of result `r` (global − local) used at local time `at`.
     fn error_at(&self, i: usize, r: &pb::NodeOffset, at: i64) -> (f64, f64) {
         let reading = (at - READING_BASE_NS) as f64;
         let t = self.clocks.true_time_of(i as NodeId, reading);
-        let reference = self.s.reference as NodeId;
-        let truth = self.clocks.reading(reference, t) - self.clocks.reading(i as NodeId, t);
+        let timeline = self.timeline_of_reference(r.reference_id);
+        let truth = self.timeline_value(&timeline, t) - self.clocks.reading(i as NodeId, t);
         let age_s = (at - r.anchor_ns) as f64 / 1e9;
         let estimate = r.offset_ns as f64 + r.drift_ppb * age_s;
         let bound = r.bound_ns as f64 + r.bound_growth_ppb * age_s.abs();
@@ -605,6 +704,7 @@ impl<'a> Sim<'a> {
             node_coordination_max: coordination_max.scaled(per_window),
             counters,
             dropped,
+            hand_overs: self.hand_overs,
             datagrams_lost: self.lost,
             events: self.events,
             wall_ms,

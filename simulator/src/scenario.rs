@@ -37,6 +37,8 @@ pub struct Scenario {
     pub reference: u32,
     /// Windows (0-based) in which every edge of the reference is missing (default none).
     pub reference_outage_windows: Vec<u32>,
+    /// Protocol mode: leadership moves to another node during the run (default never).
+    pub leader_change: Option<LeaderChange>,
     pub clock: ClockModel,
     pub link: LinkModel,
     pub queue: QueueModel,
@@ -60,6 +62,7 @@ impl Default for Scenario {
             pairs_per_second: 200.0,
             reference: 0,
             reference_outage_windows: Vec::new(),
+            leader_change: None,
             clock: ClockModel::default(),
             link: LinkModel::default(),
             queue: QueueModel::default(),
@@ -67,6 +70,15 @@ impl Default for Scenario {
             estimator: EstimatorConfig::default(),
         }
     }
+}
+
+/// Leadership moves from `reference` to node `to` at the start of scored
+/// window `after_window` (0-based, after the warm-up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaderChange {
+    pub after_window: u32,
+    pub to: u32,
 }
 
 /// What the simulator runs.
@@ -244,6 +256,14 @@ impl Scenario {
         let estimator_mode = self.mode == Mode::Estimator;
         if estimator_mode && (self.degree == 0 || self.degree >= self.nodes) {
             return bad("degree must be in 1..nodes");
+        }
+        if let Some(c) = self.leader_change {
+            if c.to >= self.nodes || c.to == self.reference {
+                return bad("leader_change.to must be another node (< nodes)");
+            }
+            if c.after_window >= self.windows {
+                return bad("leader_change.after_window must be < windows");
+            }
         }
         if self.reference >= self.nodes {
             return bad("reference must be < nodes");

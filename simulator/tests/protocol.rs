@@ -97,3 +97,29 @@ fn runs_are_reproducible() {
     b.wall_ms = 0.0;
     assert_eq!(a, b);
 }
+
+#[test]
+fn a_new_leader_continues_the_global_timeline() {
+    let s = Scenario {
+        leader_change: Some(clockmesh_sim::LeaderChange {
+            after_window: 1,
+            to: 2,
+        }),
+        windows: 5,
+        ..scenario(4, Exchange::Relay)
+    };
+    let r = run_protocol(&s).unwrap();
+    // Scored against the timeline each result claims: the old leader's
+    // clock, then the new leader's clock plus what it carried.
+    assert_like_the_cluster_tests(&r);
+    let [h] = r.hand_overs.as_slice() else {
+        panic!("expected one hand-over: {:#?}", r.hand_overs);
+    };
+    assert!(h.carried, "{h:?}");
+    assert!(
+        h.step_ns.abs() <= h.carried_bound_ns,
+        "the timeline stepped by more than the carried bound: {h:?}"
+    );
+    assert!(h.carried_bound_ns < 20_000.0, "{h:?}");
+    assert_eq!(r.counters["timelines_continued"], 1, "{:#?}", r.counters);
+}

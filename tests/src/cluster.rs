@@ -330,6 +330,31 @@ impl Cluster {
         jsonl_records(&self.node_dir(i).join("clockmesh.jsonl"), "node")
     }
 
+    /// Every hand-over line agent `i` wrote (it took the timeline over).
+    pub fn hand_overs(&self, i: usize) -> Vec<HandOver> {
+        jsonl_records(&self.node_dir(i).join("clockmesh.jsonl"), "handover")
+    }
+
+    /// What reference `r` carried when it took the timeline over, if it did.
+    fn carry_of(&self, r: usize) -> Option<HandOver> {
+        self.hand_overs(r)
+            .into_iter()
+            .rev()
+            .find(|h| h.carried_offset_ns.is_some())
+    }
+
+    /// How far the timeline stepped when agent `new` took it over from
+    /// agent `old` (true values at the hand-over), and the bound `new`
+    /// carried; `None` if `new` carried nothing.
+    pub fn hand_over_step(&self, new: usize, old: usize) -> Option<(f64, u64)> {
+        let h = self.carry_of(new)?;
+        let local = h.carried_anchor_ns? + self.cfg.window_s as i64 * 1_000_000_000;
+        let t = local - self.skews[new].at(local);
+        let new_timeline = self.skews[new].at(t) as f64 + h.carried_offset_at(local);
+        let old_timeline = self.skews[old].at(t) as f64;
+        Some((new_timeline - old_timeline, h.carried_bound_ns?))
+    }
+
     /// Checks every node line of every agent (except the reference's own)
     /// against the injected truth.
     pub fn check_all(&self) -> Vec<Checked> {
@@ -354,8 +379,13 @@ impl Cluster {
         // The anchor is on node i's clock; undo its skew to get true time.
         let local = l.anchor_ns;
         let t = local - self.skews[i].at(local);
-        // global − local, global being the reference's clock.
-        let truth = (self.skews[r].at(t) - self.skews[i].at(t)) as f64;
+        // global − local, global being the reference's clock plus what it
+        // carried when it took the timeline over (docs/coordination.md).
+        let reference_local = t + self.skews[r].at(t);
+        let carried = self
+            .carry_of(r)
+            .map_or(0.0, |h| h.carried_offset_at(reference_local));
+        let truth = (self.skews[r].at(t) - self.skews[i].at(t)) as f64 + carried;
         let estimated = l.offset_ns;
         Checked {
             node: l.host.clone(),
@@ -429,6 +459,30 @@ pub fn jsonl_records<T: for<'de> Deserialize<'de>>(path: &Path, kind: &str) -> V
         .filter(|v| v["type"] == kind)
         .filter_map(|v| serde_json::from_value(v).ok())
         .collect()
+}
+
+/// A `"type": "handover"` line: a new leader continued the global timeline
+/// by adding its own last offset (global − local) and drift.
+#[derive(Clone, Debug, Deserialize)]
+pub struct HandOver {
+    pub window: u64,
+    pub reference: String,
+    pub previous_reference: Option<String>,
+    pub carried_anchor_ns: Option<i64>,
+    pub carried_offset_ns: Option<i64>,
+    pub carried_drift_ppb: Option<f64>,
+    pub carried_bound_ns: Option<u64>,
+}
+
+impl HandOver {
+    /// The carried offset at the new leader's local time `local_ns`.
+    pub fn carried_offset_at(&self, local_ns: i64) -> f64 {
+        let (Some(anchor), Some(offset)) = (self.carried_anchor_ns, self.carried_offset_ns) else {
+            return 0.0;
+        };
+        let drift = self.carried_drift_ppb.unwrap_or(0.0);
+        offset as f64 + drift * 1e-9 * (local_ns - anchor) as f64
+    }
 }
 
 /// p-quantile (0..=1) of `v` by nearest rank; `None` when empty.

@@ -213,6 +213,17 @@ fn eight_nodes_converge_and_survive_kills_of_an_agent_and_the_leader() {
     })
     .unwrap();
     let new_leader = c.status(watcher).unwrap().leader.unwrap();
+    let new_i: usize = new_leader.trim_start_matches('n').parse().unwrap();
+    // The new leader continues the global timeline (docs/coordination.md).
+    c.wait_for(Duration::from_secs(30), "the hand-over line", |c| {
+        c.hand_over_step(new_i, leader_i).is_some()
+    })
+    .unwrap();
+    let (step, carried_bound) = c.hand_over_step(new_i, leader_i).unwrap();
+    assert!(
+        step.abs() <= carried_bound as f64,
+        "the timeline stepped {step} ns at the hand-over, carried bound {carried_bound} ns"
+    );
     c.wait_for(
         Duration::from_secs(30),
         "results under the new reference",

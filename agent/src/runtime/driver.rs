@@ -335,6 +335,15 @@ impl<D: Discovery + Coordination> Agent<D> {
             } => self.send(&datagram, to, counter),
             Action::SetTargets(targets) => self.sender.set_targets(targets),
             Action::History(line) => self.write_line(&line),
+            Action::HandOver(line) => {
+                info!(
+                    reference = %line.reference,
+                    previous = ?line.previous_reference,
+                    carried_offset_ns = ?line.carried_offset_ns,
+                    "took the global timeline over"
+                );
+                self.write_line(&line);
+            }
             Action::Publish(r) => self.publish_result(&r),
             Action::PutFits(snapshot) => self.put_fits(snapshot).await,
             Action::FetchFits { window } => return self.fetch_fits(window).await,
