@@ -136,6 +136,13 @@ pub const KEYS: &[Key] = &[
         help: "out-neighbours each node probes (1-20)",
     },
     Key {
+        name: "tracepoint_stamps",
+        env: &["CLOCKMESH_TRACEPOINT_STAMPS"],
+        file_aliases: &[],
+        default: Some("auto"),
+        help: "tp_btf stamp programs (they run for every packet on the host): auto (attached only if the socket's kernel stamps are missing), on or off",
+    },
+    Key {
         name: "max_path_asymmetry_ns",
         env: &["CLOCKMESH_MAX_PATH_ASYMMETRY_NS"],
         file_aliases: &[],
@@ -386,6 +393,7 @@ pub struct AgentConfig {
     pub probe_window_s: Sourced<u64>,
     pub degree: Sourced<usize>,
     pub max_path_asymmetry_ns: Option<Sourced<u64>>,
+    pub tracepoint_stamps: Sourced<TracepointStamps>,
     pub output_dir: Sourced<PathBuf>,
     pub offsets_path: Sourced<PathBuf>,
     pub metrics_addr: Sourced<SocketAddr>,
@@ -402,6 +410,26 @@ pub struct AgentConfig {
     pub kube_lease: Sourced<String>,
     pub advertise_addr: Option<Sourced<std::net::IpAddr>>,
     pub inject_skew: Option<Sourced<InjectedSkew>>,
+}
+
+/// When the tp_btf stamp programs are attached (`tracepoint_stamps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TracepointStamps {
+    /// Only once the socket's kernel stamps turn out to be missing (a driver
+    /// that does not stamp): the programs run for every packet on the host.
+    Auto,
+    On,
+    Off,
+}
+
+fn tracepoint_stamps(s: &str) -> Result<TracepointStamps, String> {
+    Ok(match s {
+        "auto" => TracepointStamps::Auto,
+        "on" | "true" => TracepointStamps::On,
+        "off" | "false" => TracepointStamps::Off,
+        _ => return Err("expected auto, on or off".into()),
+    })
 }
 
 /// Which GPU clock source the agent samples (`gpu_clock`).
@@ -709,6 +737,11 @@ impl AgentConfig {
                 )?,
                 "degree",
                 "degree",
+            )?,
+            tracepoint_stamps: required(
+                typed(layers, "tracepoint_stamps", tracepoint_stamps)?,
+                "tracepoint_stamps",
+                "tracepoint-stamps",
             )?,
             max_path_asymmetry_ns: typed(
                 layers,

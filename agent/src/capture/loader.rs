@@ -103,6 +103,8 @@ pub struct Capture {
     counters: PerCpuArray<MapData, u64>,
     tx_stamps: TxStampSource,
     interface: String,
+    btf_path: PathBuf,
+    tracepoints: bool,
     ebpf: Ebpf,
 }
 
@@ -130,7 +132,33 @@ impl Capture {
         } else {
             TxStampSource::ErrQueue
         };
-        Self::from_loaded(ebpf, &config.interface, tx_stamps)
+        let mut capture = Self::from_loaded(ebpf, &config.interface, tx_stamps)?;
+        capture.btf_path.clone_from(&config.btf_path);
+        capture.tracepoints = config.tracepoints;
+        Ok(capture)
+    }
+
+    /// Attaches the tp_btf programs now (the agent's `tracepoint_stamps =
+    /// auto` does, once the socket's kernel stamps turn out to be missing).
+    pub fn attach_tracepoints(&mut self) -> Result<(), CaptureError> {
+        if self.tracepoints {
+            return Ok(());
+        }
+        let no_btf = |reason: String| CaptureError::NoBtf {
+            path: self.btf_path.clone(),
+            reason,
+        };
+        let blob = std::fs::read(&self.btf_path).map_err(|e| no_btf(e.to_string()))?;
+        let btf =
+            Btf::parse(&blob, aya::Endianness::default()).map_err(|e| no_btf(e.to_string()))?;
+        attach_tracepoints(&mut self.ebpf, &btf)?;
+        self.tracepoints = true;
+        info!(interface = %self.interface, "tp_btf stamp programs attached");
+        Ok(())
+    }
+
+    pub fn tracepoints_attached(&self) -> bool {
+        self.tracepoints
     }
 
     fn from_loaded(
@@ -149,6 +177,8 @@ impl Capture {
             counters,
             tx_stamps,
             interface: interface.to_owned(),
+            btf_path: PathBuf::from(DEFAULT_BTF),
+            tracepoints: false,
             ebpf,
         })
     }

@@ -37,6 +37,10 @@ pub struct ConfigFlags {
     /// wrong value makes every bound lie.
     #[arg(long, value_name = "NS")]
     pub max_path_asymmetry_ns: Option<u64>,
+    /// tp_btf stamp programs, which run for every packet on the host:
+    /// `auto` (attached only if the socket's kernel stamps are missing), `on`, `off`.
+    #[arg(long, value_name = "auto|on|off")]
+    pub tracepoint_stamps: Option<String>,
     /// Directory for the per-window JSONL results.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
@@ -127,6 +131,11 @@ impl ConfigFlags {
                 self.packet_spacing_us.map(|v| v.to_string()),
             ),
             ("degree", "--degree", self.degree.map(|v| v.to_string())),
+            (
+                "tracepoint_stamps",
+                "--tracepoint-stamps",
+                self.tracepoint_stamps.clone(),
+            ),
             (
                 "max_path_asymmetry_ns",
                 "--max-path-asymmetry-ns",

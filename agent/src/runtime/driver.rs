@@ -36,7 +36,7 @@ use crate::{
         stamps::{Stamp, event_stamps, stamp_source, to_realtime},
         timestamping::{self, StampMode, Stamps},
     },
-    config::{AgentConfig, InjectedSkew},
+    config::{AgentConfig, InjectedSkew, TracepointStamps},
     discovery::{Coordination, Discovery, Leadership, Member, Store},
     probe::wire::{AuthKey, StampSource, WireStamp},
     publish::{
@@ -168,6 +168,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         let capture = Capture::attach(&CaptureConfig {
             local_node: me.id,
             polled: true,
+            tracepoints: cfg.tracepoint_stamps.value == TracepointStamps::On,
             ..CaptureConfig::new(iface.clone(), port..=port)
         })?;
         let (tx, sender_rx) = mpsc::unbounded_channel();
@@ -271,10 +272,32 @@ impl<D: Discovery + Coordination> Agent<D> {
         if self.maps_window != Some(window) {
             self.maps_window = Some(window);
             self.measure_clock_maps(); // fresh maps for each window's stamps
+            self.attach_tracepoints_if_needed();
         }
         let actions = self.node.handle_tick(now);
         self.perform(actions).await;
         self.status_extra.last_tick_ns = realtime_now_ns();
+    }
+
+    /// `tracepoint_stamps = auto`: the tp_btf programs are attached once the
+    /// socket's kernel stamps turn out to be missing (checked each window).
+    fn attach_tracepoints_if_needed(&mut self) {
+        if self.cfg.tracepoint_stamps.value != TracepointStamps::Auto
+            || self.capture.tracepoints_attached()
+            || !socket_stamps_missing(self.node.counters())
+        {
+            return;
+        }
+        warn!(
+            "the socket gives no kernel TX or RX stamps (driver without skb_tx_timestamp?): attaching the tp_btf stamp programs"
+        );
+        match self.capture.attach_tracepoints() {
+            Ok(()) => self.count("tracepoints_attached"),
+            Err(e) => {
+                self.count("tracepoint_attach_errors");
+                warn!("attaching the tp_btf programs: {e}");
+            }
+        }
     }
 
     async fn stop(&mut self) {
@@ -723,6 +746,24 @@ fn node_status(r: &pb::NodeOffset) -> NodeOffsetStatus {
     }
 }
 
+/// Pairs sent and received before the stamps they settled with are judged.
+const STAMP_EVIDENCE_PAIRS: u64 = 20;
+
+/// Whether enough pairs settled on one side without any socket (kernel or
+/// NIC) stamp: the driver does not stamp, and the eBPF tracepoints must.
+fn socket_stamps_missing(counters: &BTreeMap<&'static str, u64>) -> bool {
+    let count = |k: &str| counters.get(k).copied().unwrap_or(0);
+    ["tx", "rx"].iter().any(|side| {
+        let socket =
+            count(&format!("{side}_stamps_kernel")) + count(&format!("{side}_stamps_hardware"));
+        let all = socket
+            + count(&format!("{side}_stamps_tracepoint"))
+            + count(&format!("{side}_stamps_tc"))
+            + count(&format!("{side}_stamps_missing"));
+        all >= STAMP_EVIDENCE_PAIRS && socket == 0
+    })
+}
+
 fn config_summary(cfg: &AgentConfig) -> BTreeMap<String, String> {
     let v = serde_json::to_value(cfg).unwrap_or_default();
     let mut out = BTreeMap::new();
@@ -750,5 +791,18 @@ mod tests {
             .unwrap();
         let cfg = AgentConfig::from_layers(&l, "node-a").unwrap();
         assert_eq!(settings(&cfg), Settings::default());
+    }
+
+    #[test]
+    fn tracepoints_are_needed_only_when_one_side_lacks_socket_stamps() {
+        let counters = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect();
+        let kernel = counters(&[("tx_stamps_kernel", 40), ("rx_stamps_kernel", 40)]);
+        assert!(!socket_stamps_missing(&kernel));
+        let tx_from_tc = counters(&[("tx_stamps_tc", 40), ("rx_stamps_kernel", 40)]);
+        assert!(socket_stamps_missing(&tx_from_tc));
+        let nic = counters(&[("tx_stamps_hardware", 40), ("rx_stamps_hardware", 40)]);
+        assert!(!socket_stamps_missing(&nic));
+        let too_few = counters(&[("tx_stamps_tc", 3), ("rx_stamps_kernel", 3)]);
+        assert!(!socket_stamps_missing(&too_few), "not enough evidence yet");
     }
 }
