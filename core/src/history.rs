@@ -13,6 +13,13 @@
 //! history; a steady one lets it grow (the choice chrony makes with its runs
 //! test, here made with the fits' own honest bounds).
 //!
+//! With NIC stamps the history is at most 2 windows
+//! ([`StampClass::max_history_windows`]): their pairs pin the line within a
+//! window, and a longer span only adds the clocks' frequency wander; the
+//! agreement test cannot see that, because the honest bounds of a fit
+//! (half the best RTT plus the slopes that RTT allows) are far wider than
+//! the few ns the wander moves a NIC fit.
+//!
 //! The bound stays honest over the longer span: each fit's model slack
 //! grows with its span by the frequency wander the estimator assumes
 //! (`holdover_wander_ppb`): a frequency change of Δf inside a span T moves
@@ -58,7 +65,15 @@ impl EdgeHistory {
     pub fn fit(&self, cfg: &EstimatorConfig) -> Option<HistoryFit> {
         let mut chosen: Option<HistoryFit> = None;
         let mut accepted: Vec<EdgeFit> = Vec::new();
-        for &span in SPANS.iter().filter(|&&s| s <= self.windows.len()) {
+        // The newest window's stamps set how long a history is worth it.
+        let longest = self
+            .windows
+            .back()
+            .map_or(MAX_WINDOWS, |(_, class)| class.max_history_windows());
+        let spans = SPANS
+            .iter()
+            .filter(|&&s| s <= self.windows.len() && s <= longest);
+        for &span in spans {
             let (outcome, stamps) = self.fit_span(span, cfg);
             let Ok(fit) = &outcome.fit else {
                 if chosen.is_none() {
@@ -200,5 +215,15 @@ mod tests {
         let (base, frac) = f.offset_at(f.epoch_ns);
         let truth = offset(f.epoch_ns) as f64;
         assert!(((base as f64 + frac) - truth).abs() <= f.bound_ns, "{f:?}");
+    }
+
+    #[test]
+    fn nic_stamps_keep_a_short_history() {
+        let mut h = EdgeHistory::default();
+        for w in 0..MAX_WINDOWS as i64 {
+            h.push(window(w, |_| 1_000), StampClass::Nic);
+        }
+        let fit = h.fit(&cfg()).unwrap();
+        assert_eq!(fit.windows, StampClass::Nic.max_history_windows());
     }
 }
