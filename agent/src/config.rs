@@ -342,6 +342,15 @@ impl Layers {
     fn get(&self, name: &'static str) -> Option<&(String, Source)> {
         self.values.get(name)
     }
+
+    /// Every key's raw value and where it came from (unset keys left out),
+    /// in [`KEYS`] order: what `clockmesh config` shows when the typed
+    /// configuration cannot be built.
+    pub fn raw(&self) -> Vec<(&'static str, &str, &Source)> {
+        KEYS.iter()
+            .filter_map(|k| self.get(k.name).map(|(v, s)| (k.name, v.as_str(), s)))
+            .collect()
+    }
 }
 
 fn parse_file(path: &Path, text: &str) -> Result<Vec<(String, String)>, ConfigError> {
@@ -560,6 +569,14 @@ fn list(s: &str) -> Result<Vec<String>, String> {
     Ok(items)
 }
 
+/// A static member list, checked as the agent will read it (so `config`
+/// refuses what `agent` would refuse).
+fn static_members(s: &str) -> Result<Vec<String>, String> {
+    let items = list(s)?;
+    crate::discovery::StaticDiscovery::parse(&items).map_err(|e| e.to_string())?;
+    Ok(items)
+}
+
 fn skew(s: &str) -> Result<InjectedSkew, String> {
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
     let bad = || {
@@ -613,6 +630,18 @@ fn typed<T>(
     }))
 }
 
+/// The agent's HTTP endpoint alone (`clockmesh status` needs nothing else,
+/// so it works where the agent's other required keys are not set).
+pub fn metrics_addr(layers: &Layers) -> Result<Sourced<SocketAddr>, ConfigError> {
+    required(
+        typed(layers, "metrics_addr", |s| {
+            s.parse().map_err(|_| "expected IP:PORT".to_string())
+        })?,
+        "metrics_addr",
+        "metrics-addr",
+    )
+}
+
 fn required<T>(
     v: Option<Sourced<T>>,
     name: &'static str,
@@ -630,9 +659,18 @@ fn int_in<T: std::str::FromStr + PartialOrd + fmt::Display + Copy>(
     hi: T,
 ) -> impl Fn(&str) -> Result<T, String> {
     move |s| {
-        let v: T = s.parse().map_err(|_| "not a whole number".to_string())?;
+        let out_of_range = || format!("must be between {lo} and {hi}");
+        let v: T = s.parse().map_err(|_| {
+            // A whole number the type cannot hold (70000 for a port) is out
+            // of range, not malformed.
+            if s.parse::<i128>().is_ok() {
+                out_of_range()
+            } else {
+                "not a whole number".to_string()
+            }
+        })?;
         if v < lo || v > hi {
-            return Err(format!("must be between {lo} and {hi}"));
+            return Err(out_of_range());
         }
         Ok(v)
     }
@@ -758,13 +796,7 @@ impl AgentConfig {
                 "offsets_path",
                 "offsets-path",
             )?,
-            metrics_addr: required(
-                typed(layers, "metrics_addr", |s| {
-                    s.parse().map_err(|_| "expected IP:PORT".to_string())
-                })?,
-                "metrics_addr",
-                "metrics-addr",
-            )?,
+            metrics_addr: metrics_addr(layers)?,
             snapshot_period_ms: required(
                 typed(layers, "snapshot_period_ms", int_in(1u64, 3_600_000))?,
                 "snapshot_period_ms",
@@ -786,7 +818,7 @@ impl AgentConfig {
                 "discovery",
                 "discovery",
             )?,
-            members: typed(layers, "members", list)?,
+            members: typed(layers, "members", static_members)?,
             etcd_endpoints: required(
                 typed(layers, "etcd_endpoints", list)?,
                 "etcd_endpoints",

@@ -38,6 +38,13 @@ fn main() -> ExitCode {
     init_logging();
     match run(Cli::parse().command) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader closed the pipe (`… | head`): nothing left to say.
+        Err(e)
+            if e.downcast_ref::<cli::out::StdoutError>()
+                .is_some_and(cli::out::StdoutError::is_closed_pipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             // One line with the cause chain; no backtrace for users.
             eprintln!("clockmesh: error: {e:#}");
@@ -59,12 +66,15 @@ fn run(command: Command) -> anyhow::Result<()> {
     }
 }
 
-/// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`); colours only
+/// when stderr is a terminal (not in log files or `kubectl logs`).
 fn init_logging() {
+    use std::io::IsTerminal as _;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }

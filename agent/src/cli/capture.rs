@@ -53,7 +53,7 @@ async fn capture_loop(args: CaptureArgs) -> anyhow::Result<()> {
     cfg.tracepoints = !args.no_tracepoints;
     let mut capture = Capture::attach(&cfg)?;
     if !args.json {
-        println!(
+        crate::outln!(
             "{:>6} {:>10} {:>10} {:>8} {:>3} {:>20} {:>20} {:>20}",
             "point",
             "sender",
@@ -63,7 +63,7 @@ async fn capture_loop(args: CaptureArgs) -> anyhow::Result<()> {
             "ktime (MONO ns)",
             "skb tstamp (ns)",
             "hw tstamp (ns)"
-        );
+        )?;
     }
     let deadline = args
         .duration
@@ -99,9 +99,9 @@ fn print_event(ev: &ProbeEvent, json: bool) -> anyhow::Result<()> {
             "tstamp_type": ev.tstamp_type, "hw_tstamp_ns": ev.hw_tstamp_ns,
             "src_port": ev.src_port, "dst_port": ev.dst_port,
         });
-        println!("{value}");
+        crate::outln!("{value}")?;
     } else {
-        println!(
+        crate::outln!(
             "{:>6} {:>10} {:>10} {:>8} {:>3} {:>20} {:>20} {:>20}",
             point_name(ev.point),
             ev.sender,
@@ -111,7 +111,7 @@ fn print_event(ev: &ProbeEvent, json: bool) -> anyhow::Result<()> {
             ev.ktime_ns,
             ev.skb_tstamp_ns,
             ev.hw_tstamp_ns
-        );
+        )?;
     }
     Ok(())
 }

@@ -101,6 +101,13 @@ pub struct ConfigFlags {
 impl ConfigFlags {
     /// Builds the layered configuration from the process environment.
     pub fn resolve(&self) -> anyhow::Result<AgentConfig> {
+        let layers = self.layers()?;
+        Ok(AgentConfig::from_layers(&layers, &hostname())?)
+    }
+
+    /// The layers (defaults, file, environment, flags), not yet checked as
+    /// a whole.
+    pub fn layers(&self) -> anyhow::Result<Layers> {
         let lookup = |v: &str| std::env::var(v).ok();
         let mut layers = Layers::with_defaults();
         if let Some(file) = config::config_file(self.config.as_deref(), lookup) {
@@ -194,7 +201,7 @@ impl ConfigFlags {
         for s in &self.set {
             layers.apply_set(s)?;
         }
-        Ok(AgentConfig::from_layers(&layers, &hostname())?)
+        Ok(layers)
     }
 }
 
@@ -219,22 +226,51 @@ pub struct ConfigArgs {
 }
 
 pub fn run(args: ConfigArgs) -> anyhow::Result<()> {
-    let cfg = args.flags.resolve()?;
+    let layers = args.flags.layers()?;
+    let cfg = match AgentConfig::from_layers(&layers, &hostname()) {
+        Ok(cfg) => cfg,
+        // Still show what is set, then say why an agent could not run.
+        Err(e) => {
+            print_raw(&layers, args.json)?;
+            anyhow::bail!("not a configuration an agent can run with: {e}");
+        }
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&cfg)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&cfg)?)?;
         return Ok(());
     }
     let value = serde_json::to_value(&cfg)?;
     let serde_json::Value::Object(map) = value else {
         anyhow::bail!("configuration did not serialise to an object");
     };
-    println!("{:<20} {:<28} source", "key", "value");
+    crate::outln!("{:<20} {:<28} source", "key", "value")?;
     for (key, entry) in map {
         let (v, src) = match &entry {
             serde_json::Value::Null => ("(unset)".to_string(), "-".to_string()),
             e => (plain(&e["value"]), describe_source(&e["source"])),
         };
-        println!("{key:<20} {v:<28} {src}");
+        crate::outln!("{key:<20} {v:<28} {src}")?;
+    }
+    Ok(())
+}
+
+/// The layered values as they are, for a configuration that does not check.
+fn print_raw(layers: &Layers, json: bool) -> anyhow::Result<()> {
+    let raw = layers.raw();
+    if json {
+        let map: serde_json::Map<String, serde_json::Value> = raw
+            .iter()
+            .map(|(k, v, s)| {
+                let entry = serde_json::json!({"value": v, "source": s.to_string()});
+                ((*k).to_owned(), entry)
+            })
+            .collect();
+        crate::outln!("{}", serde_json::to_string_pretty(&map)?)?;
+        return Ok(());
+    }
+    crate::outln!("{:<20} {:<28} source", "key", "value")?;
+    for (k, v, s) in raw {
+        crate::outln!("{k:<20} {v:<28} {s}")?;
     }
     Ok(())
 }

@@ -436,57 +436,62 @@ pub fn run(args: GpuArgs) -> anyhow::Result<()> {
         gpu_mem_used_after_open_mib: mem_mib,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_text(&report);
+        print_text(&report)?;
     }
     Ok(())
 }
 
-fn print_text(r: &GpuReport) {
+fn print_text(r: &GpuReport) -> Result<(), super::out::StdoutError> {
     let us = |ns: f64| ns / 1e3;
-    println!("device         {}", r.device);
-    println!("source         {} -> {}", r.source, r.host_clock);
-    println!(
+    crate::outln!("device         {}", r.device)?;
+    crate::outln!("source         {} -> {}", r.source, r.host_clock)?;
+    crate::outln!(
         "period         {} ms, {} pairs per burst, {} bursts",
-        r.period_ms, r.burst_len, r.stats.bursts
-    );
-    println!(
+        r.period_ms,
+        r.burst_len,
+        r.stats.bursts
+    )?;
+    crate::outln!(
         "bracket all    p50 {:.2} us  p99 {:.2} us  min {:.2} us",
         us(r.bracket_all_ns.p50),
         us(r.bracket_all_ns.p99),
         us(r.bracket_all_ns.min)
-    );
-    println!(
+    )?;
+    crate::outln!(
         "bracket best   p50 {:.2} us  p99 {:.2} us  (tightest per burst)",
         us(r.bracket_best_ns.p50),
         us(r.bracket_best_ns.p99)
-    );
+    )?;
     match &r.fit {
         Some(f) => {
-            println!(
+            crate::outln!(
                 "fit            offset {} ns at device {} ns, drift {:+.1} ppb ({:+.3} ppm)",
                 f.offset_at_anchor_ns,
                 f.anchor_device_ns,
                 f.drift_ppb,
                 f.drift_ppb / 1e3
-            );
-            println!(
+            )?;
+            crate::outln!(
                 "               residual rms {:.1} ns over {} points, bound {} ns, valid until +{:.1} s",
                 f.residual_rms_ns,
                 f.points,
                 f.bound_ns,
                 (f.valid_until_device_ns - f.anchor_device_ns) as f64 / 1e9
-            );
+            )?;
         }
-        None => println!("fit            none (not enough accepted pairs)"),
+        None => crate::outln!("fit            none (not enough accepted pairs)")?,
     }
-    println!(
+    crate::outln!(
         "window rms     {} windows of {} s: median {:.1} ns, max {:.1} ns",
-        r.window_rms_ns.n, r.window_s, r.window_rms_ns.p50, r.window_rms_ns.max
-    );
+        r.window_rms_ns.n,
+        r.window_s,
+        r.window_rms_ns.p50,
+        r.window_rms_ns.max
+    )?;
     for h in &r.prediction {
-        println!(
+        crate::outln!(
             "predict +{:>5} ms  |err| p50 {:.0} ns  p99 {:.0} ns  max {:.0} ns  within bound {:.4}  refused {}",
             h.horizon_ms,
             h.abs_error_ns.p50,
@@ -494,17 +499,19 @@ fn print_text(r: &GpuReport) {
             h.abs_error_ns.max,
             h.within_bound,
             h.refused
-        );
+        )?;
     }
-    println!(
+    crate::outln!(
         "cpu            process {:.4}% of a core, sample() {:.4}% ({:.1} us per burst p50)",
-        r.cpu.process_pct_of_core, r.cpu.sampling_pct_of_core, r.cpu.per_burst_cpu_us.p50
-    );
+        r.cpu.process_pct_of_core,
+        r.cpu.sampling_pct_of_core,
+        r.cpu.per_burst_cpu_us.p50
+    )?;
     if let Some(m) = r.gpu_mem_used_after_open_mib {
-        println!("gpu memory     {m:.0} MiB in use on the device after opening");
+        crate::outln!("gpu memory     {m:.0} MiB in use on the device after opening")?;
     }
     let s = &r.stats;
-    println!(
+    crate::outln!(
         "rejected       bracket {} invalid {} non-monotonic {} outlier {} pruned {} resets {} source errors {}",
         s.rejected_bracket_too_wide,
         s.rejected_invalid,
@@ -513,5 +520,6 @@ fn print_text(r: &GpuReport) {
         s.pruned_outliers,
         s.resets,
         s.source_errors
-    );
+    )?;
+    Ok(())
 }

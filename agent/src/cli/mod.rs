@@ -4,6 +4,8 @@ pub mod capture;
 pub mod config;
 pub mod gpu;
 pub mod offsets;
+#[macro_use]
+pub mod out;
 pub mod simulate;
 pub mod status;
 pub mod trace;

@@ -24,9 +24,9 @@ pub fn run(args: OffsetsArgs) -> anyhow::Result<()> {
     let now = clockmesh::devclock::host::realtime_ns()?;
     let fresh = reader.snapshot().and_then(|s| s.check_fresh(now));
     if args.json {
-        println!("{:#}", to_json(&record, fresh.as_ref().err(), now));
+        crate::outln!("{:#}", to_json(&record, fresh.as_ref().err(), now))?;
     } else {
-        print!("{}", render(&record, fresh.as_ref().err(), now));
+        crate::out!("{}", render(&record, fresh.as_ref().err(), now))?;
     }
     Ok(())
 }

@@ -43,26 +43,27 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if scenario.mode == Mode::Protocol {
         let report = clockmesh_sim::run_protocol(&scenario)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            crate::outln!("{}", serde_json::to_string_pretty(&report)?)?;
         } else {
-            print!("{}", report.table());
-            print_peak_rss();
+            crate::out!("{}", report.table())?;
+            print_peak_rss()?;
         }
         return Ok(());
     }
     let report = clockmesh_sim::run(&scenario)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", report.table(args.per_window));
-        print_peak_rss();
+        crate::out!("{}", report.table(args.per_window))?;
+        print_peak_rss()?;
     }
     Ok(())
 }
 
-fn print_peak_rss() {
-    if let Some(kib) = peak_rss_kib() {
-        println!("peak RSS          {:.1} MiB", kib as f64 / 1024.0);
+fn print_peak_rss() -> Result<(), super::out::StdoutError> {
+    match peak_rss_kib() {
+        Some(kib) => crate::outln!("peak RSS          {:.1} MiB", kib as f64 / 1024.0),
+        None => Ok(()),
     }
 }
 

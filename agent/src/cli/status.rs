@@ -1,38 +1,54 @@
 //! `clockmesh status`: what the local agent knows, like `chronyc tracking`
 //! and `chronyc sources` (reads the agent's `/status` endpoint).
-use std::net::SocketAddr;
+use std::{net::SocketAddr, path::PathBuf};
 
 use anyhow::{Context as _, bail};
-use clockmesh::runtime::{http, status::Status};
-
-use super::config::ConfigFlags;
+use clockmesh::{
+    config::{self, Layers},
+    runtime::{http, status::Status},
+};
 
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
     /// Print the agent's full status as JSON.
     #[arg(long)]
     json: bool,
-    /// Agent endpoint (default: the configured metrics_addr; 0.0.0.0 means this host).
+    /// Agent endpoint (default: the agent's metrics_addr from --config,
+    /// CLOCKMESH_METRICS_ADDR or 127.0.0.1:9977; 0.0.0.0 means this host).
     #[arg(long, value_name = "IP:PORT")]
     addr: Option<SocketAddr>,
-    #[command(flatten)]
-    flags: ConfigFlags,
+    /// The agent's config file, to find its metrics_addr (default from
+    /// CLOCKMESH_CONFIG or XLA_DIST_PROF_CONFIG).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     let addr = match args.addr {
         Some(a) => a,
-        None => local_endpoint(args.flags.resolve()?.metrics_addr.value),
+        None => local_endpoint(configured_endpoint(args.config.as_deref())?),
     };
     let body = http_get(addr, "/status")
         .with_context(|| format!("no clockmesh agent answers on {addr} (is it running?)"))?;
     if args.json {
-        println!("{body}");
+        crate::outln!("{body}")?;
         return Ok(());
     }
     let s: Status = serde_json::from_str(&body).context("the agent's /status is not valid")?;
-    print!("{}", render(&s));
+    crate::out!("{}", render(&s))?;
     Ok(())
+}
+
+/// The agent's `metrics_addr` as it would resolve it (defaults, file,
+/// environment); no other key is needed or checked.
+fn configured_endpoint(file: Option<&std::path::Path>) -> anyhow::Result<SocketAddr> {
+    let lookup = |v: &str| std::env::var(v).ok();
+    let mut layers = Layers::with_defaults();
+    if let Some(file) = config::config_file(file, lookup) {
+        layers.apply_file(&file)?;
+    }
+    layers.apply_env(lookup);
+    Ok(config::metrics_addr(&layers)?.value)
 }
 
 fn local_endpoint(a: SocketAddr) -> SocketAddr {

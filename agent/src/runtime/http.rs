@@ -13,7 +13,7 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
 };
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::status::Status;
 use crate::publish::realtime_now_ns;
@@ -30,16 +30,33 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
+/// Connections served at once; more wait in the listen backlog.
+pub const MAX_CONNECTIONS: usize = 32;
+/// Pause after a failed `accept` (EMFILE, ENFILE, ENOBUFS…): retrying at
+/// once would spin a core while the condition lasts.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
 pub async fn serve(listener: TcpListener, status: SharedStatus) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        // A slot first: past the cap, connections wait in the backlog.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                warn!("http accept failed: {e}; retrying in {ACCEPT_BACKOFF:?}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
         };
         let status = status.clone();
         tokio::spawn(async move {
             if let Err(e) = tokio::time::timeout(IO_TIMEOUT, handle(stream, status)).await {
                 debug!("http connection timed out: {e}");
             }
+            drop(slot);
         });
     }
 }
@@ -79,7 +96,14 @@ pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )?;
     let mut out = String::new();
-    s.read_to_string(&mut out)?;
+    s.read_to_string(&mut out).map_err(|e| match e.kind() {
+        // A read timeout surfaces as EAGAIN ("os error 11"): say what it means.
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {} s", IO_TIMEOUT.as_secs()),
+        ),
+        _ => e,
+    })?;
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
     let code = head
         .split_whitespace()
@@ -179,5 +203,31 @@ mod tests {
             assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
             assert!(out.contains("clockmesh_up{node=\"n1\""), "{out}");
         });
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_cap_wait_until_one_ends() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, Arc::new(Mutex::new(Status::default()))));
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(TcpStream::connect(addr).await.unwrap()); // never sends
+        }
+        let get = |mut c: TcpStream| async move {
+            c.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.unwrap();
+            let mut out = String::new();
+            c.read_to_string(&mut out).await.map(|_| out)
+        };
+        let waiting = tokio::spawn(get(TcpStream::connect(addr).await.unwrap()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "served past the cap");
+        drop(idle.pop()); // its handler sees EOF and frees a slot
+        let out = tokio::time::timeout(Duration::from_secs(3), waiting)
+            .await
+            .expect("served once a slot was free")
+            .unwrap()
+            .unwrap();
+        assert!(out.starts_with("HTTP/1.1"), "{out}");
     }
 }
