@@ -139,7 +139,36 @@ fn cluster_converges(nodes: usize, direct_pair: bool) {
         }
         assert_eq!(c.http_get(i, "/healthz").unwrap().0, 200);
         assert_eq!(c.http_get(i, "/readyz").unwrap().0, 200);
+        // Programs attached, sockets bound, socket stamps seen: no thread
+        // of the agent keeps a capability.
+        let pid = c.pid(i).expect("agent pid");
+        for (thread, caps) in effective_capabilities(pid) {
+            assert_eq!(
+                caps, 0,
+                "agent {i} thread {thread} keeps capabilities {caps:#x}"
+            );
+        }
     }
+}
+
+/// (thread name, CapEff) of every thread of `pid`.
+fn effective_capabilities(pid: u32) -> Vec<(String, u64)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
+        .map(|status| {
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(str::trim)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let caps = u64::from_str_radix(&field("CapEff:"), 16).unwrap_or(u64::MAX);
+            (field("Name:"), caps)
+        })
+        .collect()
 }
 
 #[test]

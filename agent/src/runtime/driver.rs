@@ -61,6 +61,8 @@ pub(super) struct Agent<D> {
     maps: Vec<ClockMap>,
     /// The window the clock maps were last measured in.
     maps_window: Option<i64>,
+    /// All capabilities given up ([`super::privileges`]).
+    privileges_dropped: bool,
     sock: std::net::UdpSocket,
     sender: Sender,
     sender_rx: mpsc::UnboundedReceiver<Vec<SenderEvent>>,
@@ -212,6 +214,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             phc: clocks::phc_index(&iface),
             maps: Vec::new(),
             maps_window: None,
+            privileges_dropped: false,
             capture,
             sock,
             sender,
@@ -273,6 +276,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             self.maps_window = Some(window);
             self.measure_clock_maps(); // fresh maps for each window's stamps
             self.attach_tracepoints_if_needed();
+            self.drop_privileges_once_settled();
         }
         let actions = self.node.handle_tick(now);
         self.perform(actions).await;
@@ -297,6 +301,29 @@ impl<D: Discovery + Coordination> Agent<D> {
                 self.count("tracepoint_attach_errors");
                 warn!("attaching the tp_btf programs: {e}");
             }
+        }
+    }
+
+    /// Gives up every capability once nothing needs one: at once, unless
+    /// `tracepoint_stamps = auto` may still attach programs; then once the
+    /// socket's stamps proved present (or the programs are attached).
+    fn drop_privileges_once_settled(&mut self) {
+        if self.privileges_dropped {
+            return;
+        }
+        let undecided = self.cfg.tracepoint_stamps.value == TracepointStamps::Auto
+            && !self.capture.tracepoints_attached()
+            && !socket_stamps_present(self.node.counters());
+        if undecided {
+            return;
+        }
+        self.privileges_dropped = true;
+        match super::privileges::drop_all() {
+            Ok(()) => {
+                self.count("capabilities_dropped");
+                info!("programs attached and sockets bound: all capabilities dropped");
+            }
+            Err(e) => warn!("dropping capabilities: {e}"),
         }
     }
 
@@ -746,6 +773,16 @@ fn node_status(r: &pb::NodeOffset) -> NodeOffsetStatus {
     }
 }
 
+/// Whether enough pairs settled on both sides with socket (kernel or NIC)
+/// stamps: the tp_btf fallback will not be needed.
+fn socket_stamps_present(counters: &BTreeMap<&'static str, u64>) -> bool {
+    let count = |k: &str| counters.get(k).copied().unwrap_or(0);
+    ["tx", "rx"].iter().all(|side| {
+        count(&format!("{side}_stamps_kernel")) + count(&format!("{side}_stamps_hardware"))
+            >= STAMP_EVIDENCE_PAIRS
+    })
+}
+
 /// Pairs sent and received before the stamps they settled with are judged.
 const STAMP_EVIDENCE_PAIRS: u64 = 20;
 
@@ -804,5 +841,22 @@ mod tests {
         assert!(!socket_stamps_missing(&nic));
         let too_few = counters(&[("tx_stamps_tc", 3), ("rx_stamps_kernel", 3)]);
         assert!(!socket_stamps_missing(&too_few), "not enough evidence yet");
+    }
+
+    #[test]
+    fn privileges_wait_for_socket_stamps_on_both_sides() {
+        let counters = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect();
+        assert!(socket_stamps_present(&counters(&[
+            ("tx_stamps_kernel", 20),
+            ("rx_stamps_hardware", 20)
+        ])));
+        assert!(!socket_stamps_present(&counters(&[(
+            "tx_stamps_kernel",
+            40
+        )])));
+        assert!(!socket_stamps_present(&counters(&[
+            ("tx_stamps_kernel", 19),
+            ("rx_stamps_kernel", 40)
+        ])));
     }
 }

@@ -63,7 +63,13 @@ impl GpuClocks {
         let (s, st) = (shared.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("gpu-clock".into())
-            .spawn(move || sample_forever(&choice, &devices, period, &s, &st))?;
+            .spawn(move || {
+                // Device clocks need device files, not capabilities.
+                if let Err(e) = super::privileges::drop_all() {
+                    tracing::warn!("gpu-clock: dropping capabilities: {e}");
+                }
+                sample_forever(&choice, &devices, period, &s, &st)
+            })?;
         Ok(Some(GpuClocks {
             shared,
             stop,

@@ -16,6 +16,7 @@ pub mod gpu;
 mod gpu_publish;
 pub mod http;
 pub mod jsonl;
+pub mod privileges;
 pub mod sender;
 pub mod status;
 

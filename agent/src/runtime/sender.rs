@@ -185,6 +185,10 @@ struct Worker {
 
 impl Worker {
     fn run(&mut self) {
+        // The socket is bound and configured: this thread needs no privilege.
+        if let Err(e) = super::privileges::drop_all() {
+            warn!("sender: dropping capabilities: {e}");
+        }
         // Tight timers for the pair spacing (default slack is 50 µs).
         let _ = nix::sys::prctl::set_timerslack(1_000);
         self.rng = u64::from(self.cfg.me).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.cfg.seq_base;
