@@ -5,7 +5,10 @@ use std::{net::SocketAddr, path::PathBuf};
 use anyhow::{Context as _, bail};
 use clockmesh::{
     config::{self, Layers},
-    runtime::{http, status::Status},
+    runtime::{
+        http,
+        status::{NodeOffsetStatus, Status},
+    },
 };
 
 #[derive(clap::Args, Debug)]
@@ -104,6 +107,34 @@ fn duration_words(ns: u64) -> String {
     }
 }
 
+/// Whether the result is current, in holdover or stale; when it was made;
+/// its bound now, and how fast that grows.
+fn freshness(o: &NodeOffsetStatus, now_ns: i64) -> String {
+    let age_ns = now_ns.saturating_sub(o.anchor_ns).max(0);
+    let state = if now_ns > o.valid_until_ns {
+        "stale (readers refuse it: no result within its validity)"
+    } else if o.anchor_kind == "holdover" {
+        "holdover (the reference was not reachable: carried forward)"
+    } else {
+        "synchronised"
+    };
+    let bound_now = o.bound_ns as f64 + o.bound_growth_ppb * age_ns as f64 / 1e9;
+    let mut out = format!("State        : {state}\n");
+    out += &format!(
+        "Last update  : {} ({} ago; every {})\n",
+        super::trace::utc(o.anchor_ns),
+        duration_words(age_ns as u64),
+        duration_words(o.window_ns.max(0) as u64)
+    );
+    out += &format!(
+        "Bound now    : ± {:.0} ns (± {} at the update, growing {:.1} ns per s)\n",
+        bound_now,
+        duration_words(o.bound_ns),
+        o.bound_growth_ppb
+    );
+    out
+}
+
 /// The human-readable report.
 pub fn render(s: &Status) -> String {
     let mut out = String::new();
@@ -126,6 +157,7 @@ pub fn render(s: &Status) -> String {
                 "Reference    : {} (window {}, {})\n",
                 o.reference, o.window, o.anchor_kind
             );
+            out += &freshness(o, clockmesh::publish::realtime_now_ns());
             out += &format!(
                 "Offset       : {} ns ± {} ns (global − local: {})\n",
                 signed(o.offset_ns),
@@ -260,7 +292,7 @@ fn truncate(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clockmesh::runtime::status::{EdgeStatus, NodeOffsetStatus, PeerStatus};
+    use clockmesh::runtime::status::{EdgeStatus, PeerStatus};
 
     #[test]
     fn report_shows_offset_peers_and_drops() {
@@ -366,5 +398,30 @@ mod tests {
             local_endpoint("0.0.0.0:9977".parse().unwrap()),
             "127.0.0.1:9977".parse().unwrap()
         );
+    }
+
+    #[test]
+    fn freshness_says_synchronised_holdover_or_stale_and_grows_the_bound() {
+        let o = NodeOffsetStatus {
+            anchor_ns: 1_700_000_000_000_000_000,
+            valid_until_ns: 1_700_000_012_000_000_000,
+            bound_ns: 500,
+            bound_growth_ppb: 20.0,
+            window_ns: 4_000_000_000,
+            anchor_kind: "reference".into(),
+            ..Default::default()
+        };
+        let two_s_later = o.anchor_ns + 2_000_000_000;
+        let text = freshness(&o, two_s_later);
+        assert!(text.contains("State        : synchronised"), "{text}");
+        assert!(text.contains("2023-11-14 22:13:20.000000000 UTC"), "{text}");
+        assert!(text.contains("± 540 ns"), "500 + 20 ns/s × 2 s: {text}");
+        assert!(text.contains("every 4.000 s"), "{text}");
+        let holdover = NodeOffsetStatus {
+            anchor_kind: "holdover".into(),
+            ..o.clone()
+        };
+        assert!(freshness(&holdover, two_s_later).contains("holdover"));
+        assert!(freshness(&o, o.valid_until_ns + 1).contains("stale"));
     }
 }

@@ -173,7 +173,7 @@ fn plane_clock(p: &PlaneSummary) -> Option<String> {
 }
 
 /// `YYYY-MM-DD HH:MM:SS.nnnnnnnnn UTC` without a date crate.
-fn utc(ns: i64) -> String {
+pub(crate) fn utc(ns: i64) -> String {
     let (secs, nanos) = (ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000));
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (y, m, d) = civil_from_days(days);

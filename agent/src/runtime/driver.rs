@@ -523,7 +523,10 @@ impl<D: Discovery + Coordination> Agent<D> {
             anchor_kind,
         };
         self.write_line(&NodeLine::new(&entry));
-        self.status_extra.offset = Some(node_status(r));
+        self.status_extra.offset = Some(NodeOffsetStatus {
+            window_ns: self.node.settings().window_ns(),
+            ..node_status(r)
+        });
     }
 
     // ---- membership ----
@@ -770,6 +773,8 @@ fn node_status(r: &pb::NodeOffset) -> NodeOffsetStatus {
         anchor_ns: r.anchor_ns,
         valid_until_ns: r.valid_until_ns as i64,
         anchor_kind: r.anchor_kind.clone(),
+        bound_growth_ppb: r.bound_growth_ppb,
+        window_ns: 0,
     }
 }
 

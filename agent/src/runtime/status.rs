@@ -78,6 +78,11 @@ pub struct NodeOffsetStatus {
     pub anchor_ns: i64,
     pub valid_until_ns: i64,
     pub anchor_kind: String,
+    /// How fast the bound grows with the result's age (drift uncertainty
+    /// plus the assumed wander), ppb = ns per s.
+    pub bound_growth_ppb: f64,
+    /// Estimation window length: the update interval, ns.
+    pub window_ns: i64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
