@@ -106,3 +106,19 @@ fn logs_to_a_file_carry_no_colour_codes() {
     assert!(err.contains("simulating"), "{err}");
     assert!(!err.contains('\u{1b}'), "ANSI escape in {err:?}");
 }
+
+#[test]
+fn offsets_says_what_is_wrong_with_the_path() {
+    let (out, _, err) = run(&mut clockmesh(&["offsets", "--path", "/tmp"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("/tmp is a directory"), "{err}");
+    let (_, _, err) = run(&mut clockmesh(&[
+        "offsets",
+        "--path",
+        "/nonexistent/offsets",
+    ]));
+    assert!(
+        err.contains("no offsets file at /nonexistent/offsets"),
+        "{err}"
+    );
+}

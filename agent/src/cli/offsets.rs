@@ -9,8 +9,13 @@ use serde_json::json;
 
 #[derive(clap::Args, Debug)]
 pub struct OffsetsArgs {
-    /// The offsets file.
-    #[arg(long, value_name = "FILE", default_value = "/run/clockmesh/offsets")]
+    /// The offsets file (the agent's offsets_path).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CLOCKMESH_OFFSETS_PATH",
+        default_value = "/run/clockmesh/offsets"
+    )]
     path: PathBuf,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -18,6 +23,7 @@ pub struct OffsetsArgs {
 }
 
 pub fn run(args: OffsetsArgs) -> anyhow::Result<()> {
+    check_path(&args.path)?;
     let reader = OffsetsReader::open(&args.path)
         .with_context(|| format!("opening {}", args.path.display()))?;
     let record = reader.read_record().context("reading the record")?;
@@ -29,6 +35,22 @@ pub fn run(args: OffsetsArgs) -> anyhow::Result<()> {
         crate::out!("{}", render(&record, fresh.as_ref().err(), now))?;
     }
     Ok(())
+}
+
+/// Plain words for the two mistakes a user makes with `--path` (the
+/// reader's own errors would say "No such device" for a directory).
+fn check_path(path: &std::path::Path) -> anyhow::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => anyhow::bail!(
+            "{} is a directory; give the offsets file itself (the agent's offsets_path)",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+            "no offsets file at {} (is the agent running, and is this its offsets_path?)",
+            path.display()
+        ),
+        _ => Ok(()),
+    }
 }
 
 fn device_usable(d: &DeviceMap, now: i64) -> &'static str {
