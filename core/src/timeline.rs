@@ -82,6 +82,17 @@ pub struct HandOverLine {
 }
 
 impl HandOverLine {
+    /// The carry this line records, if the new leader carried one.
+    pub fn carry(&self) -> Option<Carry> {
+        Some(Carry {
+            anchor_ns: self.carried_anchor_ns?,
+            offset_ns: self.carried_offset_ns?,
+            drift_ppb: self.carried_drift_ppb?,
+            bound_ns: self.carried_bound_ns?,
+            from: self.previous_reference.clone().unwrap_or_default(),
+        })
+    }
+
     pub fn new(window: u64, reference: &str, carry: Option<&Carry>) -> Self {
         HandOverLine {
             kind: "handover",
@@ -126,6 +137,9 @@ mod tests {
         c.apply(&mut r, 1_000_001_000);
         assert_eq!(r.offset_ns, 7_000 - 300);
         assert_eq!(r.drift_ppb, 2_010.0);
+        let line = HandOverLine::new(3, "new", Some(&c));
+        assert_eq!(line.carry(), Some(c));
+        assert_eq!(HandOverLine::new(3, "new", None).carry(), None);
     }
 
     #[test]

@@ -579,22 +579,10 @@ impl<'a> Sim<'a> {
     /// against its clock are on the timeline it carries; scores the step.
     fn hand_over(&mut self, i: usize, line: &HandOverLine) {
         let node = i as NodeId;
-        let carry = match (
-            line.carried_anchor_ns,
-            line.carried_offset_ns,
-            line.carried_drift_ppb,
-            line.carried_bound_ns,
-        ) {
-            (Some(anchor_ns), Some(offset_ns), Some(drift_ppb), Some(bound_ns)) => Some(Carry {
-                anchor_ns,
-                offset_ns,
-                drift_ppb,
-                bound_ns,
-                from: line.previous_reference.clone().unwrap_or_default(),
-            }),
-            _ => None,
+        let new = TimelineDef {
+            node,
+            carry: line.carry(),
         };
-        let new = TimelineDef { node, carry };
         let t = self.now as f64;
         let old = self.timeline_of_reference(self.current_reference);
         let id = node + 1;

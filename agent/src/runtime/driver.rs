@@ -778,14 +778,28 @@ fn node_status(r: &pb::NodeOffset) -> NodeOffsetStatus {
     }
 }
 
+/// Pairs settled on `side` ("tx" or "rx"): (with a socket stamp, kernel or
+/// NIC; in all).
+fn settled_stamps(counters: &BTreeMap<&'static str, u64>, side: &str) -> (u64, u64) {
+    let count = |source: &str| {
+        counters
+            .get(format!("{side}_stamps_{source}").as_str())
+            .copied()
+            .unwrap_or(0)
+    };
+    let socket = count("kernel") + count("hardware");
+    (
+        socket,
+        socket + count("tracepoint") + count("tc") + count("missing"),
+    )
+}
+
 /// Whether enough pairs settled on both sides with socket (kernel or NIC)
 /// stamps: the tp_btf fallback will not be needed.
 fn socket_stamps_present(counters: &BTreeMap<&'static str, u64>) -> bool {
-    let count = |k: &str| counters.get(k).copied().unwrap_or(0);
-    ["tx", "rx"].iter().all(|side| {
-        count(&format!("{side}_stamps_kernel")) + count(&format!("{side}_stamps_hardware"))
-            >= STAMP_EVIDENCE_PAIRS
-    })
+    ["tx", "rx"]
+        .iter()
+        .all(|side| settled_stamps(counters, side).0 >= STAMP_EVIDENCE_PAIRS)
 }
 
 /// Pairs sent and received before the stamps they settled with are judged.
@@ -794,14 +808,8 @@ const STAMP_EVIDENCE_PAIRS: u64 = 20;
 /// Whether enough pairs settled on one side without any socket (kernel or
 /// NIC) stamp: the driver does not stamp, and the eBPF tracepoints must.
 fn socket_stamps_missing(counters: &BTreeMap<&'static str, u64>) -> bool {
-    let count = |k: &str| counters.get(k).copied().unwrap_or(0);
     ["tx", "rx"].iter().any(|side| {
-        let socket =
-            count(&format!("{side}_stamps_kernel")) + count(&format!("{side}_stamps_hardware"));
-        let all = socket
-            + count(&format!("{side}_stamps_tracepoint"))
-            + count(&format!("{side}_stamps_tc"))
-            + count(&format!("{side}_stamps_missing"));
+        let (socket, all) = settled_stamps(counters, side);
         all >= STAMP_EVIDENCE_PAIRS && socket == 0
     })
 }
