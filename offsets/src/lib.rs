@@ -9,6 +9,9 @@
 //! - [`OffsetsReader`]: the Rust reader; `to_global` fails closed (missing,
 //!   bad format/version, no data, stale), like fbclock's `DATA_STALE`.
 //! - [`history`]: per-window results as JSON lines, for offline trace merge.
+//! - [`HostMap`]: a host's time-varying map local → global from anchors
+//!   (history entries, or a hook's start and stop records);
+//!   [`HostMap::to_global`] places a stamp at its own time.
 //!
 //! The byte layout is specified in `docs/offsets-format.md`; the C reader
 //! (`hook/include/clockmesh.h`) and the Python reader (`python/clockmesh`)
@@ -16,12 +19,14 @@
 
 pub mod device_map;
 pub mod history;
+pub mod host_map;
 pub mod layout;
 mod reader;
 mod shm;
 mod writer;
 
 pub use device_map::PublishedDeviceMap;
+pub use host_map::{Anchor, GlobalTime, HostMap, Segment};
 pub use layout::{
     DeviceKind, DeviceMap, KernelClocks, MAX_DEVICES, NodeMap, Record, device_flags, flags,
 };

@@ -33,6 +33,17 @@ pub mod clock_stats {
     pub const OFFSET_NS: &str = "clock_offset_ns";
     pub const OFFSET_BOUND_NS: &str = "clock_offset_bound_ns";
     pub const DRIFT_PPB: &str = "clock_drift_ppb";
+    /// How fast the start record's bound grows away from it, ppb.
+    pub const BOUND_GROWTH_PPB: &str = "clock_bound_growth_ppb";
+    /// The record taken at session stop: the local time it holds at
+    /// (`profile_stop_time`), and its offset, bound, drift and growth there.
+    pub const STOP_AT_NS: &str = "clock_stop_at_ns";
+    pub const STOP_OFFSET_NS: &str = "clock_stop_offset_ns";
+    pub const STOP_OFFSET_BOUND_NS: &str = "clock_stop_offset_bound_ns";
+    pub const STOP_DRIFT_PPB: &str = "clock_stop_drift_ppb";
+    pub const STOP_BOUND_GROWTH_PPB: &str = "clock_stop_bound_growth_ppb";
+    /// Which records the hook took: "start+stop", "start" or "stop-only".
+    pub const ANCHORS: &str = "clock_anchors";
     pub const REFERENCE_ID: &str = "clock_reference_id";
     pub const EPOCH: &str = "clock_agent_epoch";
     pub const ANCHOR_NS: &str = "clock_anchor_ns";

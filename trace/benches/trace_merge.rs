@@ -2,9 +2,14 @@
 //! Python baseline using the `protobuf` package on the same input, measured
 //! in one run; peak memory of both.
 //!
+//! Two placements, each against the Python peer doing the same work:
+//! `shift` (one constant offset per host: line timestamps only) and
+//! `drift` (each host's clock drifts; the agent's history gives an anchor
+//! every 4 s and every event start and end is placed at its own time).
+//!
 //! `cargo bench -p clockmesh-trace --bench trace_merge`
 //! Env: CLOCKMESH_BENCH_MB total input size (default 1024, split over 4
-//! hosts); CLOCKMESH_PYTHON a python with `protobuf` (default
+//! hosts); CLOCKMESH_BENCH_MODE shift, drift or both (default both); CLOCKMESH_PYTHON a python with `protobuf` (default
 //! $CARGO_TARGET_DIR/pyvenv/bin/python, made by python/test.sh; the baseline
 //! is skipped with a message when it is missing). Inputs are cached in
 //! $CARGO_TARGET_DIR/bench-traces.
@@ -15,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use clockmesh_offsets::history::HistoryEntry;
 use clockmesh_trace::synth::{SynthSpec, write_synthetic};
 use clockmesh_trace::{MergeOptions, merge};
 
@@ -65,6 +71,37 @@ fn offsets() -> HashMap<String, i64> {
         .collect()
 }
 
+/// Drift of each host's offset in `drift` mode: 10-40 ppm, whole ns per 4 s.
+fn drift_ppb(host: usize) -> i64 {
+    (host as i64 + 1) * 10_000
+}
+
+const WINDOW_NS: i64 = 4_000_000_000;
+
+/// The agent's history for `drift` mode: per host an anchor every 4 s
+/// from 8 s before to 8 s after the session, exact on the line
+/// offset + drift × (t − session start).
+fn drift_history(mb: u64) -> Vec<HistoryEntry> {
+    let offs = offsets();
+    let mut out = Vec::new();
+    for h in 0..HOSTS {
+        let s = spec(h, mb);
+        let host = format!("host{h}");
+        for k in -2..(s.duration_ns / WINDOW_NS + 3) {
+            out.push(HistoryEntry {
+                host: host.clone(),
+                window: k as u64,
+                anchor_ns: s.start_ns + k * WINDOW_NS,
+                offset_ns: offs[&host] + drift_ppb(h) * k * WINDOW_NS / 1_000_000_000,
+                drift_ppb: drift_ppb(h) as f64,
+                bound_ns: 100,
+                ..HistoryEntry::default()
+            });
+        }
+    }
+    out
+}
+
 /// Peak resident memory of this process (KiB), from /proc.
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -77,17 +114,36 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU seconds (user + system) of this process so far, from /proc.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime is the
+    // 12th, stime the 13th, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    f.iter().sum::<f64>() / 100.0
+}
+
 /// Child mode: one merge in a fresh process, so its peak memory is its own.
-fn merge_child(out: &Path, files: &[PathBuf]) {
-    let opts = MergeOptions {
+fn merge_child(out: &Path, mode: &str, mb: u64, files: &[PathBuf]) {
+    let mut opts = MergeOptions {
         out_dir: out.to_path_buf(),
         run_name: "bench".into(),
-        offsets: offsets(),
         ..MergeOptions::default()
     };
+    match mode {
+        "drift" => opts.history = drift_history(mb),
+        _ => opts.offsets = offsets(),
+    }
     let t = Instant::now();
     let report = merge(files, &opts, &mut |_| {}).unwrap();
     println!("seconds={:.3}", t.elapsed().as_secs_f64());
+    println!("cpu_seconds={:.2}", cpu_seconds());
     println!("bytes={}", report.bytes_in);
     println!("peak_rss_kib={}", peak_rss_kib());
 }
@@ -101,14 +157,14 @@ fn parse(out: &str, key: &str) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--merge-child") {
-        let files: Vec<PathBuf> = args[3..].iter().map(PathBuf::from).collect();
-        return merge_child(Path::new(&args[2]), &files);
-    }
     let mb: u64 = std::env::var("CLOCKMESH_BENCH_MB")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024);
+    if args.get(1).map(String::as_str) == Some("--merge-child") {
+        let files: Vec<PathBuf> = args[4..].iter().map(PathBuf::from).collect();
+        return merge_child(Path::new(&args[2]), &args[3], mb, &files);
+    }
     let t = Instant::now();
     let files = inputs(mb);
     let bytes: u64 = files
@@ -119,13 +175,22 @@ fn main() {
         "inputs ready ({bytes} bytes) in {:.1} s",
         t.elapsed().as_secs_f64()
     );
+    let mode = std::env::var("CLOCKMESH_BENCH_MODE").unwrap_or_else(|_| "both".into());
+    for m in ["shift", "drift"] {
+        if mode == m || mode == "both" {
+            bench_mode(m, mb, bytes, &files);
+        }
+    }
+}
 
+fn bench_mode(mode: &str, mb: u64, bytes: u64, files: &[PathBuf]) {
     let work = target_dir().join("bench-traces/out");
     let _ = std::fs::remove_dir_all(&work);
     let out = Command::new(std::env::current_exe().unwrap())
         .arg("--merge-child")
         .arg(work.join("rust"))
-        .args(&files)
+        .arg(mode)
+        .args(files)
         .output()
         .unwrap();
     assert!(
@@ -135,9 +200,10 @@ fn main() {
     );
     let rust = String::from_utf8_lossy(&out.stdout).to_string();
     let (rs, rmem) = (parse(&rust, "seconds"), parse(&rust, "peak_rss_kib"));
+    let rcpu = parse(&rust, "cpu_seconds");
     let mbps = |s: f64| bytes as f64 / s / 1e6;
     println!(
-        "trace merge (rust): {bytes} bytes in {rs:.3} s = {:.0} MB/s, peak RSS {:.0} MiB",
+        "[{mode}] trace merge (rust): {bytes} bytes in {rs:.3} s = {:.0} MB/s, {rcpu:.2} CPU-s, peak RSS {:.0} MiB",
         mbps(rs),
         rmem / 1024.0
     );
@@ -149,14 +215,14 @@ fn main() {
     let offs = offsets();
     let jobs: Vec<String> = files
         .iter()
-        .map(|f| {
-            let host = f
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .trim_end_matches(".xplane.pb")
-                .to_string();
-            format!("{host}={}:{}", offs[&host], f.display())
+        .enumerate()
+        .map(|(h, f)| {
+            let host = format!("host{h}");
+            let map = match mode {
+                "drift" => format!("{},{},{}", offs[&host], drift_ppb(h), spec(h, mb).start_ns),
+                _ => offs[&host].to_string(),
+            };
+            format!("{host}={map}:{}", f.display())
         })
         .collect();
     let py = Command::new(&python)
@@ -168,14 +234,16 @@ fn main() {
         Ok(o) if o.status.success() => {
             let py = String::from_utf8_lossy(&o.stdout).to_string();
             let (ps, pmem) = (parse(&py, "seconds"), parse(&py, "peak_rss_kib"));
+            let pcpu = parse(&py, "cpu_seconds");
             println!(
-                "python protobuf baseline: {ps:.3} s = {:.0} MB/s, peak RSS {:.0} MiB",
+                "[{mode}] python protobuf baseline: {ps:.3} s = {:.0} MB/s, {pcpu:.2} CPU-s, peak RSS {:.0} MiB",
                 mbps(ps),
                 pmem / 1024.0
             );
             println!(
-                "speedup rust/python = {:.1}x, memory python/rust = {:.1}x",
+                "[{mode}] speedup rust/python = {:.1}x wall, {:.1}x CPU; memory python/rust = {:.1}x",
                 ps / rs,
+                pcpu / rcpu,
                 pmem / rmem
             );
             check_same_timestamps(&work);

@@ -13,26 +13,24 @@
 //! (C) into a byte counter, for the new length; (C) the rewrite itself.
 //! Memory stays O(lines). Design and limits: `docs/trace-merge.md`.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::fs::File;
 use std::io::Write;
 use std::str::FromStr;
-
-use clockmesh_proto::clock_stats;
+use std::sync::Arc;
 
 use super::fields::{self, xevent, xline};
 use super::plan::{
-    ABSOLUTE_THRESHOLD_NS, DeviceError, DevicePlaneReport, HostPlacement, MergeError, OffsetSource,
+    ABSOLUTE_THRESHOLD_NS, DeviceError, DevicePlaneReport, HostPlacement, MergeError,
 };
 use super::rewrite::{Counting, Region, RegionWriter};
 use super::scan::{LineInfo, PlaneSummary, Scan};
-use super::wire::{LEN, VARINT, WireReader, put_varint, varint_len};
+use super::wire::{LEN, SliceReader, VARINT, WireReader, put_varint, varint_len};
 use super::{FileError, TraceError};
-use clockmesh_offsets::PublishedDeviceMap;
 use clockmesh_offsets::device_map::HOST_REALTIME;
-use clockmesh_offsets::history::{
-    DeviceHistoryEntry, DeviceMapIndex, DeviceMaps, HistoryEntry, NodeIndex,
-};
+use clockmesh_offsets::history::{DeviceHistoryEntry, DeviceMapIndex, DeviceMaps};
+use clockmesh_offsets::{GlobalTime, HostMap, PublishedDeviceMap, Segment};
 
 /// `--device-clock [HOST:]PLANE=DEVICE`: PLANE's timestamps are raw
 /// readings of DEVICE's clock (on HOST, or on every host).
@@ -262,27 +260,11 @@ pub fn check_specs_used(
     }
 }
 
-/// The node offset (global − local) for device times: one value (from
-/// `--offset`, the hook's stat, or assumed) or the history at each host time.
-enum NodeClock<'a> {
-    Fixed {
-        offset_ns: i64,
-        bound_ns: Option<u64>,
-    },
-    History {
-        host: String,
-        index: &'a NodeIndex<'a>,
-    },
-}
+/// The device map one time (and the end of its event) goes through;
+/// `None` on a host-clock plane.
+type Choice<'a> = Option<&'a DeviceHistoryEntry>;
 
-/// The map and node entry one time (and the end of its event) goes through.
-#[derive(Clone, Copy)]
-struct Choice<'a> {
-    map: &'a DeviceHistoryEntry,
-    node: Option<&'a HistoryEntry>,
-}
-
-/// A device time that cannot be placed, and why.
+/// A time that cannot be placed, and why.
 #[derive(Debug)]
 struct Unmapped {
     device_ns: i128,
@@ -306,10 +288,14 @@ struct Placed {
     node_bound_known: bool,
 }
 
-/// Device time → global time for one device plane of one host.
+/// A plane's clock → global time: through a device's maps to host time
+/// (device planes), then the host's map (every plane).
 struct Timeline<'a> {
-    maps: &'a DeviceMaps<'a>,
-    node: NodeClock<'a>,
+    /// `None`: the plane is already in host CLOCK_REALTIME.
+    maps: Option<&'a DeviceMaps<'a>>,
+    node: Arc<HostMap>,
+    /// The piece of `node` used last: a line's events are close in time.
+    piece: RefCell<Option<Segment>>,
     /// What XLA subtracted from line timestamps at or after the session
     /// start (`profile_start_time`); `None` for clocks whose values never
     /// reach it (counters), which XLA leaves raw.
@@ -320,8 +306,19 @@ struct Timeline<'a> {
 const OUTSIDE: &str = "outside every published map";
 
 impl<'a> Timeline<'a> {
-    /// The device time (ps) of a stored line timestamp (inverse of XLA's
-    /// `NormalizeTimestamps`, as for host lines).
+    /// A host-clock plane's timeline.
+    fn host(node: Arc<HostMap>, session_start_ns: Option<i64>, origin_ns: i64) -> Self {
+        Self {
+            maps: None,
+            node,
+            piece: RefCell::new(None),
+            session_start_ns,
+            origin_ps: i128::from(origin_ns) * 1000,
+        }
+    }
+
+    /// The plane-clock time (ps) of a stored line timestamp (inverse of
+    /// XLA's `NormalizeTimestamps`).
     fn line_start_ps(&self, ts_ns: i64) -> i128 {
         let ts = i128::from(ts_ns);
         match self.session_start_ns {
@@ -337,72 +334,69 @@ impl<'a> Timeline<'a> {
             .map_err(|_| Unmapped::at(device_ps, "not a device clock value"))
     }
 
-    /// The nearest-anchor map covering the time, and the node entry at its host time.
+    /// The nearest-anchor device map covering the time.
     fn choose(&self, device_ps: i128) -> Result<Choice<'a>, Unmapped> {
-        let d = Self::device_ns(device_ps)?;
-        let map = self
-            .maps
-            .lookup(d)
-            .ok_or_else(|| Unmapped::at(device_ps, OUTSIDE))?;
-        let node = match &self.node {
-            NodeClock::Fixed { .. } => None,
-            NodeClock::History { host, index } => {
-                let host_ns = map
-                    .map
-                    .map(d)
-                    .ok_or_else(|| Unmapped::at(device_ps, OUTSIDE))?;
-                let e = index
-                    .lookup(host, host_ns)
-                    .ok_or_else(|| Unmapped::at(device_ps, "no node offset in the history"))?;
-                Some(e)
-            }
+        let Some(maps) = self.maps else {
+            return Ok(None);
         };
-        Ok(Choice { map, node })
+        let d = Self::device_ns(device_ps)?;
+        maps.lookup(d)
+            .map(Some)
+            .ok_or_else(|| Unmapped::at(device_ps, OUTSIDE))
     }
 
-    /// Places a device time through `c`'s map and node entry, both
-    /// evaluated in ps (the maps' own formulas, without rounding to ns).
-    fn place(&self, c: Choice<'a>, device_ps: i128) -> Result<Placed, Unmapped> {
-        let d = Self::device_ns(device_ps)?;
-        if c.map.map.map(d).is_none() {
-            return Err(Unmapped::at(device_ps, OUTSIDE));
-        }
-        let host_ps = map_ps(&c.map.map, device_ps);
-        let (offset_ps, node_bound) = match (&self.node, c.node) {
-            (
-                NodeClock::Fixed {
-                    offset_ns,
-                    bound_ns,
-                },
-                _,
-            ) => (i128::from(*offset_ns) * 1000, *bound_ns),
-            (NodeClock::History { .. }, Some(e)) => (e.offset_at_ps(host_ps), Some(e.bound_ns)),
-            (NodeClock::History { .. }, None) => {
-                return Err(Unmapped::at(device_ps, "no node offset in the history"));
+    /// Places a time through `c`'s device map (if any) and the host map,
+    /// both evaluated in ps (the maps' own formulas, without rounding to ns).
+    fn place(&self, c: Choice<'a>, time_ps: i128) -> Result<Placed, Unmapped> {
+        let host_ps = match c {
+            Some(m) => {
+                let d = Self::device_ns(time_ps)?;
+                if m.map.map(d).is_none() {
+                    return Err(Unmapped::at(time_ps, OUTSIDE));
+                }
+                map_ps(&m.map, time_ps)
             }
+            None => time_ps,
         };
+        let g = self.node_global_ps(host_ps);
         Ok(Placed {
-            ps: host_ps
-                .saturating_add(offset_ps)
-                .saturating_sub(self.origin_ps),
-            bound_ns: c.map.map.bound_ns.saturating_add(node_bound.unwrap_or(0)),
-            node_bound_known: node_bound.is_some(),
+            ps: g.global_ps.saturating_sub(self.origin_ps),
+            bound_ns: c.map_or(0, |m| m.map.bound_ns).saturating_add(g.bound_ns),
+            node_bound_known: self.node.bound_known(),
         })
     }
 
-    /// Places `[start, end]`; the end goes through the start's map and
-    /// node entry when that map covers it, so a duration sees one drift.
+    /// The host map at `host_ps`, through the piece used last when it holds.
+    fn node_global_ps(&self, host_ps: i128) -> GlobalTime {
+        // Borrowed, not copied: this runs for every event start and end.
+        let mut piece = self.piece.borrow_mut();
+        match piece.as_ref() {
+            Some(p) if p.contains(host_ps) => p.to_global_ps(host_ps),
+            _ => piece
+                .insert(self.node.segment(host_ps))
+                .to_global_ps(host_ps),
+        }
+    }
+
+    /// Places `[start, end]`; the end goes through the start's device map
+    /// when that map covers it, so a duration sees one device drift.
     fn span(&self, start_ps: i128, end_ps: i128) -> Result<(Placed, Placed), Unmapped> {
         let c = self.choose(start_ps)?;
         let start = self.place(c, start_ps)?;
-        let same = Self::device_ns(end_ps).is_ok_and(|d| c.map.map.map(d).is_some());
+        let same = match c {
+            Some(m) => Self::device_ns(end_ps).is_ok_and(|d| m.map.map(d).is_some()),
+            None => true,
+        };
         let c_end = if same { c } else { self.choose(end_ps)? };
         Ok((start, self.place(c_end, end_ps)?))
     }
 
     /// "N map(s) cover A..B ns" for error messages.
     fn coverage(&self) -> String {
-        let e = self.maps.entries();
+        let Some(maps) = self.maps else {
+            return "host clock".into();
+        };
+        let e = maps.entries();
         let from = e.iter().map(|e| e.map.valid_from_device_ns).min();
         let until = e.iter().map(|e| e.map.valid_until_device_ns).max();
         match (from, until) {
@@ -425,6 +419,7 @@ fn map_ps(m: &PublishedDeviceMap, device_ps: i128) -> i128 {
 /// Mapped events and bounds, accumulated while planning.
 #[derive(Clone, Copy, Debug)]
 struct Tally {
+    lines: u64,
     events: u64,
     worst_bound_ns: u64,
     node_bound_known: bool,
@@ -433,6 +428,7 @@ struct Tally {
 impl Default for Tally {
     fn default() -> Self {
         Self {
+            lines: 0,
             events: 0,
             worst_bound_ns: 0,
             node_bound_known: true,
@@ -458,26 +454,32 @@ struct EventTimes {
     offset_bytes: u64,
     duration_fields: u64,
     duration_bytes: u64,
+    /// Where the (last) offset and duration values lie in the event:
+    /// with one of each, the rewrite copies around them without parsing.
+    offset_at: usize,
+    duration_at: usize,
 }
 
-/// Reads an event's time fields; `r` ends at the event's end.
-fn read_event_times(r: &mut WireReader, n: u64) -> Result<EventTimes, TraceError> {
-    let end = r.pos() + n;
+/// Reads an event's time fields from its bytes (`base`: their file position).
+fn event_times(bytes: &[u8], base: u64) -> Result<EventTimes, TraceError> {
+    let mut r = SliceReader::new(bytes, base);
     let mut t = EventTimes::default();
-    while r.pos() < end {
+    while !r.is_done() {
         let (field, wire) = r.read_key()?;
-        let at = r.pos();
+        let at = r.at();
         match (field, wire) {
             (xevent::OFFSET_PS, VARINT) => {
                 t.offset_ps = r.read_varint()? as i64;
                 t.aggregated = false;
                 t.offset_fields += 1;
-                t.offset_bytes += r.pos() - at;
+                t.offset_bytes += (r.at() - at) as u64;
+                t.offset_at = at;
             }
             (xevent::DURATION_PS, VARINT) => {
                 t.duration_ps = r.read_varint()? as i64;
                 t.duration_fields += 1;
-                t.duration_bytes += r.pos() - at;
+                t.duration_bytes += (r.at() - at) as u64;
+                t.duration_at = at;
             }
             (xevent::NUM_OCCURRENCES, VARINT) => {
                 r.read_varint()?;
@@ -485,20 +487,111 @@ fn read_event_times(r: &mut WireReader, n: u64) -> Result<EventTimes, TraceError
             }
             (xevent::OFFSET_PS | xevent::DURATION_PS | xevent::NUM_OCCURRENCES, _) => {
                 return Err(TraceError::malformed(
-                    at,
+                    base + at as u64,
                     "XEvent time field is not a varint",
                 ));
             }
-            _ => r.skip_value(wire, end)?,
+            _ => r.skip_value(wire)?,
         }
     }
-    if r.pos() != end {
-        return Err(TraceError::malformed(
-            r.pos(),
-            "field runs past the end of its message",
-        ));
-    }
     Ok(t)
+}
+
+/// Whether a time field absent from the event must be added.
+fn inserted(fields: u64, value: i64) -> bool {
+    fields == 0 && value != 0
+}
+
+/// The encoded length of an event of `n` bytes once its times are
+/// `offset` and `duration`.
+fn new_event_len(n: u64, t: &EventTimes, offset: i64, duration: i64) -> u64 {
+    let field_len = |v: i64| varint_len(v as u64);
+    n - t.offset_bytes - t.duration_bytes
+        + t.offset_fields * field_len(offset)
+        + t.duration_fields * field_len(duration)
+        + u64::from(inserted(t.offset_fields, offset)) * (1 + field_len(offset))
+        + u64::from(inserted(t.duration_fields, duration)) * (1 + field_len(duration))
+}
+
+/// Appends the event, length prefix included, with its times replaced;
+/// every other field is copied byte for byte.
+fn encode_event(
+    bytes: &[u8],
+    base: u64,
+    t: &EventTimes,
+    (offset, duration): (i64, i64),
+    out: &mut Vec<u8>,
+) -> Result<(), TraceError> {
+    put_varint(out, new_event_len(bytes.len() as u64, t, offset, duration));
+    if inserted(t.offset_fields, offset) {
+        out.push(fields::key(xevent::OFFSET_PS, VARINT));
+        put_varint(out, offset as u64);
+    }
+    if inserted(t.duration_fields, duration) {
+        out.push(fields::key(xevent::DURATION_PS, VARINT));
+        put_varint(out, duration as u64);
+    }
+    if t.offset_fields <= 1 && t.duration_fields <= 1 {
+        splice_times(bytes, t, offset, duration, out);
+        return Ok(());
+    }
+    let mut r = SliceReader::new(bytes, base);
+    while !r.is_done() {
+        let from = r.at();
+        let (field, wire) = r.read_key()?;
+        let new = match (field, wire) {
+            (xevent::OFFSET_PS, VARINT) => Some(offset),
+            (xevent::DURATION_PS, VARINT) => Some(duration),
+            _ => None,
+        };
+        match new {
+            Some(v) => {
+                out.extend_from_slice(&bytes[from..r.at()]);
+                r.read_varint()?;
+                put_varint(out, v as u64);
+            }
+            None => {
+                r.skip_value(wire)?;
+                out.extend_from_slice(&bytes[from..r.at()]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`encode_event`]'s body for an event with at most one offset and one
+/// duration field (XLA writes one of each): the bytes around them copied,
+/// the values replaced, no second parse.
+fn splice_times(bytes: &[u8], t: &EventTimes, offset: i64, duration: i64, out: &mut Vec<u8>) {
+    let mut values = [
+        (t.offset_fields, t.offset_at, t.offset_bytes, offset),
+        (t.duration_fields, t.duration_at, t.duration_bytes, duration),
+    ];
+    values.sort_by_key(|v| v.1);
+    let mut copied = 0;
+    for (fields, at, len, value) in values {
+        if fields == 1 {
+            out.extend_from_slice(&bytes[copied..at]);
+            put_varint(out, value as u64);
+            copied = at + len as usize;
+        }
+    }
+    out.extend_from_slice(&bytes[copied..]);
+}
+
+/// A timed event placed relative to a line starting at `new_ts_ns`:
+/// its start and end, and its new offset and duration (never negative).
+fn place_event(
+    t: &EventTimes,
+    line_ps: i128,
+    new_ts_ns: i64,
+    tl: &Timeline<'_>,
+) -> Result<(Placed, Placed, (i64, i64)), Unmapped> {
+    let s = line_ps + i128::from(t.offset_ps);
+    let (a, b) = tl.span(s, s + i128::from(t.duration_ps))?;
+    let offset = to_i64(a.ps - i128::from(new_ts_ns) * 1000, s)?;
+    let duration = to_i64(b.ps - a.ps, s)?;
+    Ok((a, b, (offset, duration)))
 }
 
 /// What planning decided for one mapped line.
@@ -514,6 +607,16 @@ struct LinePlan {
     new_ts_ns: i64,
     /// New `XLine.duration_ps`, when the line has one.
     new_duration_ps: Option<i64>,
+}
+
+/// Walk A's result for a line with timed events.
+struct LineSizing {
+    new_ts_ns: i64,
+    new_duration_ps: Option<i64>,
+    /// The new content length, when walk A could count it: every event's
+    /// offset was counted from the line's placed start, which turned out
+    /// to be its new timestamp (no event placed before it).
+    new_len: Option<u64>,
 }
 
 /// A line walk failed: bad bytes, or a time that cannot be placed.
@@ -534,35 +637,51 @@ impl From<Unmapped> for WalkError {
     }
 }
 
-/// Walk A: places every time of a line (fail closed) and decides its new
-/// timestamp and duration; `None` when the line has no timed events.
+/// Walk A: places every time of a line (fail closed), decides its new
+/// timestamp and duration, and counts its new length when it can; `None`
+/// when the line has no timed events.
 fn plan_line(
     r: &mut WireReader,
     line: &LineInfo,
     tl: &Timeline<'_>,
     tally: &mut Tally,
-) -> Result<Option<(i64, Option<i64>)>, WalkError> {
+    buf: &mut Vec<u8>,
+) -> Result<Option<LineSizing>, WalkError> {
     r.seek_to(line.content_start)?;
     let end = line.content_end;
     let line_ps = tl.line_start_ps(line.timestamp_ns);
+    let placed_start = tl.place(tl.choose(line_ps)?, line_ps)?;
+    // Events rarely start before their line: count sizes against its start.
+    let guess_ts = i64::try_from(placed_start.ps.div_euclid(1000))
+        .map_err(|_| Unmapped::at(line_ps, "placed time out of range"))?;
     let (mut earliest, mut timed, mut line_dur) = (i128::MAX, 0u64, None);
+    let (mut dur_fields, mut dur_bytes, mut delta, mut counted) = (0u64, 0u64, 0i64, true);
     let mut line_tally = Tally::default();
     while r.pos() < end {
         let (field, wire) = r.read_key()?;
         match (field, wire) {
-            (xline::DURATION_PS, VARINT) => line_dur = Some(r.read_varint()? as i64),
+            (xline::DURATION_PS, VARINT) => {
+                let at = r.pos();
+                line_dur = Some(r.read_varint()? as i64);
+                dur_fields += 1;
+                dur_bytes += r.pos() - at;
+            }
             (xline::EVENTS, LEN) => {
                 let n = r.read_len(end)?;
-                let t = read_event_times(r, n)?;
+                let base = r.pos();
+                r.read_into(n, buf)?;
+                let t = event_times(buf, base)?;
                 if t.aggregated {
                     continue;
                 }
-                let s = line_ps + i128::from(t.offset_ps);
-                let (a, b) = tl.span(s, s + i128::from(t.duration_ps))?;
+                let (a, b, (offset, duration)) = place_event(&t, line_ps, guess_ts, tl)?;
                 earliest = earliest.min(a.ps);
                 line_tally.add(a);
                 line_tally.add(b);
                 timed += 1;
+                counted &= a.ps >= placed_start.ps;
+                let new_n = new_event_len(n, &t, offset, duration);
+                delta += (varint_len(new_n) + new_n) as i64 - (varint_len(n) + n) as i64;
             }
             _ => r.skip_value(wire, end)?,
         }
@@ -582,7 +701,25 @@ fn plan_line(
     tally.events += timed;
     tally.worst_bound_ns = tally.worst_bound_ns.max(line_tally.worst_bound_ns);
     tally.node_bound_known &= line_tally.node_bound_known;
-    Ok(Some((new_ts, new_dur)))
+    let new_len = (counted && new_ts == guess_ts).then(|| {
+        let ts_change = if line.ts_fields.is_empty() {
+            1 + varint_len(new_ts as u64) as i64
+        } else {
+            line.ts_fields
+                .iter()
+                .map(|f| varint_len(new_ts as u64) as i64 - i64::from(f.len))
+                .sum()
+        };
+        let dur_change = new_dur.map_or(0, |d| {
+            (dur_fields * varint_len(d as u64)) as i64 - dur_bytes as i64
+        });
+        ((end - line.content_start) as i64 + delta + ts_change + dur_change) as u64
+    });
+    Ok(Some(LineSizing {
+        new_ts_ns: new_ts,
+        new_duration_ps: new_dur,
+        new_len,
+    }))
 }
 
 fn to_i64(ps: i128, device_ps: i128) -> Result<i64, Unmapped> {
@@ -596,18 +733,33 @@ fn recopy(r: &mut WireReader, from: u64, out: &mut dyn Write) -> Result<(), Trac
     r.copy_to(n, &mut &mut *out)
 }
 
-fn put(out: &mut dyn Write, value: u64) -> Result<(), TraceError> {
-    let mut b = Vec::with_capacity(10);
-    put_varint(&mut b, value);
-    out.write_all(&b).map_err(TraceError::io)
+fn put(out: &mut dyn Write, mut value: u64) -> Result<(), TraceError> {
+    // On the stack: this runs for line fields of every placed line.
+    let mut b = [0u8; 10];
+    let mut n = 0;
+    while value >= 0x80 {
+        b[n] = (value as u8) | 0x80;
+        value >>= 7;
+        n += 1;
+    }
+    b[n] = value as u8;
+    out.write_all(&b[..=n]).map_err(TraceError::io)
 }
 
-/// Walks B and C: writes the line's new content. Other fields, unknown
-/// ones included, are copied byte for byte.
+/// Reusable event buffers of the writing walks: one event in, one out.
+#[derive(Default)]
+struct Scratch {
+    event: Vec<u8>,
+    encoded: Vec<u8>,
+}
+
+/// Walk C (and B, into a counter): writes the line's new content. Other
+/// fields, unknown ones included, are copied byte for byte.
 fn write_line(
     r: &mut WireReader,
     plan: &LinePlan,
     tl: &Timeline<'_>,
+    scratch: &mut Scratch,
     out: &mut dyn Write,
 ) -> Result<(), WalkError> {
     r.seek_to(plan.start)?;
@@ -632,9 +784,17 @@ fn write_line(
                 put(out, dur as u64)?;
             }
             (xline::EVENTS, LEN, _) => {
-                recopy(r, from, out)?;
+                // The key goes out with the event: one write per event.
+                scratch.encoded.clear();
+                if r.pos() - from == 1 {
+                    scratch.encoded.push(fields::key(xline::EVENTS, LEN));
+                } else {
+                    recopy(r, from, out)?;
+                }
                 let n = r.read_len(end)?;
-                write_event(r, n, line_ps, plan.new_ts_ns, tl, out)?;
+                let base = r.pos();
+                r.read_into(n, &mut scratch.event)?;
+                write_event(base, line_ps, plan.new_ts_ns, tl, scratch, out)?;
             }
             _ => {
                 r.skip_value(wire, end)?;
@@ -645,68 +805,28 @@ fn write_line(
     Ok(())
 }
 
-/// Writes one event (length prefix included) with its offset and duration
-/// placed on the global timeline relative to the new line start.
+/// Writes one event (length prefix included, bytes in `scratch.event`,
+/// after whatever `scratch.encoded` holds) with its offset and duration
+/// placed relative to the new line start.
 fn write_event(
-    r: &mut WireReader,
-    n: u64,
+    base: u64,
     line_ps: i128,
     new_ts_ns: i64,
     tl: &Timeline<'_>,
+    scratch: &mut Scratch,
     out: &mut dyn Write,
 ) -> Result<(), WalkError> {
-    let start = r.pos();
-    let t = read_event_times(r, n)?;
-    r.seek_to(start)?;
+    let bytes = &scratch.event;
+    let t = event_times(bytes, base)?;
+    let enc = &mut scratch.encoded;
     if t.aggregated {
-        put(out, n)?;
-        return Ok(r.copy_to(n, &mut &mut *out)?);
+        put_varint(enc, bytes.len() as u64);
+        enc.extend_from_slice(bytes);
+    } else {
+        let (_, _, times) = place_event(&t, line_ps, new_ts_ns, tl)?;
+        encode_event(bytes, base, &t, times, enc)?;
     }
-    let s = line_ps + i128::from(t.offset_ps);
-    let (a, b) = tl.span(s, s + i128::from(t.duration_ps))?;
-    let offset = to_i64(a.ps - i128::from(new_ts_ns) * 1000, s)?;
-    let duration = to_i64(b.ps - a.ps, s)?;
-    let insert = |fields: u64, v: i64| fields == 0 && v != 0;
-    let (ins_off, ins_dur) = (
-        insert(t.offset_fields, offset),
-        insert(t.duration_fields, duration),
-    );
-    let field_len = |v: i64| varint_len(v as u64);
-    let new_len = n - t.offset_bytes - t.duration_bytes
-        + t.offset_fields * field_len(offset)
-        + t.duration_fields * field_len(duration)
-        + u64::from(ins_off) * (1 + field_len(offset))
-        + u64::from(ins_dur) * (1 + field_len(duration));
-    put(out, new_len)?;
-    if ins_off {
-        put(out, u64::from(fields::key(xevent::OFFSET_PS, VARINT)))?;
-        put(out, offset as u64)?;
-    }
-    if ins_dur {
-        put(out, u64::from(fields::key(xevent::DURATION_PS, VARINT)))?;
-        put(out, duration as u64)?;
-    }
-    let end = start + n;
-    while r.pos() < end {
-        let from = r.pos();
-        let (field, wire) = r.read_key()?;
-        let new = match (field, wire) {
-            (xevent::OFFSET_PS, VARINT) => Some(offset),
-            (xevent::DURATION_PS, VARINT) => Some(duration),
-            _ => None,
-        };
-        match new {
-            Some(v) => {
-                recopy(r, from, out)?;
-                r.read_varint()?;
-                put(out, v as u64)?;
-            }
-            None => {
-                r.skip_value(wire, end)?;
-                recopy(r, from, out)?;
-            }
-        }
-    }
+    out.write_all(enc).map_err(TraceError::io)?;
     Ok(())
 }
 
@@ -718,6 +838,7 @@ pub struct HostDevices<'a> {
     regions: Vec<Region>,
     /// Per scan line: rewritten as a region (else shifted like host lines).
     mapped: Vec<bool>,
+    scratch: Scratch,
 }
 
 impl HostDevices<'_> {
@@ -743,7 +864,7 @@ impl RegionWriter for HostDevices<'_> {
             .get(region.id)
             .ok_or_else(|| TraceError::malformed(region.start, "unknown region"))?;
         let tl = &self.timelines[plan.timeline];
-        write_line(r, plan, tl, out).map_err(|e| match e {
+        write_line(r, plan, tl, &mut self.scratch, out).map_err(|e| match e {
             WalkError::Trace(t) => t,
             // Planning placed every time already: only a changed file gets here.
             WalkError::Unmapped(_) => TraceError::Changed,
@@ -754,13 +875,13 @@ impl RegionWriter for HostDevices<'_> {
 /// Inputs of [`plan_host`] shared by all hosts.
 pub struct DeviceContext<'a> {
     pub maps: &'a DeviceMapIndex<'a>,
-    pub nodes: &'a NodeIndex<'a>,
     pub origin_ns: i64,
 }
 
-/// Plans one host's device-mapped planes (walks A and B): every device
-/// time is placed here, before any output exists, so a time outside the
-/// maps fails the merge with nothing written.
+/// Plans one host's per-event placement (walks A and B): device-mapped
+/// planes always, host-clock planes when the host's map is not one
+/// constant. Every time is placed here, before any output exists, so a
+/// time outside the maps fails the merge with nothing written.
 pub fn plan_host<'a>(
     scan: &Scan,
     place: &mut HostPlacement,
@@ -770,7 +891,8 @@ pub fn plan_host<'a>(
         mapped: vec![false; scan.lines.len()],
         ..HostDevices::default()
     };
-    if place.device_planes.is_empty() {
+    let per_event = !place.map.is_constant();
+    if place.device_planes.is_empty() && !per_event {
         return Ok(out);
     }
     let path = scan.path.display().to_string();
@@ -782,58 +904,101 @@ pub fn plan_host<'a>(
     };
     let file = File::open(&scan.path).map_err(|e| file_err(TraceError::io(e)))?;
     let mut r = WireReader::new(file).map_err(file_err)?;
-    let host = place.host.as_str();
-    for report in &mut place.device_planes {
-        let tl = timeline(scan, host, place.source, place.offset_ns, report, ctx)
-            .map_err(MergeError::Device)?;
-        let ti = out.timelines.len();
-        let mut tally = Tally::default();
-        for (li, line) in scan.lines.iter().enumerate() {
-            if line.plane != report.plane_index {
-                continue;
+    let mut device_planes = std::mem::take(&mut place.device_planes);
+    for report in &mut device_planes {
+        let tl =
+            timeline(scan, &place.host, &place.map, report, ctx).map_err(MergeError::Device)?;
+        let tally = match out.plan_plane(&mut r, scan, report.plane_index, tl) {
+            Ok(t) => t,
+            Err(WalkError::Trace(e)) => return Err(file_err(e)),
+            Err(WalkError::Unmapped(u)) => {
+                return Err(MergeError::Device(Box::new(DeviceError::Unmapped {
+                    path: path.clone(),
+                    plane: report.plane.clone(),
+                    host: place.host.clone(),
+                    device: report.device.clone(),
+                    device_ns: u.device_ns,
+                    what: u.what,
+                    coverage: out
+                        .timelines
+                        .last()
+                        .map_or_else(String::new, |t| t.coverage()),
+                })));
             }
-            let planned = plan_line(&mut r, line, &tl, &mut tally)
-                .and_then(|p| p.map(|p| size_line(&mut r, ti, line, p, &tl)).transpose());
-            match planned {
-                Ok(Some((plan, region))) => {
-                    out.mapped[li] = true;
-                    report.lines_mapped += 1;
-                    out.regions.push(Region {
-                        id: out.lines.len(),
-                        ..region
-                    });
-                    out.lines.push(plan);
-                }
-                Ok(None) => {}
-                Err(WalkError::Trace(e)) => return Err(file_err(e)),
-                Err(WalkError::Unmapped(u)) => {
-                    return Err(MergeError::Device(Box::new(DeviceError::Unmapped {
-                        path: path.clone(),
-                        plane: report.plane.clone(),
-                        host: host.into(),
-                        device: report.device.clone(),
-                        device_ns: u.device_ns,
-                        what: u.what,
-                        coverage: tl.coverage(),
-                    })));
-                }
-            }
-        }
+        };
+        report.lines_mapped = tally.lines;
         report.events_mapped = tally.events;
         report.worst_bound_ns = tally.worst_bound_ns;
         report.node_bound_known = tally.node_bound_known;
-        out.timelines.push(tl);
+        if tally.lines > 0 {
+            place.note_bound(report.plane_index, tally.worst_bound_ns);
+        }
+    }
+    place.device_planes = device_planes;
+    if per_event {
+        for index in 0..scan.planes.len() {
+            if place.device_planes.iter().any(|d| d.plane_index == index) {
+                continue;
+            }
+            let tl = Timeline::host(place.map.clone(), scan.profile_start_ns(), ctx.origin_ns);
+            let tally = out
+                .plan_plane(&mut r, scan, index, tl)
+                .map_err(|e| match e {
+                    WalkError::Trace(e) => file_err(e),
+                    WalkError::Unmapped(u) => file_err(TraceError::malformed(0, u.what)),
+                })?;
+            place.events_placed += tally.events;
+            if tally.lines > 0 {
+                place.note_bound(index, tally.worst_bound_ns);
+            }
+        }
     }
     Ok(out)
 }
 
-/// Walk B: the line's new length, by writing it into a counter.
+impl<'a> HostDevices<'a> {
+    /// Plans every line of plane `index` with timed events through `tl`
+    /// (kept as this host's next timeline).
+    fn plan_plane(
+        &mut self,
+        r: &mut WireReader,
+        scan: &Scan,
+        index: usize,
+        tl: Timeline<'a>,
+    ) -> Result<Tally, WalkError> {
+        let ti = self.timelines.len();
+        self.timelines.push(tl);
+        let tl = &self.timelines[ti];
+        let mut tally = Tally::default();
+        for (li, line) in scan.lines.iter().enumerate() {
+            if line.plane != index {
+                continue;
+            }
+            let Some(p) = plan_line(r, line, tl, &mut tally, &mut self.scratch.event)? else {
+                continue;
+            };
+            let (plan, region) = size_line(r, ti, line, p, tl, &mut self.scratch)?;
+            self.mapped[li] = true;
+            tally.lines += 1;
+            self.regions.push(Region {
+                id: self.lines.len(),
+                ..region
+            });
+            self.lines.push(plan);
+        }
+        Ok(tally)
+    }
+}
+
+/// The line's new length: walk A's count, or walk B, writing it into a
+/// counter (a line with an event placed before its own start).
 fn size_line(
     r: &mut WireReader,
     ti: usize,
     line: &LineInfo,
-    (new_ts_ns, new_duration_ps): (i64, Option<i64>),
+    sizing: LineSizing,
     tl: &Timeline<'_>,
+    scratch: &mut Scratch,
 ) -> Result<(LinePlan, Region), WalkError> {
     let len = line.content_end - line.content_start;
     let plan = LinePlan {
@@ -842,18 +1007,24 @@ fn size_line(
         len,
         old_ts_ns: line.timestamp_ns,
         has_ts: !line.ts_fields.is_empty(),
-        new_ts_ns,
-        new_duration_ps,
+        new_ts_ns: sizing.new_ts_ns,
+        new_duration_ps: sizing.new_duration_ps,
     };
-    let mut counter = Counting {
-        inner: std::io::sink(),
-        written: 0,
+    let new_len = match sizing.new_len {
+        Some(n) => n,
+        None => {
+            let mut counter = Counting {
+                inner: std::io::sink(),
+                written: 0,
+            };
+            write_line(r, &plan, tl, scratch, &mut counter)?;
+            counter.written
+        }
     };
-    write_line(r, &plan, tl, &mut counter)?;
     let region = Region {
         start: plan.start,
         len,
-        delta: counter.written as i64 - len as i64,
+        delta: new_len as i64 - len as i64,
         id: 0,
     };
     Ok((plan, region))
@@ -862,8 +1033,7 @@ fn size_line(
 fn timeline<'a>(
     scan: &Scan,
     host: &str,
-    source: OffsetSource,
-    offset_ns: i64,
+    node: &Arc<HostMap>,
     report: &DevicePlaneReport,
     ctx: &DeviceContext<'a>,
 ) -> DevResult<Timeline<'a>> {
@@ -876,22 +1046,6 @@ fn timeline<'a>(
             host: host.into(),
             device: report.device.clone(),
         })?;
-    let node = match source {
-        OffsetSource::History => NodeClock::History {
-            host: host.into(),
-            index: ctx.nodes,
-        },
-        OffsetSource::Hook => NodeClock::Fixed {
-            offset_ns,
-            bound_ns: scan
-                .clock_stat(clock_stats::OFFSET_BOUND_NS)
-                .and_then(|b| u64::try_from(b).ok()),
-        },
-        OffsetSource::Flag | OffsetSource::AssumedZero => NodeClock::Fixed {
-            offset_ns,
-            bound_ns: None,
-        },
-    };
     // A counter clock (all maps below epoch-like values) never reaches the
     // session start, so XLA left its values raw.
     let counter = maps
@@ -899,8 +1053,9 @@ fn timeline<'a>(
         .iter()
         .all(|e| e.map.valid_until_device_ns < ABSOLUTE_THRESHOLD_NS as u64);
     Ok(Timeline {
-        maps,
-        node,
+        maps: Some(maps),
+        node: node.clone(),
+        piece: RefCell::new(None),
         session_start_ns: (!counter).then(|| scan.profile_start_ns()).flatten(),
         origin_ps: i128::from(ctx.origin_ns) * 1000,
     })
@@ -913,6 +1068,7 @@ mod tests {
     use crate::rewrite::{Plan, rewrite_with};
     use crate::scan::scan_file;
     use crate::synth::{SynthSpec, task_env_plane};
+    use crate::wire::put_varint;
     use clockmesh_proto::prost::Message;
     use clockmesh_proto::xplane::{XEvent, XLine, XPlane, XSpace, x_event};
 
@@ -1011,16 +1167,20 @@ mod tests {
         std::fs::write(&path, &input).unwrap();
         let scan = scan_file(&path).unwrap();
         let entries = [map()];
-        let (maps, nodes) = (DeviceMapIndex::new(&entries), NodeIndex::default());
+        let maps = DeviceMapIndex::new(&entries);
         let mut place = HostPlacement {
             host: "h".into(),
             input: path.clone(),
             output: "h.xplane.pb".into(),
             start_ns: S,
+            stop_ns: None,
             offset_ns: 0,
-            source: OffsetSource::Flag,
+            source: crate::OffsetSource::Flag,
+            map: Arc::new(HostMap::fixed(0)),
             shift_ns: 0,
             lines_absolute: 0,
+            events_placed: 0,
+            plane_bounds: vec![None; scan.planes.len()],
             device_planes: vec![DevicePlaneReport {
                 plane_index: 0,
                 plane: "dev".into(),
@@ -1035,12 +1195,11 @@ mod tests {
         };
         let ctx = DeviceContext {
             maps: &maps,
-            nodes: &nodes,
             origin_ns: S,
         };
         let mut dev = plan_host(&scan, &mut place, &ctx).unwrap();
         assert_eq!(place.device_planes[0].events_mapped, 4);
-        let (edits, _) = host_edits_except(&scan, &place, S, |i| dev.is_mapped(i));
+        let (edits, _) = host_edits_except(&scan, &mut place, S, |i| dev.is_mapped(i));
         let plan = Plan::new(edits, dev.regions(), scan.frames());
         let mut r = WireReader::new(File::open(&path).unwrap()).unwrap();
         let mut out = Vec::new();
@@ -1078,20 +1237,33 @@ mod tests {
     fn event_times_last_field_wins_and_bad_wire_types_are_refused() {
         // offset 7, then num_occurrences: aggregated; then offset again: timed.
         let bytes = [0x10, 7, 0x28, 3, 0x10, 9, 0x18, 4];
-        let dir = std::env::temp_dir().join(format!("cm-dev-ev-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("e");
-        std::fs::write(&p, bytes).unwrap();
-        let mut r = WireReader::new(File::open(&p).unwrap()).unwrap();
-        let t = read_event_times(&mut r, 4).unwrap();
-        assert!(t.aggregated);
-        r.seek_to(0).unwrap();
-        let t = read_event_times(&mut r, bytes.len() as u64).unwrap();
+        assert!(event_times(&bytes[..4], 0).unwrap().aggregated);
+        let t = event_times(&bytes, 0).unwrap();
         assert!(!t.aggregated);
         assert_eq!((t.offset_ps, t.duration_ps, t.offset_fields), (9, 4, 2));
-        std::fs::write(&p, [0x12, 1, 0]).unwrap(); // offset_ps as bytes
-        let mut r = WireReader::new(File::open(&p).unwrap()).unwrap();
-        assert!(read_event_times(&mut r, 3).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
+        let e = event_times(&[0x12, 1, 0], 100).unwrap_err(); // offset_ps as bytes
+        assert!(e.to_string().contains("byte 101"), "{e}");
+        // A field running past the event: refused, not read beyond it.
+        assert!(event_times(&[0x1a, 5, 0], 0).is_err());
+        assert!(event_times(&[0x10, 0x80], 0).is_err());
+    }
+
+    #[test]
+    fn counted_event_lengths_match_the_encoding() {
+        let events: [&[u8]; 4] = [
+            &[0x08, 1, 0x10, 7, 0x18, 4],          // id, offset, duration
+            &[0x08, 1],                            // no times at all
+            &[0x10, 0x80, 0x01, 0x10, 2, 0x18, 0], // two offsets, zero duration
+            &[0x18, 9, 0x22, 2, 1, 2],             // duration and a stat
+        ];
+        for bytes in events {
+            let t = event_times(bytes, 0).unwrap();
+            for times in [(0, 0), (1, 1), (300, 1 << 40), (0, 5)] {
+                let mut out = Vec::new();
+                encode_event(bytes, 0, &t, times, &mut out).unwrap();
+                let n = new_event_len(bytes.len() as u64, &t, times.0, times.1);
+                assert_eq!(out.len() as u64, varint_len(n) + n, "{bytes:?} {times:?}");
+            }
+        }
     }
 }

@@ -1,38 +1,41 @@
-//! `trace merge`: shift every host's lines onto one global timeline and
+//! `trace merge`: place every host's events onto one global timeline and
 //! write one xprof run directory (and optionally a merged Chrome JSON).
 //!
-//! Per host h with session start `S_h` (Task Environment
-//! `profile_start_time`, local CLOCK_REALTIME) and offset `off_h`
-//! (global − local): `G_h = S_h + off_h`, `origin = min_h G_h`. A
-//! session-relative line timestamp `t` becomes `t + (G_h − origin)`; a line
-//! still holding an absolute epoch value `a` becomes `a + off_h − origin`.
-//! `profile_start_time` becomes `origin` and `profile_stop_time` the host's
-//! stop on the global timeline. Event `offset_ps` is untouched, except on
-//! device-clock planes ([`super::device`]), whose every event is placed
-//! through the GPU's published device map and the node offset.
+//! Each host h has a map `G_h` from local CLOCK_REALTIME to global time
+//! ([`HostMap`]: the agent's per-window history, the hook's start and stop
+//! records, or one `--offset`). `origin = min_h G_h(S_h)` over the session
+//! starts `S_h` (Task Environment `profile_start_time`). When `G_h` is one
+//! constant, lines are shifted whole: a session-relative timestamp `t`
+//! becomes `G_h(S_h + t) − origin`, event offsets are untouched. Otherwise
+//! every event start and end goes through `G_h` at its own time
+//! ([`super::device`] rewrites those lines), as events of device-clock
+//! planes always do through the GPU's map first. `profile_start_time`
+//! becomes `origin`, `profile_stop_time` the host's stop on the global
+//! timeline, and every placed plane gets its worst bound as the stat
+//! [`ALIGNMENT_BOUND_STAT`] (the Task Environment: the host's worst).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use clockmesh_proto::{PROFILE_START_TIME, PROFILE_STOP_TIME, TASK_ENV_PLANE};
+use clockmesh_proto::{PROFILE_START_TIME, PROFILE_STOP_TIME, TASK_ENV_PLANE, clock_stats};
 
 use super::device::{
     DeviceClockSpec, DeviceContext, HostDevices, check_specs_used, plan_host, resolve_planes,
 };
-use super::fields::xline;
+use super::fields::{self, map_entry, xline, xplane, xstat, xstat_metadata};
 use super::plan::file_err;
 pub use super::plan::{
     ABSOLUTE_THRESHOLD_NS, DeviceError, DevicePlaneReport, HostPlacement, MergeError, OffsetSource,
 };
 use super::rewrite::{Edit, Plan, rewrite_with};
-use super::scan::{Scan, scan_file};
-use super::wire::WireReader;
+use super::scan::{ALIGNMENT_BOUND_STAT, PlaneSummary, Scan, scan_file};
+use super::wire::{LEN, VARINT, WireReader, put_varint};
 use super::{FileError, TraceError};
-use clockmesh_offsets::history::{
-    self, DeviceHistoryEntry, DeviceMapIndex, HistoryEntry, NodeIndex,
-};
+use clockmesh_offsets::history::{AnchorKind, DeviceHistoryEntry, DeviceMapIndex, HistoryEntry};
+use clockmesh_offsets::{Anchor, HostMap};
 
 /// Inputs to a merge besides the files.
 #[derive(Clone, Debug, Default)]
@@ -53,6 +56,8 @@ pub struct MergeOptions {
     pub allow_missing_offsets: bool,
     /// Also write a merged Chrome/Perfetto JSON here.
     pub perfetto: Option<PathBuf>,
+    /// Fail (before writing) if any host's alignment bound is larger, or unknown.
+    pub max_bound_ns: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -62,6 +67,65 @@ pub struct MergeReport {
     pub hosts: Vec<HostPlacement>,
     pub bytes_in: u64,
     pub bytes_out: u64,
+}
+
+/// Runs `f` on every item on up to `available_parallelism` threads (at
+/// most 8), results in input order. Hosts are independent: each is
+/// scanned, planned and written on its own, one buffer per thread.
+pub(crate) fn in_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
+        .min(items.len().max(1));
+    // Round-robin groups: thread k takes items k, k + threads, ...
+    let mut groups: Vec<Vec<(usize, T)>> = (0..threads).map(|_| Vec::new()).collect();
+    let n = items.len();
+    for (i, item) in items.into_iter().enumerate() {
+        groups[i % threads].push((i, item));
+    }
+    let mut slots: Vec<Option<R>> = (0..n).map(|_| None).collect();
+    std::thread::scope(|s| {
+        let f = &f;
+        let handles: Vec<_> = groups
+            .into_iter()
+            .map(|g| s.spawn(move || g.into_iter().map(|(i, t)| (i, f(t))).collect::<Vec<_>>()))
+            .collect();
+        for h in handles {
+            match h.join() {
+                Ok(done) => done.into_iter().for_each(|(i, r)| slots[i] = Some(r)),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    slots.into_iter().flatten().collect()
+}
+
+/// Writes one host's output file; returns (bytes in, bytes out).
+fn write_host(
+    scan: &Scan,
+    place: &HostPlacement,
+    dev: &mut HostDevices<'_>,
+    edits: Vec<Edit>,
+    tmp_dir: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(u64, u64), MergeError> {
+    let plan = Plan::new(edits, dev.regions(), scan.frames());
+    let out_path = tmp_dir.join(&place.output);
+    let output_err = |error| MergeError::Output {
+        path: out_path.display().to_string(),
+        error,
+    };
+    let file = File::open(&scan.path).map_err(|e| file_err(&scan.path)(TraceError::io(e)))?;
+    let mut r = WireReader::new(file).map_err(file_err(&scan.path))?;
+    if r.file_len() != scan.file_len {
+        return Err(file_err(&scan.path)(TraceError::Changed));
+    }
+    let out = File::create(&out_path).map_err(output_err)?;
+    let mut w = BufWriter::with_capacity(1 << 20, out);
+    rewrite_with(&mut r, &plan, dev, &mut w, progress).map_err(file_err(&scan.path))?;
+    w.flush().map_err(output_err)?;
+    tracing::debug!(host = %place.host, shift_ns = place.shift_ns, "host written");
+    Ok((scan.file_len, plan.output_len(scan.file_len)))
 }
 
 /// Expands inputs: `.xplane.pb` files as given; directories searched for
@@ -142,19 +206,26 @@ pub fn plan_merge(
         scans.push(scan);
     }
     let mut placements = Vec::with_capacity(scans.len());
+    let mut history = group_history(&opts.history);
     for scan in &scans {
         let host = host_of(&scan.path, scan);
         let start_ns = scan.profile_start_ns().expect("checked above");
-        let (offset_ns, source) = offset_for(&host, start_ns, scan, opts)?;
+        let stop_ns = scan.profile_stop_ns().filter(|&s| s >= start_ns);
+        let anchors = history.remove(host.as_str()).unwrap_or_default();
+        let (map, source) = map_for(&host, start_ns, stop_ns, anchors, scan, opts)?;
         placements.push(HostPlacement {
             output: PathBuf::from(scan.path.file_name().expect("a file")),
             host,
             input: scan.path.clone(),
             start_ns,
-            offset_ns,
+            stop_ns,
+            offset_ns: map.offset_at(start_ns),
             source,
+            map: Arc::new(map),
             shift_ns: 0,
             lines_absolute: 0,
+            events_placed: 0,
+            plane_bounds: vec![None; scan.planes.len()],
             device_planes: Vec::new(),
         });
     }
@@ -212,48 +283,70 @@ fn warn_ignored_device_planes(scans: &[Scan], placements: &[HostPlacement]) {
     }
 }
 
-/// Scans files on up to `available_parallelism` threads (each scan holds
-/// one 1 MiB buffer), results in input order.
+/// Scans files in parallel (each scan holds one 1 MiB buffer), results
+/// in input order.
 fn scan_all(inputs: &[PathBuf]) -> Vec<Result<Scan, TraceError>> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8);
-    let mut results = Vec::with_capacity(inputs.len());
-    for chunk in inputs.chunks(threads) {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = chunk
-                .iter()
-                .map(|p| s.spawn(move || scan_file(p)))
-                .collect();
-            for h in handles {
-                results.push(
-                    h.join()
-                        .unwrap_or_else(|_| Err(TraceError::NotXPlane("scanner panicked".into()))),
-                );
-            }
-        });
-    }
-    results
+    in_parallel(inputs.iter().collect(), |p| scan_file(p))
 }
 
-fn offset_for(
+/// The history's anchors by host (detached windows are not on the global
+/// timeline and are left out).
+fn group_history(entries: &[HistoryEntry]) -> HashMap<&str, Vec<Anchor>> {
+    let mut out: HashMap<&str, Vec<Anchor>> = HashMap::new();
+    for e in entries {
+        if e.anchor_kind != Some(AnchorKind::Detached) {
+            out.entry(e.host.as_str())
+                .or_default()
+                .push(Anchor::from(e));
+        }
+    }
+    out
+}
+
+/// How far outside the session the history's anchors may end and still
+/// count as covering it: a few estimator windows.
+const HISTORY_SLACK_NS: i64 = 60_000_000_000;
+
+/// The host's map, from (in order): `--offset`; the history when it covers
+/// the session; the hook's records; the history anyway (extrapolated, its
+/// bound growing); 0 if allowed.
+fn map_for(
     host: &str,
     start_ns: i64,
+    stop_ns: Option<i64>,
+    history: Vec<Anchor>,
     scan: &Scan,
     opts: &MergeOptions,
-) -> Result<(i64, OffsetSource), MergeError> {
+) -> Result<(HostMap, OffsetSource), MergeError> {
     if let Some(off) = opts.offsets.get(host) {
-        return Ok((*off, OffsetSource::Flag));
+        return Ok((HostMap::fixed(*off), OffsetSource::Flag));
     }
-    if let Some(off) = scan.clock_offset_ns() {
-        return Ok((off, OffsetSource::Hook));
+    let history = HostMap::new(trim_to_session(history, start_ns, stop_ns));
+    let covers = |m: &HostMap| {
+        let (first, last) = (
+            m.anchors()[0].at_ns,
+            m.anchors()[m.anchors().len() - 1].at_ns,
+        );
+        first <= start_ns.saturating_add(HISTORY_SLACK_NS)
+            && last >= stop_ns.unwrap_or(start_ns).saturating_sub(HISTORY_SLACK_NS)
+    };
+    match history {
+        Some(m) if covers(&m) => return Ok((m, OffsetSource::History)),
+        _ => {}
     }
-    if let Some(e) = history::lookup(&opts.history, host, start_ns) {
-        return Ok((e.offset_at(start_ns), OffsetSource::History));
+    if let Some(m) = hook_map(scan, start_ns) {
+        return Ok((m, OffsetSource::Hook));
+    }
+    if let Some(m) = history {
+        tracing::warn!(
+            host,
+            "the history does not cover the session; extrapolating"
+        );
+        return Ok((m, OffsetSource::History));
     }
     if opts.allow_missing_offsets {
         tracing::warn!(host, "no clock offset; assuming 0");
-        return Ok((0, OffsetSource::AssumedZero));
+        return Ok((HostMap::fixed(0), OffsetSource::AssumedZero));
     }
     Err(MergeError::NoOffset {
         host: host.into(),
@@ -261,16 +354,61 @@ fn offset_for(
     })
 }
 
+/// Keeps the anchors inside the session and the nearest one on each side:
+/// all a placement inside it uses (a day of history is 21,600 anchors).
+fn trim_to_session(mut anchors: Vec<Anchor>, start_ns: i64, stop_ns: Option<i64>) -> Vec<Anchor> {
+    anchors.sort_by_key(|a| a.at_ns);
+    let stop = stop_ns.unwrap_or(start_ns);
+    let from = anchors
+        .partition_point(|a| a.at_ns < start_ns)
+        .saturating_sub(1);
+    let until = (anchors.partition_point(|a| a.at_ns <= stop) + 1).min(anchors.len());
+    anchors.truncate(until);
+    anchors.drain(..from.min(anchors.len()));
+    anchors
+}
+
+/// The hook's records as anchors: the start record (at
+/// `profile_start_time`) and, when present, the stop record.
+fn hook_map(scan: &Scan, start_ns: i64) -> Option<HostMap> {
+    let f = |name| scan.clock_stat_value(name).and_then(|v| v.as_f64());
+    let start_bound = scan.clock_stat(clock_stats::OFFSET_BOUND_NS);
+    let start = Anchor {
+        at_ns: start_ns,
+        offset_ns: scan.clock_offset_ns()?,
+        drift_ppb: f(clock_stats::DRIFT_PPB).unwrap_or(0.0),
+        bound_ns: start_bound.unwrap_or(0).max(0) as u64,
+        bound_growth_ppb: f(clock_stats::BOUND_GROWTH_PPB).unwrap_or(0.0),
+    };
+    let stop = || {
+        Some(Anchor {
+            at_ns: scan.clock_stat(clock_stats::STOP_AT_NS)?,
+            offset_ns: scan.clock_stat(clock_stats::STOP_OFFSET_NS)?,
+            drift_ppb: f(clock_stats::STOP_DRIFT_PPB).unwrap_or(0.0),
+            bound_ns: scan.clock_stat(clock_stats::STOP_OFFSET_BOUND_NS)? as u64,
+            bound_growth_ppb: f(clock_stats::STOP_BOUND_GROWTH_PPB).unwrap_or(0.0),
+        })
+    };
+    let map = HostMap::new(std::iter::once(start).chain(stop()).collect())?;
+    // A hand-made or pre-bound trace: placed, but its bound is unknown.
+    Some(if start_bound.is_some() {
+        map
+    } else {
+        map.without_bound()
+    })
+}
+
 /// The edits that place one host on the global timeline.
-pub fn host_edits(scan: &Scan, place: &HostPlacement, origin: i64) -> (Vec<Edit>, u64) {
+pub fn host_edits(scan: &Scan, place: &mut HostPlacement, origin: i64) -> (Vec<Edit>, u64) {
     host_edits_except(scan, place, origin, |_| false)
 }
 
 /// [`host_edits`] for every line but those `skip` names (by index in
-/// [`Scan::lines`]): device-mapped lines, rewritten whole elsewhere.
+/// [`Scan::lines`]): lines placed event by event, rewritten whole
+/// elsewhere. Notes each line's bound in `place`.
 pub fn host_edits_except(
     scan: &Scan,
-    place: &HostPlacement,
+    place: &mut HostPlacement,
     origin: i64,
     skip: impl Fn(usize) -> bool,
 ) -> (Vec<Edit>, u64) {
@@ -283,12 +421,15 @@ pub fn host_edits_except(
         let ts = line.timestamp_ns;
         // Wrapping: only a corrupt file gets near the i64 range, and int64
         // fields wrap in protobuf anyway; never a panic.
-        let new = if ts.unsigned_abs() >= ABSOLUTE_THRESHOLD_NS as u64 {
+        let local = if ts.unsigned_abs() >= ABSOLUTE_THRESHOLD_NS as u64 {
             absolute += 1;
-            ts.wrapping_add(place.offset_ns).wrapping_sub(origin)
+            ts
         } else {
-            ts.wrapping_add(place.shift_ns)
+            ts.wrapping_add(place.start_ns)
         };
+        let g = place.map.to_global(local);
+        place.note_bound(line.plane, g.bound_ns);
+        let new = g.global_ns().wrapping_sub(origin);
         if new == ts {
             continue;
         }
@@ -305,7 +446,7 @@ pub fn host_edits_except(
     }
     let stop = scan
         .profile_stop_ns()
-        .map(|s| s.wrapping_add(place.offset_ns));
+        .map(|s| place.map.to_global(s).global_ns());
     for plane in scan.planes.iter().filter(|p| p.name == TASK_ENV_PLANE) {
         for stat in &plane.stats {
             let new = match stat.name.as_str() {
@@ -321,33 +462,123 @@ pub fn host_edits_except(
     (edits, absolute)
 }
 
+/// Inserts [`ALIGNMENT_BOUND_STAT`] into every placed plane (its worst
+/// bound) and the Task Environment (the host's worst); none when the
+/// host's offset has no bound.
+pub fn alignment_stat_edits(scan: &Scan, place: &HostPlacement) -> Vec<Edit> {
+    let Some(host_worst) = place.worst_bound_ns() else {
+        return Vec::new();
+    };
+    scan.planes
+        .iter()
+        .zip(&place.plane_bounds)
+        .filter_map(|(plane, bound)| {
+            let bound = match bound {
+                _ if plane.name == TASK_ENV_PLANE => host_worst,
+                Some(b) => *b,
+                None => return None,
+            };
+            Some(Edit {
+                pos: plane.content_start,
+                old_len: 0,
+                bytes: alignment_stat_bytes(plane, bound),
+            })
+        })
+        .collect()
+}
+
+/// `stat_metadata` entry (unless the plane has one) + `stats` entry of a
+/// uint64 [`ALIGNMENT_BOUND_STAT`].
+fn alignment_stat_bytes(plane: &PlaneSummary, bound_ns: u64) -> Vec<u8> {
+    let id = plane.alignment_stat_id.unwrap_or(plane.max_stat_id + 1) as u64;
+    let mut out = Vec::new();
+    if plane.alignment_stat_id.is_none() {
+        let mut metadata = Vec::new();
+        varint_field(&mut metadata, xstat_metadata::ID, id);
+        len_field(
+            &mut metadata,
+            xstat_metadata::NAME,
+            ALIGNMENT_BOUND_STAT.as_bytes(),
+        );
+        let mut entry = Vec::new();
+        varint_field(&mut entry, map_entry::KEY, id);
+        len_field(&mut entry, map_entry::VALUE, &metadata);
+        len_field(&mut out, xplane::STAT_METADATA, &entry);
+    }
+    let mut stat = Vec::new();
+    varint_field(&mut stat, xstat::METADATA_ID, id);
+    varint_field(&mut stat, xstat::UINT64_VALUE, bound_ns);
+    len_field(&mut out, xplane::STATS, &stat);
+    out
+}
+
+fn varint_field(out: &mut Vec<u8>, field: u32, value: u64) {
+    out.push(fields::key(field, VARINT));
+    put_varint(out, value);
+}
+
+fn len_field(out: &mut Vec<u8>, field: u32, body: &[u8]) {
+    out.push(fields::key(field, LEN));
+    put_varint(out, body.len() as u64);
+    out.extend_from_slice(body);
+}
+
+/// `--max-bound`: every host's worst bound must be known and within it.
+fn check_max_bound(placements: &[HostPlacement], max_ns: Option<u64>) -> Result<(), MergeError> {
+    let Some(max_ns) = max_ns else {
+        return Ok(());
+    };
+    for p in placements {
+        match p.worst_bound_ns() {
+            None => {
+                return Err(MergeError::BoundUnknown {
+                    host: p.host.clone(),
+                    from: p.source.describe(),
+                });
+            }
+            Some(b) if b > max_ns => {
+                return Err(MergeError::BoundExceeded {
+                    host: p.host.clone(),
+                    bound_ns: b,
+                    max_ns,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Runs a merge: all inputs are scanned first (so bad input fails before
 /// anything is written); outputs go to a temporary directory that is
 /// renamed into place only when every file is complete.
 pub fn merge(
     inputs: &[PathBuf],
     opts: &MergeOptions,
-    progress: &mut dyn FnMut(u64),
+    progress: &mut (dyn FnMut(u64) + Send),
 ) -> Result<MergeReport, MergeError> {
     let (scans, mut placements, origin) = plan_merge(inputs, opts)?;
     if opts.ignore_device_clocks {
         warn_ignored_device_planes(&scans, &placements);
     }
-    // Every device time is placed (or refused) before any output exists.
-    let (maps, nodes) = (
-        DeviceMapIndex::new(&opts.device_history),
-        NodeIndex::new(&opts.history),
-    );
+    // Every time is placed (or refused) before any output exists.
+    let maps = DeviceMapIndex::new(&opts.device_history);
     let ctx = DeviceContext {
         maps: &maps,
-        nodes: &nodes,
         origin_ns: origin,
     };
-    let mut devices = scans
-        .iter()
-        .zip(placements.iter_mut())
-        .map(|(scan, place)| plan_host(scan, place, &ctx))
+    let hosts: Vec<_> = scans.iter().zip(placements.iter_mut()).collect();
+    let mut devices = in_parallel(hosts, |(scan, place)| plan_host(scan, place, &ctx))
+        .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
+    let mut edits = Vec::with_capacity(scans.len());
+    for ((scan, place), dev) in scans.iter().zip(placements.iter_mut()).zip(&devices) {
+        let (mut e, absolute) = host_edits_except(scan, place, origin, |i| dev.is_mapped(i));
+        place.lines_absolute = absolute;
+        e.extend(alignment_stat_edits(scan, place));
+        edits.push(e);
+    }
+    check_max_bound(&placements, opts.max_bound_ns)?;
     let profile_dir = opts.out_dir.join("plugins").join("profile");
     let run_dir = profile_dir.join(&opts.run_name);
     if run_dir.exists() {
@@ -362,9 +593,9 @@ pub fn merge(
     std::fs::create_dir_all(&tmp_dir).map_err(out_err(&tmp_dir))?;
     let result = write_outputs(
         &scans,
-        &mut placements,
+        &placements,
+        edits,
         &mut devices,
-        origin,
         &tmp_dir,
         opts,
         progress,
@@ -394,37 +625,33 @@ pub fn merge(
 
 fn write_outputs(
     scans: &[Scan],
-    placements: &mut [HostPlacement],
+    placements: &[HostPlacement],
+    edits: Vec<Vec<Edit>>,
     devices: &mut [HostDevices<'_>],
-    origin: i64,
     tmp_dir: &Path,
     opts: &MergeOptions,
-    progress: &mut dyn FnMut(u64),
+    progress: &mut (dyn FnMut(u64) + Send),
 ) -> Result<(u64, u64), MergeError> {
+    let progress = std::sync::Mutex::new(progress);
+    let hosts: Vec<_> = scans
+        .iter()
+        .zip(placements)
+        .zip(devices.iter_mut())
+        .zip(edits)
+        .collect();
+    let written = in_parallel(hosts, |(((scan, place), dev), edits)| {
+        let mut report = |n| {
+            if let Ok(mut p) = progress.lock() {
+                (*p)(n)
+            }
+        };
+        write_host(scan, place, dev, edits, tmp_dir, &mut report)
+    });
     let (mut bytes_in, mut bytes_out) = (0, 0);
-    for ((scan, place), dev) in scans.iter().zip(placements.iter_mut()).zip(devices) {
-        let (edits, absolute) = host_edits_except(scan, place, origin, |i| dev.is_mapped(i));
-        place.lines_absolute = absolute;
-        let plan = Plan::new(edits, dev.regions(), scan.frames());
-        let out_path = tmp_dir.join(&place.output);
-        let file = File::open(&scan.path).map_err(|e| file_err(&scan.path)(TraceError::io(e)))?;
-        let mut r = WireReader::new(file).map_err(file_err(&scan.path))?;
-        if r.file_len() != scan.file_len {
-            return Err(file_err(&scan.path)(TraceError::Changed));
-        }
-        let out = File::create(&out_path).map_err(|e| MergeError::Output {
-            path: out_path.display().to_string(),
-            error: e,
-        })?;
-        let mut w = BufWriter::with_capacity(1 << 20, out);
-        rewrite_with(&mut r, &plan, dev, &mut w, progress).map_err(file_err(&scan.path))?;
-        w.flush().map_err(|e| MergeError::Output {
-            path: out_path.display().to_string(),
-            error: e,
-        })?;
-        bytes_in += scan.file_len;
-        bytes_out += plan.output_len(scan.file_len);
-        tracing::debug!(host = %place.host, shift_ns = place.shift_ns, "host written");
+    for w in written {
+        let (i, o) = w?;
+        bytes_in += i;
+        bytes_out += o;
     }
     if let Some(json) = &opts.perfetto {
         let outputs: Vec<(String, PathBuf)> = placements

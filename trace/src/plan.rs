@@ -4,6 +4,9 @@
 //! other's internals.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clockmesh_offsets::HostMap;
 
 use super::{FileError, TraceError};
 
@@ -16,28 +19,82 @@ pub const ABSOLUTE_THRESHOLD_NS: i64 = 1_000_000_000_000_000_000;
 pub enum OffsetSource {
     /// `--offset host=ns`.
     Flag,
-    /// `clock_offset_ns` stat recorded by the hook / JAX helper.
+    /// The hook's / JAX helper's records at session start (and stop).
     Hook,
-    /// The agent's JSONL history, looked up by host and session start.
+    /// The agent's JSONL history: one anchor per estimator window.
     History,
     /// None found and the caller allowed assuming 0.
     AssumedZero,
 }
 
 /// One host's placement on the global timeline.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HostPlacement {
     pub host: String,
     pub input: PathBuf,
     pub output: PathBuf,
     pub start_ns: i64,
+    /// Session stop (`profile_stop_time`), local, if recorded.
+    pub stop_ns: Option<i64>,
+    /// global − local at the session start.
     pub offset_ns: i64,
     pub source: OffsetSource,
-    /// What was added to session-relative line timestamps.
+    /// The host's map local → global: every time of the host goes through it.
+    pub map: Arc<HostMap>,
+    /// Where the session start lands, ns after the origin.
     pub shift_ns: i64,
     pub lines_absolute: u64,
+    /// Events of host-clock planes placed one by one through `map`; 0 when
+    /// the map is one constant and lines are shifted whole.
+    pub events_placed: u64,
+    /// Worst bound of each plane (as in [`crate::Scan::planes`]); `None`
+    /// for planes with nothing placed.
+    pub plane_bounds: Vec<Option<u64>>,
     /// Planes placed through a GPU's device map instead of the shift.
     pub device_planes: Vec<DevicePlaneReport>,
+}
+
+impl HostPlacement {
+    /// The worst bound over everything placed (the map's at the session
+    /// start when nothing was); `None` when the offset has no bound.
+    pub fn worst_bound_ns(&self) -> Option<u64> {
+        if !self.map.bound_known() {
+            return None;
+        }
+        let placed = self.plane_bounds.iter().flatten().copied().max();
+        Some(placed.unwrap_or_else(|| self.map.to_global(self.start_ns).bound_ns))
+    }
+
+    /// The offset's mean drift over the session, ppb (the first anchor's
+    /// drift without a recorded stop).
+    pub fn mean_drift_ppb(&self) -> f64 {
+        match self.stop_ns {
+            Some(stop) if stop > self.start_ns => {
+                let change = self.map.offset_at(stop) as f64 - self.offset_ns as f64;
+                change * 1e9 / (stop - self.start_ns) as f64
+            }
+            _ => self.map.anchors()[0].drift_ppb,
+        }
+    }
+
+    /// Records that a placed time of plane `plane` has bound `bound_ns`.
+    pub fn note_bound(&mut self, plane: usize, bound_ns: u64) {
+        if let Some(slot) = self.plane_bounds.get_mut(plane) {
+            *slot = Some(slot.map_or(bound_ns, |b| b.max(bound_ns)));
+        }
+    }
+}
+
+impl OffsetSource {
+    /// How the merge summary names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Flag => "--offset",
+            Self::Hook => "hook records",
+            Self::History => "history",
+            Self::AssumedZero => "ASSUMED 0",
+        }
+    }
 }
 
 /// One device-mapped plane of a host, and what the merge did with it.
@@ -78,6 +135,18 @@ pub enum MergeError {
         "{path}: no clock offset for host {host}; pass --offset {host}=NS, --history FILE, record the trace with the clockmesh hook, or --allow-missing-offsets"
     )]
     NoOffset { host: String, path: String },
+    #[error(
+        "host {host}: alignment bound {bound_ns} ns exceeds --max-bound {max_ns} ns; nothing was written"
+    )]
+    BoundExceeded {
+        host: String,
+        bound_ns: u64,
+        max_ns: u64,
+    },
+    #[error(
+        "host {host}: its offset ({from}) has no error bound, so --max-bound cannot be met; nothing was written"
+    )]
+    BoundUnknown { host: String, from: &'static str },
     #[error("output run directory {0} already exists")]
     OutputExists(String),
     #[error("writing output {path}: {error}")]

@@ -22,6 +22,9 @@ pub const HOST_METADATA_PLANE: &str = "/host:metadata";
 pub const CLOCK_DOMAIN_STAT: &str = "clock_domain";
 /// Plane stat (string) naming the device whose clock the plane uses ("nvidia:0").
 pub const CLOCK_DEVICE_STAT: &str = "clock_device";
+/// Plane stat (uint64) the merge writes: the plane's worst alignment bound
+/// on the global timeline, ns (on the Task Environment: the host's worst).
+pub const ALIGNMENT_BOUND_STAT: &str = "clock_alignment_bound_ns";
 
 /// Where one `timestamp_ns` field's value lies in the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +81,17 @@ impl StatValue {
             Self::Other => None,
         }
     }
+
+    /// Floating view (strings parsed, as for [`Self::as_i64`]).
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Self::Int(v) => Some(*v as f64),
+            Self::Uint(v) => Some(*v as f64),
+            Self::Double(v) => Some(*v),
+            Self::Str(s) => s.trim().parse().ok(),
+            Self::Other => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -105,6 +119,10 @@ pub struct PlaneSummary {
     pub clock_domain: Option<String>,
     /// The plane's [`CLOCK_DEVICE_STAT`], on any plane.
     pub clock_device: Option<String>,
+    /// Largest `stat_metadata` id: a new stat takes the next one.
+    pub max_stat_id: i64,
+    /// The id of an existing [`ALIGNMENT_BOUND_STAT`] (a merged input).
+    pub alignment_stat_id: Option<i64>,
 }
 
 /// Everything pass 1 learned about one file.
@@ -301,6 +319,11 @@ fn scan_plane(
         }
     }
     check_end(r, end)?;
+    plane.max_stat_id = stat_names.keys().copied().max().unwrap_or(0);
+    plane.alignment_stat_id = stat_names
+        .iter()
+        .find(|(_, n)| *n == ALIGNMENT_BOUND_STAT)
+        .map(|(id, _)| *id);
     let keep_all = plane.name == TASK_ENV_PLANE || plane.name == HOST_METADATA_PLANE;
     // Other planes' stats are decoded only when they may declare a clock.
     let declares = stat_names

@@ -70,6 +70,14 @@ impl WireReader {
     }
 
     pub fn read_varint(&mut self) -> Result<u64, TraceError> {
+        // Keys, ids and small values are one byte: the common case.
+        if let Some(&b) = self.buf[self.head..self.tail].first()
+            && b < 0x80
+        {
+            self.head += 1;
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
         if self.tail - self.head < 10 {
             self.fill(10)?;
         }
@@ -223,6 +231,30 @@ impl WireReader {
         self.skip(n)
     }
 
+    /// Reads `n` bytes into `out` (cleared first, capacity reused): one small
+    /// message (an event) to parse from a slice.
+    pub fn read_into(&mut self, n: u64, out: &mut Vec<u8>) -> Result<(), TraceError> {
+        if n > self.len - self.pos {
+            return Err(TraceError::truncated(self.pos));
+        }
+        out.clear();
+        let mut left = n as usize;
+        while left > 0 {
+            if self.head == self.tail {
+                self.fill(left.min(BUF_LEN))?;
+                if self.head == self.tail {
+                    return Err(TraceError::truncated(self.pos));
+                }
+            }
+            let take = left.min(self.tail - self.head);
+            out.extend_from_slice(&self.buf[self.head..self.head + take]);
+            self.head += take;
+            self.pos += take as u64;
+            left -= take;
+        }
+        Ok(())
+    }
+
     /// Reads `n` bytes (small values: names, metadata).
     pub fn read_bytes(&mut self, n: u64) -> Result<Vec<u8>, TraceError> {
         if n > self.len - self.pos {
@@ -308,6 +340,104 @@ fn slice_varint(b: &[u8]) -> Option<(u64, usize)> {
         }
     }
     None
+}
+
+/// The protobuf wire format over bytes in memory (one event), with the
+/// file position of its first byte for error messages.
+pub struct SliceReader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    base: u64,
+}
+
+impl<'a> SliceReader<'a> {
+    pub fn new(bytes: &'a [u8], base: u64) -> Self {
+        Self { bytes, at: 0, base }
+    }
+
+    /// Offset in the slice.
+    pub fn at(&self) -> usize {
+        self.at
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.at >= self.bytes.len()
+    }
+
+    fn pos(&self) -> u64 {
+        self.base + self.at as u64
+    }
+
+    pub fn read_varint(&mut self) -> Result<u64, TraceError> {
+        let rest = &self.bytes[self.at..];
+        if let Some(&b) = rest.first()
+            && b < 0x80
+        {
+            self.at += 1;
+            return Ok(u64::from(b));
+        }
+        match slice_varint(rest) {
+            Some((v, n)) if n < 10 || rest[9] <= 1 => {
+                self.at += n;
+                Ok(v)
+            }
+            Some(_) => Err(TraceError::malformed(
+                self.pos(),
+                "varint overflows 64 bits",
+            )),
+            None if rest.len() < 10 => Err(TraceError::malformed(
+                self.pos(),
+                "field runs past the end of its message",
+            )),
+            None => Err(TraceError::malformed(
+                self.pos(),
+                "varint longer than 10 bytes",
+            )),
+        }
+    }
+
+    /// A field key: (field number, wire type), checked as [`WireReader::read_key`].
+    pub fn read_key(&mut self) -> Result<(u32, u8), TraceError> {
+        // One-byte keys (fields 1-15) cannot be field 0 or out of range.
+        if let Some(&b) = self.bytes.get(self.at)
+            && (8..0x80).contains(&b)
+            && matches!(b & 7, VARINT | I64 | LEN | I32)
+        {
+            self.at += 1;
+            return Ok((u32::from(b >> 3), b & 7));
+        }
+        let at = self.pos();
+        let key = self.read_varint()?;
+        let (field, wire) = (key >> 3, (key & 7) as u8);
+        if field == 0 || field > u64::from(u32::MAX >> 3) {
+            return Err(TraceError::malformed(at, "invalid field number"));
+        }
+        if !matches!(wire, VARINT | I64 | LEN | I32) {
+            return Err(TraceError::malformed(
+                at,
+                "unsupported wire type (groups are not used by xplane)",
+            ));
+        }
+        Ok((field as u32, wire))
+    }
+
+    /// Skips a value of wire type `wire`, which must end inside the slice.
+    pub fn skip_value(&mut self, wire: u8) -> Result<(), TraceError> {
+        let n = match wire {
+            VARINT => return self.read_varint().map(drop),
+            I64 => 8,
+            I32 => 4,
+            _ => self.read_varint()?,
+        };
+        if n > (self.bytes.len() - self.at) as u64 {
+            return Err(TraceError::malformed(
+                self.pos(),
+                "field runs past the end of its message",
+            ));
+        }
+        self.at += n as usize;
+        Ok(())
+    }
 }
 
 /// Encoded length of a varint.

@@ -1,7 +1,8 @@
 //! `trace merge` with GPU device-clock maps: planes in a device's own clock
 //! are placed event by event through the published maps (with drift) and
-//! the node offset; other planes keep the plain shift; every failure is
-//! closed (a clear error, nothing written).
+//! the node's map; host-clock planes through the node's map alone (it
+//! drifts here, so event by event too); every failure is closed (a clear
+//! error, nothing written).
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +49,11 @@ fn scratch(name: &str) -> PathBuf {
 /// Exact global time (ps) of a device time (ps), rounded to 1 ps.
 fn truth_ps(d_ps: i128) -> i128 {
     let dev = DRIFT_PPB * 1e-9 * (d_ps - i128::from(A0) * 1000) as f64;
-    let host_ps = d_ps + i128::from(OFF0) * 1000 + dev.round() as i128;
+    host_truth_ps(d_ps + i128::from(OFF0) * 1000 + dev.round() as i128)
+}
+
+/// Exact global time (ps) of a host CLOCK_REALTIME time (ps).
+fn host_truth_ps(host_ps: i128) -> i128 {
     let node = NODE_DRIFT_PPB * 1e-9 * (host_ps - i128::from(NODE_ANCHOR) * 1000) as f64;
     host_ps + i128::from(NODE_OFF) * 1000 + node.round() as i128
 }
@@ -302,6 +307,16 @@ fn merged(report: &MergeReport, host: &str) -> XSpace {
 
 /// Checks every timed event of `out_plane` against the truth; returns how many.
 fn assert_placed(input: &XPlane, output: &XPlane, origin: i64) -> u64 {
+    assert_placed_by(input, output, origin, truth_ps)
+}
+
+/// [`assert_placed`] with the plane's own truth (device or host clock).
+fn assert_placed_by(
+    input: &XPlane,
+    output: &XPlane,
+    origin: i64,
+    truth_ps: fn(i128) -> i128,
+) -> u64 {
     let mut n = 0;
     for (li, lo) in input.lines.iter().zip(&output.lines) {
         assert_eq!((li.id, &li.name), (lo.id, &lo.name));
@@ -366,25 +381,45 @@ fn declared_device_plane_lands_on_truth_and_other_planes_only_shift() {
     let growth = lo.duration_ps - li.duration_ps - 68_820_034;
     assert!((-2..1002).contains(&growth), "{growth}");
 
-    // The aggregated-only line took the plain shift, its event untouched.
-    let shift = gpu.shift_ns;
-    assert_eq!(shift, S + off_at_start - origin);
+    // The aggregated-only line is placed at its timestamp through the node
+    // map, its event untouched.
+    assert_eq!(gpu.shift_ns, S + off_at_start - origin);
     let (li, lo) = (&input_plane.lines[3], &plane(&out, PLANE).lines[3]);
-    assert_eq!(lo.timestamp_ns, li.timestamp_ns + shift);
+    let at = host_truth_ps(line_device_ps(li.timestamp_ns)).div_euclid(1000);
+    assert_eq!(i128::from(lo.timestamp_ns), at - i128::from(origin));
     assert_eq!(lo.events, li.events);
 
-    // Host and CUPTI planes: node offset only, events byte-identical.
+    // Host and CUPTI planes are host time: every event through the node's
+    // drifting map (0.5 ppm), not one shift.
     let input = decode(&fx.inputs[0]);
+    let mut host_events = 0;
     for name in ["/host:CPU", "/device:GPU:0"] {
-        let mut want = plane(&input, name).clone();
-        for l in &mut want.lines {
-            l.timestamp_ns += shift;
-        }
-        assert_eq!(plane(&out, name), &want, "{name}");
+        host_events += assert_placed_by(
+            plane(&input, name),
+            plane(&out, name),
+            origin,
+            host_truth_ps,
+        );
     }
-    // Plane stats and metadata survive.
-    assert_eq!(plane(&out, PLANE).stats, input_plane.stats);
-    assert_eq!(plane(&out, PLANE).stat_metadata, input_plane.stat_metadata);
+    assert_eq!(gpu.events_placed, host_events);
+    assert!(host_events > 0);
+    // Plane stats and metadata survive, and the plane's worst bound is added.
+    let (got, want) = (plane(&out, PLANE), &input_plane);
+    assert_eq!(&got.stats[1..], &want.stats[..]);
+    let bound_id = got.stats[0].metadata_id;
+    assert_eq!(
+        got.stat_metadata[&bound_id].name,
+        "clock_alignment_bound_ns"
+    );
+    assert_eq!(
+        got.stats[0].value,
+        Some(x_stat::Value::Uint64Value(
+            gpu.device_planes[0].worst_bound_ns
+        ))
+    );
+    for (id, m) in &want.stat_metadata {
+        assert_eq!(&got.stat_metadata[id], m);
+    }
 
     let d = &gpu.device_planes[0];
     assert_eq!((d.plane.as_str(), d.device.as_str()), (PLANE, "nvidia:0"));
@@ -539,16 +574,21 @@ fn domain_mismatch_and_undeclared_device_are_errors() {
         matches!(dev(&err), DeviceError::DomainMismatch { .. }),
         "{err}"
     );
-    // --ignore-device-clocks: the plane takes the node offset only.
+    // --ignore-device-clocks: the plane is taken as host time, placed
+    // through the node's map alone.
     o.device_clocks.clear();
     o.ignore_device_clocks = true;
     let report = merge(&fx.inputs, &o, &mut |_| {}).unwrap();
     assert!(report.hosts[0].device_planes.is_empty());
     let out = merged(&report, HOST);
-    let shift = report.hosts[0].shift_ns;
-    let lines = &plane(&out, PLANE).lines;
-    assert_eq!(lines[0].timestamp_ns, 4_000_000_000 + shift);
-    assert_eq!(lines[0].events, globaltimer_lines()[0].events);
+    let input = decode(&fx.inputs[0]);
+    let placed = assert_placed_by(
+        plane(&input, PLANE),
+        plane(&out, PLANE),
+        report.origin_ns,
+        host_truth_ps,
+    );
+    assert_eq!(placed, 90);
 
     // A device domain with no device: refused, pointing at the flag.
     let mut p = device_plane(

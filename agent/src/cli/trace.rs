@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clockmesh::publish::history;
 use clockmesh::trace::scan::PlaneSummary;
-use clockmesh::trace::{self, DeviceClockSpec, MergeOptions, OffsetSource};
+use clockmesh::trace::{self, DeviceClockSpec, MergeOptions};
+
+use super::out::StdoutError;
 
 #[derive(clap::Args, Debug)]
 pub struct TraceArgs {
@@ -19,17 +21,21 @@ pub struct TraceArgs {
 enum TraceCommand {
     /// Show planes, lines, events, session start and clock stats of .xplane.pb files.
     Info(InfoArgs),
-    /// Shift several hosts' traces onto one global timeline (one xprof run).
+    /// Place several hosts' traces on one global timeline (one xprof run).
     ///
-    /// Each host's offset (global − local, ns) comes from, in order: --offset,
-    /// the clock_offset_ns stat recorded by the clockmesh hook or JAX helper,
-    /// the agent's JSONL history (--history) at the session start. Lines are
-    /// shifted by (profile_start_time + offset − origin), origin being the
-    /// earliest corrected session start; event offsets are untouched and all
-    /// other bytes are copied verbatim. Planes in a GPU's own clock
-    /// (--device-clock, or declared by clock_domain/clock_device plane stats)
-    /// have every event placed through the device maps in --history instead.
-    /// Nothing is written unless every input is valid.
+    /// Each host's map from its clock to the global timeline comes from, in
+    /// order: --offset (one constant, no bound); the agent's JSONL history
+    /// (--history) when it covers the session (one anchor per estimator
+    /// window); the records the clockmesh hook or JAX helper took at session
+    /// start and stop; the history extrapolated. When the map drifts, every
+    /// event start and end goes through it at its own time; a constant map
+    /// shifts lines whole. Planes in a GPU's own clock (--device-clock, or
+    /// declared by clock_domain/clock_device plane stats) go through the
+    /// device maps in --history first. Every placed plane gets its worst
+    /// bound as the stat clock_alignment_bound_ns; the summary prints each
+    /// host's offset, drift and bound. All other bytes are copied verbatim.
+    /// Nothing is written unless every input is valid (and within
+    /// --max-bound).
     Merge(MergeArgs),
 }
 
@@ -74,6 +80,10 @@ struct MergeArgs {
     /// Also write a merged Chrome/Perfetto JSON trace to this file.
     #[arg(long, value_name = "FILE")]
     perfetto: Option<PathBuf>,
+    /// Fail, writing nothing, if any host's alignment bound (worst over its
+    /// session) exceeds NS, or is unknown (--offset, assumed 0).
+    #[arg(long, value_name = "NS")]
+    max_bound: Option<u64>,
 }
 
 fn parse_device_clock(s: &str) -> Result<DeviceClockSpec, String> {
@@ -103,7 +113,7 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
     let mut failed = 0;
     for path in files {
         match trace::scan_file(&path) {
-            Ok(scan) => print_scan(&scan),
+            Ok(scan) => print_scan(&scan)?,
             Err(e) => {
                 failed += 1;
                 eprintln!("{}: {e}", path.display());
@@ -114,41 +124,46 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_scan(scan: &trace::Scan) {
-    println!("{} ({} bytes)", scan.path.display(), scan.file_len);
-    println!("  hostnames: {}", scan.hostnames.join(", "));
+fn print_scan(scan: &trace::Scan) -> Result<(), StdoutError> {
+    crate::outln!("{} ({} bytes)", scan.path.display(), scan.file_len)?;
+    crate::outln!("  hostnames: {}", scan.hostnames.join(", "))?;
     match scan.profile_start_ns() {
-        Some(s) => println!("  session start: {s} ns ({})", utc(s)),
-        None => println!("  session start: none (no Task Environment profile_start_time)"),
+        Some(s) => crate::outln!("  session start: {s} ns ({})", utc(s))?,
+        None => crate::outln!("  session start: none (no Task Environment profile_start_time)")?,
     }
     if let (Some(a), Some(b)) = (scan.profile_start_ns(), scan.profile_stop_ns()) {
-        println!("  session length: {:.6} s", (b - a) as f64 / 1e9);
+        crate::outln!("  session length: {:.6} s", (b - a) as f64 / 1e9)?;
     }
     let clock = scan.clock_stat_names();
     if clock.is_empty() {
-        println!("  clock stats: none");
+        crate::outln!("  clock stats: none")?;
     } else {
         for name in clock {
             if let Some(v) = scan.clock_stat_value(name) {
-                println!("  clock stat {name} = {v}");
+                crate::outln!("  clock stat {name} = {v}")?;
             }
         }
     }
-    println!(
+    crate::outln!(
         "  planes: {}, lines: {}, events: {}",
         scan.planes.len(),
         scan.lines.len(),
         scan.events()
-    );
+    )?;
     for p in &scan.planes {
-        println!(
+        crate::outln!(
             "    {:<32} id {:<4} lines {:<6} events {:<10} event metadata {}",
-            p.name, p.id, p.lines, p.events, p.event_metadata
-        );
+            p.name,
+            p.id,
+            p.lines,
+            p.events,
+            p.event_metadata
+        )?;
         if let Some(clock) = plane_clock(p) {
-            println!("      {clock}");
+            crate::outln!("      {clock}")?;
         }
     }
+    Ok(())
 }
 
 /// What a plane declares about its clock, and what the merge does with it.
@@ -220,6 +235,7 @@ fn merge(args: MergeArgs) -> anyhow::Result<()> {
         ignore_device_clocks: args.ignore_device_clocks,
         allow_missing_offsets: args.allow_missing_offsets,
         perfetto: args.perfetto.clone(),
+        max_bound_ns: args.max_bound,
     };
     if opts.run_name.is_empty() {
         // The name depends on the origin: plan once (cheap) to learn it.
@@ -240,52 +256,70 @@ fn merge(args: MergeArgs) -> anyhow::Result<()> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    println!("merged run: {}", report.run_dir.display());
-    println!(
+    crate::outln!("merged run: {}", report.run_dir.display())?;
+    crate::outln!(
         "origin: {} ns ({}), {} -> {} bytes",
         report.origin_ns,
         utc(report.origin_ns),
         report.bytes_in,
         report.bytes_out
-    );
+    )?;
     for h in &report.hosts {
-        let source = match h.source {
-            OffsetSource::Flag => "--offset",
-            OffsetSource::Hook => "hook stat",
-            OffsetSource::History => "history",
-            OffsetSource::AssumedZero => "ASSUMED 0",
-        };
-        println!(
-            "  {:<24} offset {:>14} ns ({source}), shift {:>14} ns{}",
-            h.host,
-            h.offset_ns,
-            h.shift_ns,
-            if h.lines_absolute > 0 {
-                format!(", {} absolute line(s)", h.lines_absolute)
-            } else {
-                String::new()
-            }
-        );
+        print_host(h)?;
         for d in &h.device_planes {
-            print_device_plane(d);
+            print_device_plane(d)?;
         }
     }
     if let Some(p) = &args.perfetto {
-        println!("perfetto JSON: {}", p.display());
+        crate::outln!("perfetto JSON: {}", p.display())?;
     }
     Ok(())
 }
 
-fn print_device_plane(d: &trace::DevicePlaneReport) {
+/// One host of the merge summary: where its offset came from, the offset
+/// at the session start, its drift over the session and the worst bound.
+fn print_host(h: &trace::HostPlacement) -> Result<(), StdoutError> {
+    let bound = match h.worst_bound_ns() {
+        Some(b) => format!("± {b} ns"),
+        None => "bound unknown".into(),
+    };
+    let placed = if h.events_placed > 0 {
+        format!(", {} event(s) placed one by one", h.events_placed)
+    } else {
+        ", lines shifted whole".into()
+    };
+    crate::outln!(
+        "  {:<24} offset {:>14} ns, drift {:>+10.1} ppb, {bound} ({}, {} anchor(s)){placed}{}",
+        h.host,
+        h.offset_ns,
+        h.mean_drift_ppb(),
+        h.source.describe(),
+        h.map.anchors().len(),
+        if h.lines_absolute > 0 {
+            format!(", {} absolute line(s)", h.lines_absolute)
+        } else {
+            String::new()
+        }
+    )?;
+    Ok(())
+}
+
+fn print_device_plane(d: &trace::DevicePlaneReport) -> Result<(), StdoutError> {
     let node = if d.node_bound_known {
         "device + node"
     } else {
         "device only: the node offset has no bound"
     };
-    println!(
+    crate::outln!(
         "    device plane {:?} <- {} ({}): {} event(s) on {} line(s) mapped, worst bound {} ns ({node})",
-        d.plane, d.device, d.map_domain, d.events_mapped, d.lines_mapped, d.worst_bound_ns
-    );
+        d.plane,
+        d.device,
+        d.map_domain,
+        d.events_mapped,
+        d.lines_mapped,
+        d.worst_bound_ns
+    )?;
+    Ok(())
 }
 
 /// A byte progress bar on stderr when it is a terminal; none otherwise.
