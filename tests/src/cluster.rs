@@ -57,6 +57,9 @@ pub struct ClusterConfig {
     /// With `inject_skew`: each node's frequency also wanders (a seeded
     /// random walk, ppb per √s; 0 = none).
     pub wander_ppb_per_sqrt_s: f64,
+    /// With `inject_skew`: (offset ns, drift ppb) per node instead of
+    /// [`skew_of`]'s.
+    pub skews: Vec<(i64, f64)>,
 }
 
 impl Default for ClusterConfig {
@@ -72,6 +75,7 @@ impl Default for ClusterConfig {
             direct_pair: false,
             extra_args: Vec::new(),
             wander_ppb_per_sqrt_s: 0.0,
+            skews: Vec::new(),
         }
     }
 }
@@ -165,10 +169,14 @@ impl Cluster {
         let skews = (0..cfg.nodes)
             .map(|i| {
                 if cfg.inject_skew {
-                    InjectedSkew {
+                    let mut s = InjectedSkew {
                         wander_ppb_per_sqrt_s: cfg.wander_ppb_per_sqrt_s,
                         ..skew_of(i, epoch)
+                    };
+                    if let Some(&(offset_ns, drift_ppb)) = cfg.skews.get(i) {
+                        (s.offset_ns, s.drift_ppb) = (offset_ns, drift_ppb);
                     }
+                    s
                 } else {
                     InjectedSkew {
                         offset_ns: 0,

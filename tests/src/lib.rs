@@ -5,6 +5,7 @@ pub mod etcd;
 pub mod exchange;
 pub mod load;
 pub mod netns;
+pub mod shim;
 
 /// Integration tests need root (netns, eBPF). Where `CLOCKMESH_REQUIRE_ROOT`
 /// is set (CI, `cargo xtask test`) a non-root run fails; elsewhere it skips.

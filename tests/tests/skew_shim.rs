@@ -3,30 +3,21 @@
 //! `--inject-skew` skews the agent's own stamps, while sleeps and waits
 //! (MONOTONIC) still behave. The end-to-end tests rely on both.
 
-use std::{path::PathBuf, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use clockmesh::config::InjectedSkew;
 
 /// Built once per test run (the tests run in parallel).
 fn shim() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_shim).clone()
-}
-
-fn build_shim() -> PathBuf {
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/skew_shim/clockmesh_skew.c");
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("clockmesh_skew.so");
-    let status = Command::new("gcc")
-        .args([
-            "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o",
-        ])
-        .arg(&out)
-        .arg(src)
-        .arg("-lm")
-        .status()
-        .expect("gcc (cargo xtask setup installs build-essential)");
-    assert!(status.success(), "building the shim failed");
-    out
+    BUILT
+        .get_or_init(|| {
+            clockmesh_testbed::shim::build(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap()
+        })
+        .clone()
 }
 
 fn now_ns() -> i64 {
@@ -42,7 +33,7 @@ fn a_shimmed_process_reads_realtime_as_the_agent_skews_it() {
         wander_ppb_per_sqrt_s: 0.0,
         wander_seed: 0,
     };
-    let spec = format!("{},{},{}", skew.offset_ns, skew.drift_ppb, skew.epoch_ns);
+    let spec = clockmesh_testbed::shim::spec(&skew);
     let out = Command::new("python3")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/skew_shim/probe.py"))
         .env("LD_PRELOAD", shim())

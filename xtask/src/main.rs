@@ -241,6 +241,8 @@ fn extra_test_scripts() -> Vec<PathBuf> {
     [
         "hook/test.sh",
         "python/test.sh",
+        // After python/test.sh: it uses the venv with jax that script makes.
+        "tests/end_to_end.sh",
         "deploy/kubernetes/test.sh",
     ]
     .iter()

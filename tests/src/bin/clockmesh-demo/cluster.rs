@@ -119,6 +119,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         direct_pair: args.direct,
         extra_args: Vec::new(),
         wander_ppb_per_sqrt_s: args.wander,
+        skews: Vec::new(),
     };
     if !args.json {
         eprintln!(
