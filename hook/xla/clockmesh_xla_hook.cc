@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "clockmesh.h"
@@ -18,6 +19,13 @@ using tensorflow::profiler::XStat;
 
 constexpr char kTaskEnvPlaneName[] = "Task Environment";
 constexpr char kProfileStartTime[] = "profile_start_time";
+constexpr char kProfileStopTime[] = "profile_stop_time";
+
+// The record RecordSessionStart read, until the session's stats take it.
+// TSL's ProfilerLock allows one session at a time: one slot is enough.
+std::mutex g_start_mutex;
+bool g_has_start = false;
+clockmesh_snapshot_t g_start;
 
 XPlane* FindOrAddTaskEnvPlane(XSpace* space) {
   int64_t max_id = 0;
@@ -55,10 +63,10 @@ XStat* Stat(XPlane* plane, const std::string& name) {
   return stat;
 }
 
-// profile_start_time as written by XLA (uint64 or int64), else now.
-int64_t SessionStartNs(XPlane* plane) {
+// A session time stat as written by XLA (uint64 or int64), else now.
+int64_t SessionTimeNs(XPlane* plane, const char* name) {
   for (const auto& [id, metadata] : plane->stat_metadata()) {
-    if (metadata.name() != kProfileStartTime) continue;
+    if (metadata.name() != name) continue;
     for (const XStat& stat : plane->stats()) {
       if (stat.metadata_id() != id) continue;
       if (stat.value_case() == XStat::kUint64Value) return static_cast<int64_t>(stat.uint64_value());
@@ -100,31 +108,82 @@ int ReadFreshSnapshot(const char* path, clockmesh_snapshot_t* snap) {
   return clockmesh_check_fresh(snap, clockmesh_realtime_now_ns());
 }
 
-}  // namespace
+// The offsets path: the argument, else $CLOCKMESH_OFFSETS (NULL: default).
+const char* OffsetsPath(const char* offsets_path) {
+  return offsets_path ? offsets_path : std::getenv("CLOCKMESH_OFFSETS");
+}
 
-int AddClockStatsToXSpace(XSpace* space, const char* offsets_path) {
-  if (space == nullptr) return CLOCKMESH_E_INVALID;
-  const char* path = offsets_path ? offsets_path : std::getenv("CLOCKMESH_OFFSETS");
-  if (path != nullptr && std::strcmp(path, "off") == 0) return CLOCKMESH_OK;
-  XPlane* plane = FindOrAddTaskEnvPlane(space);
-  clockmesh_snapshot_t snap;
-  int rc = ReadFreshSnapshot(path, &snap);
-  Stat(plane, "clock_status")->set_str_value(clockmesh_strerror(rc));
-  if (rc != CLOCKMESH_OK) return rc;
+bool Disabled(const char* path) { return path != nullptr && std::strcmp(path, "off") == 0; }
 
-  const int64_t start_ns = SessionStartNs(plane);
+// Takes (once) the record RecordSessionStart kept.
+bool TakeStart(clockmesh_snapshot_t* out) {
+  std::lock_guard<std::mutex> lock(g_start_mutex);
+  if (!g_has_start) return false;
+  *out = g_start;
+  g_has_start = false;
+  return true;
+}
+
+// One record's map at local time at_ns: offset (global - local), bound,
+// drift and bound growth, under stat names prefix + "offset_ns", ...
+void AddAnchorStats(XPlane* plane, const clockmesh_snapshot_t& snap, int64_t at_ns,
+                    const std::string& prefix) {
   int64_t global_ns = 0;
   uint64_t bound_ns = 0;
-  clockmesh_apply(&snap, start_ns, &global_ns, &bound_ns);
-  Stat(plane, "clock_offset_ns")->set_int64_value(global_ns - start_ns);
-  Stat(plane, "clock_offset_bound_ns")->set_uint64_value(bound_ns);
-  Stat(plane, "clock_drift_ppb")->set_double_value(snap.drift_ps_per_s / 1000.0);
+  clockmesh_apply(&snap, at_ns, &global_ns, &bound_ns);
+  Stat(plane, prefix + "offset_ns")->set_int64_value(global_ns - at_ns);
+  Stat(plane, prefix + "offset_bound_ns")->set_uint64_value(bound_ns);
+  Stat(plane, prefix + "drift_ppb")->set_double_value(snap.drift_ps_per_s / 1000.0);
+  Stat(plane, prefix + "bound_growth_ppb")->set_double_value(snap.bound_growth_ps_per_s / 1000.0);
+}
+
+// Which record the global timeline and devices come from.
+void AddIdentityStats(XPlane* plane, const clockmesh_snapshot_t& snap) {
   Stat(plane, "clock_anchor_ns")->set_int64_value(snap.anchor_local_ns);
   Stat(plane, "clock_reference_id")->set_uint64_value(snap.reference_id);
   Stat(plane, "clock_agent_epoch")->set_uint64_value(snap.epoch);
   Stat(plane, "clock_window")->set_uint64_value(snap.window);
   Stat(plane, "clock_flags")->set_uint64_value(snap.flags);
   AddDeviceStats(plane, snap, clockmesh_realtime_now_ns());
+}
+
+}  // namespace
+
+int RecordSessionStart(const char* offsets_path) {
+  const char* path = OffsetsPath(offsets_path);
+  if (Disabled(path)) return CLOCKMESH_OK;
+  clockmesh_snapshot_t snap;
+  const int rc = ReadFreshSnapshot(path, &snap);
+  std::lock_guard<std::mutex> lock(g_start_mutex);
+  g_has_start = rc == CLOCKMESH_OK;
+  if (g_has_start) g_start = snap;
+  return rc;
+}
+
+int AddClockStatsToXSpace(XSpace* space, const char* offsets_path) {
+  if (space == nullptr) return CLOCKMESH_E_INVALID;
+  const char* path = OffsetsPath(offsets_path);
+  if (Disabled(path)) return CLOCKMESH_OK;
+  XPlane* plane = FindOrAddTaskEnvPlane(space);
+  clockmesh_snapshot_t start, stop;
+  const bool have_start = TakeStart(&start);
+  const int rc = ReadFreshSnapshot(path, &stop);
+  const bool have_stop = rc == CLOCKMESH_OK;
+  if (!have_start && !have_stop) {
+    Stat(plane, "clock_status")->set_str_value(clockmesh_strerror(rc));
+    return rc;
+  }
+  Stat(plane, "clock_status")->set_str_value(clockmesh_strerror(CLOCKMESH_OK));
+  // Without a start record the stop record stands in at the start, its
+  // bound grown over the session (clockmesh_apply).
+  AddAnchorStats(plane, have_start ? start : stop, SessionTimeNs(plane, kProfileStartTime), "clock_");
+  AddIdentityStats(plane, have_stop ? stop : start);
+  if (have_stop) {
+    const int64_t stop_ns = SessionTimeNs(plane, kProfileStopTime);
+    Stat(plane, "clock_stop_at_ns")->set_int64_value(stop_ns);
+    AddAnchorStats(plane, stop, stop_ns, "clock_stop_");
+  }
+  Stat(plane, "clock_anchors")->set_str_value(have_start ? (have_stop ? "start+stop" : "start") : "stop-only");
   return CLOCKMESH_OK;
 }
 

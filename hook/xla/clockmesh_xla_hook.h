@@ -4,10 +4,14 @@
  * the "Task Environment" plane of a profiler XSpace, so that
  * `clockmesh trace merge` can place the trace on the global timeline.
  *
- * Call it after tsl::profiler::PostProcessSingleHostXSpace() in
- * tsl::ProfilerSession::CollectData (see hook/README.md). It only reads the
- * offsets file and never fails the profiling session: on any error it adds
- * a `clock_status` string stat and no offset (fail closed).
+ * Call RecordSessionStart() where the session starts (the
+ * tsl::ProfilerSession constructor, after start_time_ns_ is set) and
+ * AddClockStatsToXSpace() after tsl::profiler::PostProcessSingleHostXSpace()
+ * in tsl::ProfilerSession::CollectData (see hook/README.md): the offsets are
+ * recorded at both ends of the session, so `clockmesh trace merge` can
+ * follow the clock's drift between them. The hook only reads the offsets
+ * file and never fails the profiling session: when no record can be read
+ * it adds a `clock_status` string stat and no offset (fail closed).
  */
 #ifndef CLOCKMESH_XLA_HOOK_H_
 #define CLOCKMESH_XLA_HOOK_H_
@@ -23,9 +27,16 @@ namespace clockmesh {
 // Stats added to the Task Environment plane (names shared with the merge
 // tool, clockmesh_proto::clock_stats):
 //   clock_offset_ns        int64   global - local CLOCK_REALTIME at the
-//                                  session start (profile_start_time)
+//                                  session start (profile_start_time), from
+//                                  the start record (else the stop record)
 //   clock_offset_bound_ns  uint64  error bound of that offset
 //   clock_drift_ppb        double  drift of the offset
+//   clock_bound_growth_ppb double  how fast the bound grows away from it
+//   clock_stop_at_ns       int64   profile_stop_time: where the stop record
+//                                  holds (absent if it could not be read)
+//   clock_stop_{offset_ns,offset_bound_ns,drift_ppb,bound_growth_ppb}
+//                                  the stop record's map there
+//   clock_anchors          string  "start+stop", "start" or "stop-only"
 //   clock_anchor_ns        int64   local time the agent's estimate refers to
 //   clock_reference_id     uint64  reference node of the global timeline
 //   clock_agent_epoch      uint64  agent restart counter
@@ -36,9 +47,15 @@ namespace clockmesh {
 //
 // `offsets_path` NULL means $CLOCKMESH_OFFSETS or /run/clockmesh/offsets;
 // CLOCKMESH_OFFSETS=off disables the hook. Returns a clockmesh_status code
-// (0 = offset recorded). Calling it twice replaces the previous values.
+// (0 = at least one record). It takes the start record (once); calling it
+// again replaces the previous values.
 int AddClockStatsToXSpace(tensorflow::profiler::XSpace* space,
                           const char* offsets_path = nullptr);
+
+// Reads and keeps the offsets record at the session start, for the next
+// AddClockStatsToXSpace. Returns a clockmesh_status code; on error nothing
+// is kept (the stop record then stands in).
+int RecordSessionStart(const char* offsets_path = nullptr);
 
 }  // namespace clockmesh
 

@@ -141,6 +141,23 @@ impl HostMap {
         })
     }
 
+    /// The largest bound of any stamp in `[from_ns, to_ns]`: the bound is
+    /// piecewise linear with at most one peak per piece (where the growth
+    /// from the nearer anchor turns), so the ends, the anchors and the
+    /// pieces' midpoints inside the interval cover it.
+    pub fn worst_bound(&self, from_ns: i64, to_ns: i64) -> u64 {
+        let mut at = vec![from_ns, to_ns];
+        for w in self.anchors.windows(2) {
+            at.extend([w[0].at_ns, w[0].at_ns + (w[1].at_ns - w[0].at_ns) / 2]);
+        }
+        at.extend(self.anchors.last().map(|a| a.at_ns));
+        at.into_iter()
+            .filter(|&t| from_ns <= t && t <= to_ns)
+            .map(|t| self.to_global(t).bound_ns)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Global time ± bound of the local stamp `local_ns`, at its own time.
     pub fn to_global(&self, local_ns: i64) -> GlobalTime {
         self.to_global_ps(i128::from(local_ns) * 1000)
@@ -414,6 +431,21 @@ mod tests {
         assert_eq!(map.offset_at(30), 6);
         assert!(HostMap::from_history(&entries, "c").is_none());
         assert!(HostMap::from_history(&entries[2..3], "a").is_none());
+    }
+
+    #[test]
+    fn the_worst_bound_over_an_interval_finds_the_peak_between_anchors() {
+        let mut a = anchor(0, 0, 10);
+        a.bound_growth_ppb = 1e6; // 1 ns per µs
+        let map = HostMap::new(vec![a, anchor(1_000_000, 0, 10)]).unwrap();
+        assert_eq!(map.worst_bound(0, 1_000_000), 10 + 500_000 / 1000);
+        assert_eq!(map.worst_bound(0, 100_000), 10 + 100);
+        let brute = (0..=1000)
+            .map(|k| map.to_global(k * 1000).bound_ns)
+            .max()
+            .unwrap();
+        assert_eq!(map.worst_bound(0, 1_000_000), brute);
+        assert_eq!(map.worst_bound(-1_000_000, -1_000_000), 10 + 1000);
     }
 
     #[test]

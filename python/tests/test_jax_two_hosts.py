@@ -104,6 +104,10 @@ class TwoHosts(unittest.TestCase):
             self.assertEqual(stat(env, "clock_status"), "ok")
             self.assertEqual(stat(env, "clock_offset_ns"), OFFSETS[host])
             self.assertIsNotNone(stat(env, "clock_offset_bound_ns"))
+            # Read at the start and again at the stop (drift within a session).
+            self.assertEqual(stat(env, "clock_anchors"), "start+stop")
+            self.assertEqual(stat(env, "clock_stop_offset_ns"), OFFSETS[host])
+            self.assertEqual(stat(env, "clock_stop_at_ns"), stat(env, "profile_stop_time"))
 
     def test_every_event_at_its_true_global_time(self):
         for host in self.inputs:

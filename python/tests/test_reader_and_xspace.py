@@ -11,7 +11,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import clockmesh  # noqa: E402
-from clockmesh import jax_profiler, xspace  # noqa: E402
+from clockmesh import OffsetsReader, jax_profiler, xspace  # noqa: E402
 from offsets_fixture import write_offsets  # noqa: E402
 from xplane_proto import xspace_class  # noqa: E402
 
@@ -92,6 +92,57 @@ class XSpaceEdit(unittest.TestCase):
         out = jax_profiler.annotate_xspace(raw, os.path.join(d, "missing"))
         self.assertNotIn("clock_offset_ns", xspace.task_env_stats(out))
         self.assertTrue(xspace.task_env_stats(out)["clock_status"].startswith("Missing"))
+
+
+class StartAndStopRecords(unittest.TestCase):
+    """The JAX helper records the offsets at session start and stop."""
+
+    def setUp(self):
+        XSpace = xspace_class()
+        s = XSpace()
+        env = s.planes.add(id=2, name="Task Environment")
+        self.start, self.stop = 1795335288621242594, 1795335288621242594 + 11_000_000_000
+        for i, (name, v) in enumerate((("profile_start_time", self.start), ("profile_stop_time", self.stop)), 1):
+            env.stat_metadata[i].id = i
+            env.stat_metadata[i].name = name
+            env.stats.add(metadata_id=i, uint64_value=v)
+        self.raw = s.SerializeToString()
+        self.d = tempfile.mkdtemp()
+        now = time.time_ns()
+        # Start: offset 1000 at the session start; stop: 1550 (50 ppm over 11 s).
+        write_offsets(os.path.join(self.d, "start"), 1000, self.start, now + 10**12, drift_ps_per_s=50_000_000)
+        write_offsets(os.path.join(self.d, "stop"), 1550, self.stop, now + 10**12, bound_ns=70)
+        with OffsetsReader(os.path.join(self.d, "start")) as r:
+            self.start_snap = r.read_snapshot()
+
+    def stats(self, start_snap, stop_path):
+        out = jax_profiler.annotate_xspace(self.raw, os.path.join(self.d, stop_path), start_snap)
+        return xspace.task_env_stats(out)
+
+    def test_both_records(self):
+        st = self.stats(self.start_snap, "stop")
+        self.assertEqual((st["clock_status"], st["clock_anchors"]), ("ok", "start+stop"))
+        self.assertEqual(st["clock_offset_ns"], 1000)
+        self.assertEqual(st["clock_drift_ppb"], 50_000.0)
+        self.assertEqual((st["clock_stop_at_ns"], st["clock_stop_offset_ns"]), (self.stop, 1550))
+        self.assertEqual(st["clock_stop_offset_bound_ns"], 70)
+
+    def test_a_failed_stop_read_keeps_the_start(self):
+        st = self.stats(self.start_snap, "missing")
+        self.assertEqual((st["clock_status"], st["clock_anchors"]), ("ok", "start"))
+        self.assertEqual(st["clock_offset_ns"], 1000)
+        self.assertNotIn("clock_stop_offset_ns", st)
+
+    def test_a_failed_start_read_takes_the_stop_record_at_both_ends(self):
+        st = self.stats(None, "stop")
+        self.assertEqual(st["clock_anchors"], "stop-only")
+        self.assertEqual((st["clock_offset_ns"], st["clock_stop_offset_ns"]), (1550, 1550))
+
+    def test_no_record_at_all_fails_closed(self):
+        st = self.stats(None, "missing")
+        self.assertTrue(st["clock_status"].startswith("Missing"), st["clock_status"])
+        self.assertNotIn("clock_offset_ns", st)
+        self.assertNotIn("clock_anchors", st)
 
 
 if __name__ == "__main__":

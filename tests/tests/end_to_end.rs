@@ -22,6 +22,7 @@ use clockmesh::config::InjectedSkew;
 use clockmesh_proto::prost::Message;
 use clockmesh_proto::xplane::{XPlane, XSpace, x_event, x_stat};
 use clockmesh_testbed::cluster::{Backend, Cluster, ClusterConfig, agent_binary};
+use clockmesh_testbed::netns::HOST_IFACE;
 use clockmesh_testbed::{root_or_skip, shim};
 use nix::sys::signal::Signal;
 
@@ -59,56 +60,126 @@ fn cluster(cfg: ClusterConfig) -> Cluster {
     c
 }
 
-type Running = Vec<(PathBuf, std::process::Child)>;
+/// A traced program on one host: (host index, output directory, process).
+type Running = Vec<(usize, PathBuf, std::process::Child)>;
 
-/// Starts the JAX program on `hosts` at once, each under its host's skew
-/// and host name.
-fn start_jax_hosts(c: &Cluster, out: &Path, hosts: &[usize]) -> Running {
+/// The workloads each host runs at once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Workload {
+    Jax,
+    Torch,
+}
+
+const TORCH_PORT: u16 = 29_600;
+
+/// Starts `workload` on `hosts` at once, each under its host's skew and
+/// host name (torch: rank k on `hosts[k]`, rendezvous at the first).
+fn start(c: &Cluster, out: &Path, workload: Workload, hosts: &[usize]) -> Running {
     std::fs::create_dir_all(out).unwrap();
     let shim = shim::build(out).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/jax_host.py");
+    let e2e = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e");
     hosts
         .iter()
-        .map(|&i| {
-            let log_dir = out.join(format!("jax-{}", Cluster::name(i)));
-            std::fs::create_dir_all(&log_dir).unwrap();
-            let child = Command::new("ip")
-                .args(["netns", "exec", &c.bed.host(i).netns])
+        .enumerate()
+        .map(|(rank, &i)| {
+            let name = Cluster::name(i);
+            let dir = out.join(format!("{workload:?}-{name}").to_lowercase());
+            std::fs::create_dir_all(&dir).unwrap();
+            let offsets = c.node_dir(i).join("offsets");
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &c.bed.host(i).netns])
                 .args(["unshare", "--uts", "sh", "-c"])
                 .arg(r#"hostname "$0" && exec env LD_PRELOAD="$CM_SHIM" "$@""#)
-                .arg(Cluster::name(i))
-                .arg(python())
-                .arg("-P")
-                .arg(&script)
-                .arg(&log_dir)
-                .arg(SESSION_S)
-                .arg(c.node_dir(i).join("offsets"))
+                .arg(&name)
+                .arg(python());
+            match workload {
+                Workload::Jax => cmd
+                    .arg(e2e.join("jax_host.py"))
+                    .arg(&dir)
+                    .arg(SESSION_S)
+                    .arg(&offsets),
+                Workload::Torch => cmd
+                    .arg(e2e.join("torch_host.py"))
+                    .arg(rank.to_string())
+                    .arg(hosts.len().to_string())
+                    .arg(c.bed.host(hosts[0]).addr.to_string())
+                    .arg(TORCH_PORT.to_string())
+                    .arg(SESSION_S)
+                    .arg(&offsets)
+                    .arg(&name)
+                    .arg(&dir),
+            };
+            let child = cmd
+                .env("PYTHONPATH", &e2e)
+                .env("GLOO_SOCKET_IFNAME", HOST_IFACE)
                 .env("CM_SHIM", &shim)
                 .env("CLOCKMESH_SKEW", shim::spec(&c.skews[i]))
                 .env("JAX_PLATFORMS", "cpu")
                 .env("TF_CPP_MIN_LOG_LEVEL", "2")
                 .stdout(Stdio::null())
-                .stderr(Stdio::piped())
+                .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap())
                 .spawn()
                 .unwrap();
-            (log_dir, child)
+            (i, dir, child)
         })
         .collect()
 }
 
-/// Waits for the JAX programs; returns their log directories.
-fn wait_jax_hosts(running: Running) -> Vec<PathBuf> {
+/// A finished traced program: its host, trace file and the true times it read.
+struct Traced {
+    host: usize,
+    workload: Workload,
+    trace: PathBuf,
+    markers: PathBuf,
+}
+
+/// The exit status, or `None` (and the process killed) past `limit`: a
+/// rank whose peer died would wait for it forever.
+fn wait_at_most(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// Waits for the programs.
+fn wait(running: Running, workload: Workload) -> Vec<Traced> {
     running
         .into_iter()
-        .map(|(dir, child)| {
-            let out = child.wait_with_output().unwrap();
+        .map(|(host, dir, mut child)| {
+            let status = wait_at_most(&mut child, Duration::from_secs(180));
             assert!(
-                out.status.success(),
-                "{}: {}",
+                status.is_some_and(|s| s.success()),
+                "{}: {status:?}: {}",
                 dir.display(),
-                String::from_utf8_lossy(&out.stderr)
+                std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default()
             );
-            dir
+            let name = Cluster::name(host);
+            let trace = match workload {
+                Workload::Jax => std::fs::read_dir(dir.join("plugins/profile"))
+                    .unwrap()
+                    .next()
+                    .unwrap()
+                    .unwrap()
+                    .path()
+                    .join(format!("{name}.xplane.pb")),
+                Workload::Torch => dir.join(format!("{name}.pt.trace.json")),
+            };
+            Traced {
+                host,
+                workload,
+                trace,
+                markers: dir.join("markers.json"),
+            }
         })
         .collect()
 }
@@ -164,9 +235,9 @@ fn stat(p: &XPlane, name: &str) -> Option<i64> {
         })
 }
 
-/// Every `cm_marker_*` event of a trace: (name, start ps, end ps), absolute
-/// (session start + line timestamp + offset), in trace order.
-fn markers(space: &XSpace) -> Vec<(String, i128, i128)> {
+/// Every `cm_marker_*` event of an xprof trace: (name, start ps, end ps),
+/// absolute (session start + line timestamp + offset), in trace order.
+fn xplane_markers(space: &XSpace) -> Vec<(String, i128, i128)> {
     let start = stat(plane(space, "Task Environment"), "profile_start_time").unwrap();
     let mut out = Vec::new();
     for p in &space.planes {
@@ -187,6 +258,56 @@ fn markers(space: &XSpace) -> Vec<(String, i128, i128)> {
         }
     }
     out
+}
+
+/// The same for a PyTorch (Kineto JSON) trace: base + ts, in µs with ns digits.
+fn torch_markers(doc: &serde_json::Value) -> Vec<(String, i128, i128)> {
+    let base = i128::from(doc["baseTimeNanoseconds"].as_i64().unwrap());
+    let ns = |us: f64| {
+        let whole = us.trunc();
+        i128::from(whole as i64) * 1000 + ((us - whole) * 1000.0).round() as i128
+    };
+    doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["ph"] == "X"
+                && e["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("cm_marker_"))
+        })
+        .map(|e| {
+            let s = base + ns(e["ts"].as_f64().unwrap());
+            let d = ns(e["dur"].as_f64().unwrap());
+            (
+                e["name"].as_str().unwrap().to_string(),
+                s * 1000,
+                (s + d) * 1000,
+            )
+        })
+        .collect()
+}
+
+/// A trace's markers and, for a merged one, its stated worst bound.
+fn read_markers(path: &Path, workload: Workload) -> (Vec<(String, i128, i128)>, Option<i64>) {
+    match workload {
+        Workload::Jax => {
+            let space = decode(path);
+            let bound = space
+                .planes
+                .iter()
+                .find(|p| p.name == "/host:CPU")
+                .and_then(|p| stat(p, "clock_alignment_bound_ns"));
+            (xplane_markers(&space), bound)
+        }
+        Workload::Torch => {
+            let doc: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+            let bound = doc["clockmesh"]["alignment_bound_ns"].as_i64();
+            (torch_markers(&doc), bound)
+        }
+    }
 }
 
 /// True CLOCK_REALTIME (ns) at which a clock skewed by `skew` read `local`.
@@ -212,32 +333,25 @@ struct Score {
     bound_ns: i64,
 }
 
-/// Scores host `i` of a merged run against the truth: the global timeline
-/// is reference `r`'s clock.
-fn score(c: &Cluster, i: usize, r: usize, log_dir: &Path, run: &Path) -> Score {
-    let host = Cluster::name(i);
-    let input_file = std::fs::read_dir(log_dir.join("plugins/profile"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path()
-        .join(format!("{host}.xplane.pb"));
-    let input = markers(&decode(&input_file));
-    let merged_space = decode(&run.join(format!("{host}.xplane.pb")));
-    let merged = markers(&merged_space);
+/// Scores one traced program in a merged run against the truth: the
+/// global timeline is reference `r`'s clock.
+fn score(c: &Cluster, t: &Traced, r: usize, run: &Path) -> Score {
+    let i = t.host;
+    let (input, _) = read_markers(&t.trace, t.workload);
+    let (merged, bound) = read_markers(&run.join(t.trace.file_name().unwrap()), t.workload);
     let told: Vec<serde_json::Value> =
-        serde_json::from_slice(&std::fs::read(log_dir.join("markers.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(&t.markers).unwrap()).unwrap();
     assert_eq!(input.len(), merged.len());
-    assert!(merged.len() >= 50, "{host}: {} markers", merged.len());
+    assert!(
+        merged.len() >= 50,
+        "{}: {} markers",
+        t.trace.display(),
+        merged.len()
+    );
     // In ps, as i128: epoch ps in f64 would round to 262 ns.
     let global_ps = |t: i64| i128::from(t + c.skews[r].at(t)) * 1000;
     let mut s = Score {
-        bound_ns: stat(
-            plane(&merged_space, "/host:CPU"),
-            "clock_alignment_bound_ns",
-        )
-        .expect("the merge states the plane's bound"),
+        bound_ns: bound.expect("the merge states the bound"),
         ..Score::default()
     };
     for ((name, ls, le), (mname, gs, ge)) in input.iter().zip(&merged) {
@@ -272,65 +386,80 @@ fn first_reference(c: &Cluster) -> usize {
         .unwrap()
 }
 
-/// Merges `hosts`' traces with the history and with the hook's records
-/// only; every marker of every host must be within its stated bound of
-/// its true time on reference `r`'s timeline. Returns the scores.
-fn merge_and_score(
-    c: &Cluster,
-    r: usize,
-    hosts: &[usize],
-    dirs: &[PathBuf],
-    out: &Path,
-) -> Vec<Score> {
+/// Merges every trace with the history and with the helpers' records
+/// only; every marker must be within its stated bound of its true time on
+/// reference `r`'s timeline. Returns the scores.
+fn merge_and_score(c: &Cluster, r: usize, traced: &[Traced], out: &Path) -> Vec<Score> {
     let hist = history(c, out);
-    let with_history = merge(dirs, out, "history", &["--history", hist.to_str().unwrap()]);
-    let hook_only = merge(dirs, out, "hook", &[]);
+    let inputs: Vec<PathBuf> = traced.iter().map(|t| t.trace.clone()).collect();
+    let with_history = merge(
+        &inputs,
+        out,
+        "history",
+        &["--history", hist.to_str().unwrap()],
+    );
+    let hook_only = merge(&inputs, out, "hook", &[]);
     let mut scores = Vec::new();
-    for (&i, dir) in hosts.iter().zip(dirs) {
+    for t in traced {
         for (how, run) in [("history", &with_history), ("hook records", &hook_only)] {
-            let s = score(c, i, r, dir, run);
-            eprintln!("{} via {how}: {s:?}", Cluster::name(i));
-            assert!(
-                s.worst_exact_ns <= s.bound_ns as f64,
-                "{} via {how}: {s:?}",
-                Cluster::name(i)
+            let s = score(c, t, r, run);
+            let what = format!(
+                "{} {:?} via {how}: {s:?}",
+                Cluster::name(t.host),
+                t.workload
             );
-            assert!(
-                s.worst_outside_ns <= s.bound_ns as f64,
-                "{} via {how}: {s:?}",
-                Cluster::name(i)
-            );
+            eprintln!("{what}");
+            assert!(s.worst_exact_ns <= s.bound_ns as f64, "{what}");
+            assert!(s.worst_outside_ns <= s.bound_ns as f64, "{what}");
             scores.push(s);
         }
     }
     scores
 }
 
+/// Runs JAX and PyTorch on `hosts` at once; `during` runs meanwhile.
+fn trace_hosts(c: &mut Cluster, hosts: &[usize], during: impl FnOnce(&mut Cluster)) -> Vec<Traced> {
+    let out = c.dir.join("e2e");
+    let jax = start(c, &out, Workload::Jax, hosts);
+    let torch = start(c, &out, Workload::Torch, hosts);
+    during(c);
+    let mut traced = wait(jax, Workload::Jax);
+    traced.extend(wait(torch, Workload::Torch));
+    traced
+}
+
 #[test]
-#[ignore = "needs a Python with jax: tests/end_to_end.sh (cargo xtask test) runs it"]
-fn jax_traces_of_skewed_hosts_land_within_their_bounds() {
+#[ignore = "needs a Python with jax and torch: tests/end_to_end.sh (cargo xtask test) runs it"]
+fn traces_of_skewed_hosts_land_within_their_bounds() {
     if !root_or_skip("end_to_end") {
         return;
     }
-    let c = cluster(ClusterConfig {
+    let mut c = cluster(ClusterConfig {
         nodes: 2,
         backend: Backend::Static,
         direct_pair: true,
         skews: SKEWS.to_vec(),
         ..ClusterConfig::default()
     });
-    let out = c.dir.join("e2e");
-    let dirs = wait_jax_hosts(start_jax_hosts(&c, &out, &[0, 1]));
-    // Two more windows, so the history covers the session's end.
+    let traced = trace_hosts(&mut c, &[0, 1], |_| {});
+    // Two more windows, so the history covers the sessions' end.
     std::thread::sleep(Duration::from_secs(8));
-    let scores = merge_and_score(&c, first_reference(&c), &[0, 1], &dirs, &out);
-    // The goal: ≤ 1 µs through the history (one offset per host would be
-    // 550 µs off at the end of the session).
-    assert!(scores[2].worst_exact_ns <= 1_000.0, "{:?}", scores[2]);
+    let out = c.dir.join("e2e");
+    let scores = merge_and_score(&c, first_reference(&c), &traced, &out);
+    // The goal: ≤ 1 µs through the history for the skewed host, JAX and
+    // PyTorch (one offset per host would be 550 µs off at the end).
+    for (t, pair) in traced.iter().zip(scores.chunks(2)) {
+        let via_history = &pair[0];
+        assert!(
+            via_history.worst_exact_ns <= 1_000.0,
+            "{:?}: {via_history:?}",
+            t.workload
+        );
+    }
 }
 
 #[test]
-#[ignore = "needs a Python with jax: tests/end_to_end.sh (cargo xtask test) runs it"]
+#[ignore = "needs a Python with jax and torch: tests/end_to_end.sh (cargo xtask test) runs it"]
 fn a_leader_killed_during_the_session_leaves_every_event_within_its_bound() {
     if !root_or_skip("end_to_end_leader_kill") {
         return;
@@ -344,19 +473,23 @@ fn a_leader_killed_during_the_session_leaves_every_event_within_its_bound() {
     let leader = c.status(0).unwrap().leader.expect("a leader");
     let l: usize = leader.trim_start_matches('n').parse().unwrap();
     let r = first_reference(&c);
-    let hosts = [l, (l + 1) % 3];
-    let out = c.dir.join("e2e");
-    let running = start_jax_hosts(&c, &out, &hosts);
-    std::thread::sleep(Duration::from_secs(4));
-    c.stop_agent(l, Signal::SIGKILL).unwrap();
-    let dirs = wait_jax_hosts(running);
-    let new = (l + 1) % 3;
+    let traced = trace_hosts(&mut c, &[l, (l + 1) % 3], |c| {
+        std::thread::sleep(Duration::from_secs(6));
+        c.stop_agent(l, Signal::SIGKILL).unwrap();
+    });
     c.wait_for(Duration::from_secs(60), "the new leader's hand-over", |c| {
         (0..3).any(|i| i != l && c.hand_over_step(i, l).is_some())
     })
     .unwrap();
     std::thread::sleep(Duration::from_secs(8));
-    let scores = merge_and_score(&c, r, &hosts, &dirs, &out);
-    eprintln!("leader n{l} killed; hand-overs: {:?}", c.hand_overs(new));
-    assert_eq!(scores.len(), 4);
+    let out = c.dir.join("e2e");
+    let scores = merge_and_score(&c, r, &traced, &out);
+    let new = (0..3)
+        .find(|&i| i != l && c.hand_over_step(i, l).is_some())
+        .unwrap();
+    eprintln!(
+        "leader n{l} killed; n{new} took over: {:?}",
+        c.hand_overs(new)
+    );
+    assert_eq!(scores.len(), 8);
 }

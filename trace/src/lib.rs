@@ -7,11 +7,14 @@
 //! fields (newer XLA, `compressed_str_value`, anything) survive verbatim,
 //! and memory stays bounded by the number of lines, not events. Planes in a
 //! GPU's own clock ([`device`]) also get every event's offset and duration
-//! rewritten, through the agent's published device maps.
+//! rewritten, through the agent's published device maps. PyTorch
+//! profiler traces (Kineto JSON, [`kineto`]) are placed through the same
+//! host maps in the same merge.
 //! Design and limits: `docs/trace-merge.md`.
 
 pub mod device;
 pub mod fields;
+pub mod kineto;
 pub mod merge;
 pub mod perfetto;
 pub mod plan;

@@ -26,6 +26,7 @@ use super::device::{
     DeviceClockSpec, DeviceContext, HostDevices, check_specs_used, plan_host, resolve_planes,
 };
 use super::fields::{self, map_entry, xline, xplane, xstat, xstat_metadata};
+use super::kineto::{self, KinetoTrace};
 use super::plan::file_err;
 pub use super::plan::{
     ABSOLUTE_THRESHOLD_NS, DeviceError, DevicePlaneReport, HostPlacement, MergeError, OffsetSource,
@@ -128,8 +129,9 @@ fn write_host(
     Ok((scan.file_len, plan.output_len(scan.file_len)))
 }
 
-/// Expands inputs: `.xplane.pb` files as given; directories searched for
-/// `*.xplane.pb` (an xprof log dir, a `plugins/profile/<run>` dir, ...).
+/// Expands inputs: files as given (`.xplane.pb`, or PyTorch `.json`);
+/// directories searched for `*.xplane.pb` and `*.pt.trace.json` (an xprof
+/// log dir, a `plugins/profile/<run>` dir, a TensorBoard torch log dir).
 pub fn collect_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, MergeError> {
     let mut out = Vec::new();
     for p in paths {
@@ -161,11 +163,17 @@ fn find_xplanes(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> std::io::Re
         let p = e.path();
         if e.file_type()?.is_dir() {
             find_xplanes(&p, out, depth + 1)?;
-        } else if p.to_string_lossy().ends_with(".xplane.pb") {
+        } else if is_trace_in_dir(&p) {
             out.push(p);
         }
     }
     Ok(())
+}
+
+/// A file a directory input contributes: xprof and PyTorch traces.
+fn is_trace_in_dir(p: &Path) -> bool {
+    let name = p.to_string_lossy();
+    name.ends_with(".xplane.pb") || name.ends_with(".pt.trace.json")
 }
 
 /// The host name of a trace file: `<host>.xplane.pb`.
@@ -181,11 +189,82 @@ pub fn host_of(path: &Path, scan: &Scan) -> String {
         .unwrap_or_else(|| "host".into())
 }
 
+/// Everything a merge decides before writing anything.
+pub struct Planned {
+    /// The xprof inputs, scanned, and their hosts' placements.
+    pub scans: Vec<Scan>,
+    pub placements: Vec<HostPlacement>,
+    /// The PyTorch (Kineto JSON) inputs, one per rank.
+    pub torch: Vec<HostPlacement>,
+    /// The global time all outputs count from: the earliest placed start.
+    pub origin: i64,
+}
+
 /// Scans every input and decides where each host goes (no output yet).
-pub fn plan_merge(
-    inputs: &[PathBuf],
-    opts: &MergeOptions,
-) -> Result<(Vec<Scan>, Vec<HostPlacement>, i64), MergeError> {
+pub fn plan_merge(inputs: &[PathBuf], opts: &MergeOptions) -> Result<Planned, MergeError> {
+    let (torch_inputs, xplane_inputs): (Vec<PathBuf>, Vec<PathBuf>) = inputs
+        .iter()
+        .cloned()
+        .partition(|p| kineto::is_kineto_path(p));
+    let scans = scan_inputs(&xplane_inputs)?;
+    let history = group_history(&opts.history);
+    let mut placements = Vec::with_capacity(scans.len());
+    for scan in &scans {
+        let host = host_of(&scan.path, scan);
+        let start_ns = scan.profile_start_ns().expect("checked by scan_inputs");
+        let stop_ns = scan.profile_stop_ns().filter(|&s| s >= start_ns);
+        let anchors = history.get(host.as_str()).cloned().unwrap_or_default();
+        let hook = hook_map(scan, start_ns);
+        let (map, source) = map_for(&host, (start_ns, stop_ns), anchors, hook, &scan.path, opts)?;
+        let mut p = placement(host, &scan.path, (start_ns, stop_ns), map, source);
+        p.plane_bounds = vec![None; scan.planes.len()];
+        placements.push(p);
+    }
+    let mut torch = Vec::with_capacity(torch_inputs.len());
+    for path in &torch_inputs {
+        let t = KinetoTrace::load(path).map_err(file_err(path))?;
+        let anchors = history.get(t.host.as_str()).cloned().unwrap_or_default();
+        let span = (t.start_ns, Some(t.stop_ns));
+        let (map, source) = map_for(&t.host, span, anchors, t.hook_map(), path, opts)?;
+        let mut p = placement(t.host.clone(), path, span, map, source);
+        p.events_placed = t.events;
+        p.plane_bounds = vec![Some(p.map.worst_bound(t.start_ns, t.stop_ns))];
+        torch.push(p);
+    }
+    if placements.is_empty() && torch.is_empty() {
+        return Err(MergeError::NoInputs("the command line".into()));
+    }
+    check_output_names(placements.iter().chain(&torch))?;
+    let out_of_range = |p: &HostPlacement| {
+        file_err(&p.input)(TraceError::malformed(
+            0,
+            "session start plus offset is out of range",
+        ))
+    };
+    let mut origin = i64::MAX;
+    for p in placements.iter().chain(&torch) {
+        origin = origin.min(
+            p.start_ns
+                .checked_add(p.offset_ns)
+                .ok_or_else(|| out_of_range(p))?,
+        );
+    }
+    for p in placements.iter_mut().chain(torch.iter_mut()) {
+        p.shift_ns = (p.start_ns + p.offset_ns)
+            .checked_sub(origin)
+            .ok_or_else(|| out_of_range(p))?;
+    }
+    resolve_device_planes(&scans, &mut placements, opts)?;
+    Ok(Planned {
+        scans,
+        placements,
+        torch,
+        origin,
+    })
+}
+
+/// Scans the xprof inputs: one file per host, each with a session start.
+fn scan_inputs(inputs: &[PathBuf]) -> Result<Vec<Scan>, MergeError> {
     let mut scans = Vec::with_capacity(inputs.len());
     let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
     for (path, scan) in inputs.iter().zip(scan_all(inputs)) {
@@ -205,54 +284,49 @@ pub fn plan_merge(
             .ok_or_else(|| file_err(path)(TraceError::MissingStart))?;
         scans.push(scan);
     }
-    let mut placements = Vec::with_capacity(scans.len());
-    let mut history = group_history(&opts.history);
-    for scan in &scans {
-        let host = host_of(&scan.path, scan);
-        let start_ns = scan.profile_start_ns().expect("checked above");
-        let stop_ns = scan.profile_stop_ns().filter(|&s| s >= start_ns);
-        let anchors = history.remove(host.as_str()).unwrap_or_default();
-        let (map, source) = map_for(&host, start_ns, stop_ns, anchors, scan, opts)?;
-        placements.push(HostPlacement {
-            output: PathBuf::from(scan.path.file_name().expect("a file")),
-            host,
-            input: scan.path.clone(),
-            start_ns,
-            stop_ns,
-            offset_ns: map.offset_at(start_ns),
-            source,
-            map: Arc::new(map),
-            shift_ns: 0,
-            lines_absolute: 0,
-            events_placed: 0,
-            plane_bounds: vec![None; scan.planes.len()],
-            device_planes: Vec::new(),
-        });
+    Ok(scans)
+}
+
+/// A host's placement before anything is placed.
+fn placement(
+    host: String,
+    input: &Path,
+    (start_ns, stop_ns): (i64, Option<i64>),
+    map: HostMap,
+    source: OffsetSource,
+) -> HostPlacement {
+    HostPlacement {
+        output: PathBuf::from(input.file_name().unwrap_or_default()),
+        host,
+        input: input.to_path_buf(),
+        start_ns,
+        stop_ns,
+        offset_ns: map.offset_at(start_ns),
+        source,
+        map: Arc::new(map),
+        shift_ns: 0,
+        lines_absolute: 0,
+        events_placed: 0,
+        plane_bounds: Vec::new(),
+        device_planes: Vec::new(),
     }
-    let out_of_range = |p: &HostPlacement| {
-        file_err(&p.input)(TraceError::malformed(
-            0,
-            "session start plus offset is out of range",
-        ))
-    };
-    let mut origin = i64::MAX;
-    for p in &placements {
-        origin = origin.min(
-            p.start_ns
-                .checked_add(p.offset_ns)
-                .ok_or_else(|| out_of_range(p))?,
-        );
+}
+
+/// Outputs keep their input's file name: two inputs may not share one.
+fn check_output_names<'a>(
+    placements: impl Iterator<Item = &'a HostPlacement>,
+) -> Result<(), MergeError> {
+    let mut seen: BTreeMap<&Path, &Path> = BTreeMap::new();
+    for p in placements {
+        if let Some(first) = seen.insert(&p.output, &p.input) {
+            return Err(MergeError::DuplicateOutput {
+                name: p.output.display().to_string(),
+                first: first.display().to_string(),
+                second: p.input.display().to_string(),
+            });
+        }
     }
-    if placements.is_empty() {
-        return Err(MergeError::NoInputs("the command line".into()));
-    }
-    for p in &mut placements {
-        p.shift_ns = (p.start_ns + p.offset_ns)
-            .checked_sub(origin)
-            .ok_or_else(|| out_of_range(p))?;
-    }
-    resolve_device_planes(&scans, &mut placements, opts)?;
-    Ok((scans, placements, origin))
+    Ok(())
 }
 
 /// Decides which planes are device-mapped (flags, declared stats) and
@@ -312,10 +386,10 @@ const HISTORY_SLACK_NS: i64 = 60_000_000_000;
 /// bound growing); 0 if allowed.
 fn map_for(
     host: &str,
-    start_ns: i64,
-    stop_ns: Option<i64>,
+    (start_ns, stop_ns): (i64, Option<i64>),
     history: Vec<Anchor>,
-    scan: &Scan,
+    hook: Option<HostMap>,
+    path: &Path,
     opts: &MergeOptions,
 ) -> Result<(HostMap, OffsetSource), MergeError> {
     if let Some(off) = opts.offsets.get(host) {
@@ -334,7 +408,7 @@ fn map_for(
         Some(m) if covers(&m) => return Ok((m, OffsetSource::History)),
         _ => {}
     }
-    if let Some(m) = hook_map(scan, start_ns) {
+    if let Some(m) = hook {
         return Ok((m, OffsetSource::Hook));
     }
     if let Some(m) = history {
@@ -350,7 +424,7 @@ fn map_for(
     }
     Err(MergeError::NoOffset {
         host: host.into(),
-        path: scan.path.display().to_string(),
+        path: path.display().to_string(),
     })
 }
 
@@ -524,7 +598,10 @@ fn len_field(out: &mut Vec<u8>, field: u32, body: &[u8]) {
 }
 
 /// `--max-bound`: every host's worst bound must be known and within it.
-fn check_max_bound(placements: &[HostPlacement], max_ns: Option<u64>) -> Result<(), MergeError> {
+fn check_max_bound<'a>(
+    placements: impl Iterator<Item = &'a HostPlacement>,
+    max_ns: Option<u64>,
+) -> Result<(), MergeError> {
     let Some(max_ns) = max_ns else {
         return Ok(());
     };
@@ -557,7 +634,12 @@ pub fn merge(
     opts: &MergeOptions,
     progress: &mut (dyn FnMut(u64) + Send),
 ) -> Result<MergeReport, MergeError> {
-    let (scans, mut placements, origin) = plan_merge(inputs, opts)?;
+    let Planned {
+        scans,
+        mut placements,
+        mut torch,
+        origin,
+    } = plan_merge(inputs, opts)?;
     if opts.ignore_device_clocks {
         warn_ignored_device_planes(&scans, &placements);
     }
@@ -578,7 +660,7 @@ pub fn merge(
         e.extend(alignment_stat_edits(scan, place));
         edits.push(e);
     }
-    check_max_bound(&placements, opts.max_bound_ns)?;
+    check_max_bound(placements.iter().chain(&torch), opts.max_bound_ns)?;
     let profile_dir = opts.out_dir.join("plugins").join("profile");
     let run_dir = profile_dir.join(&opts.run_name);
     if run_dir.exists() {
@@ -599,7 +681,11 @@ pub fn merge(
         &tmp_dir,
         opts,
         progress,
-    );
+    )
+    .and_then(|(xin, xout)| {
+        let (tin, tout) = write_torch(&mut torch, origin, &tmp_dir, progress)?;
+        Ok((xin + tin, xout + tout))
+    });
     let (bytes_in, bytes_out) = match result {
         Ok(sizes) => sizes,
         Err(e) => {
@@ -611,6 +697,7 @@ pub fn merge(
         let _ = std::fs::remove_dir_all(&tmp_dir);
         out_err(&run_dir)(e)
     })?;
+    placements.append(&mut torch);
     for p in &mut placements {
         p.output = run_dir.join(&p.output);
     }
@@ -621,6 +708,34 @@ pub fn merge(
         bytes_in,
         bytes_out,
     })
+}
+
+/// Places and writes every PyTorch trace, one in memory at a time;
+/// returns (bytes in, bytes out).
+fn write_torch(
+    torch: &mut [HostPlacement],
+    origin: i64,
+    tmp_dir: &Path,
+    progress: &mut (dyn FnMut(u64) + Send),
+) -> Result<(u64, u64), MergeError> {
+    let (mut bytes_in, mut bytes_out) = (0, 0);
+    for p in torch {
+        let mut t = KinetoTrace::load(&p.input).map_err(file_err(&p.input))?;
+        let worst = t.place(&p.map, origin).map_err(file_err(&p.input))?;
+        p.note_bound(0, worst);
+        let bound = p.worst_bound_ns();
+        t.note_placement(p.source.describe(), p.offset_ns, bound);
+        let out = tmp_dir.join(&p.output);
+        let written = t.write(&out).map_err(|error| MergeError::Output {
+            path: out.display().to_string(),
+            error,
+        })?;
+        let read = std::fs::metadata(&p.input).map_or(0, |m| m.len());
+        progress(read);
+        bytes_in += read;
+        bytes_out += written;
+    }
+    Ok((bytes_in, bytes_out))
 }
 
 fn write_outputs(

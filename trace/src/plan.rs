@@ -147,6 +147,12 @@ pub enum MergeError {
         "host {host}: its offset ({from}) has no error bound, so --max-bound cannot be met; nothing was written"
     )]
     BoundUnknown { host: String, from: &'static str },
+    #[error("{first} and {second} would both be written as {name}; merge them separately")]
+    DuplicateOutput {
+        name: String,
+        first: String,
+        second: String,
+    },
     #[error("output run directory {0} already exists")]
     OutputExists(String),
     #[error("writing output {path}: {error}")]

@@ -239,7 +239,7 @@ fn merge(args: MergeArgs) -> anyhow::Result<()> {
     };
     if opts.run_name.is_empty() {
         // The name depends on the origin: plan once (cheap) to learn it.
-        let (_, _, origin) = trace::merge::plan_merge(&inputs, &opts)?;
+        let origin = trace::merge::plan_merge(&inputs, &opts)?.origin;
         opts.run_name = default_run_name(origin);
     }
     let total: u64 = inputs

@@ -199,10 +199,62 @@ static void TestFailsClosed(const std::string& dir) {
   unsetenv("CLOCKMESH_OFFSETS");
 }
 
+static const char* StrStat(const XPlane& env, const std::string& name) {
+  const XStat* s = FindStat(env, name);
+  return s ? s->str_value().c_str() : "";
+}
+
+// The start record (RecordSessionStart) and the stop record
+// (AddClockStatsToXSpace) are both kept, each at its own end of the session.
+static void TestStartAndStopRecords(const std::string& dir) {
+  const std::string start_path = dir + "/offsets-start", stop_path = dir + "/offsets-stop";
+  const int64_t now = clockmesh_realtime_now_ns();
+  const int64_t start = now - 11000000000LL, stop = start + 1000000;  // SampleSpace: 1 ms session
+  WriteOffsets(start_path, CLOCKMESH_F_VALID, now + 60000000000LL, start, 1000, 0, 40, {});
+  WriteOffsets(stop_path, CLOCKMESH_F_VALID, now + 60000000000LL, stop, 1550, 0, 60, {});
+
+  CHECK(clockmesh::RecordSessionStart(start_path.c_str()) == CLOCKMESH_OK);
+  XSpace both = SampleSpace(start);
+  CHECK(clockmesh::AddClockStatsToXSpace(&both, stop_path.c_str()) == CLOCKMESH_OK);
+  const XPlane* env = TaskEnv(both);
+  CHECK(std::string(StrStat(*env, "clock_anchors")) == "start+stop");
+  CHECK(FindStat(*env, "clock_offset_ns")->int64_value() == 1000);
+  CHECK(FindStat(*env, "clock_offset_bound_ns")->uint64_value() == 40);
+  CHECK(FindStat(*env, "clock_stop_at_ns")->int64_value() == stop);
+  CHECK(FindStat(*env, "clock_stop_offset_ns")->int64_value() == 1550);
+  CHECK(FindStat(*env, "clock_stop_offset_bound_ns")->uint64_value() == 60);
+  CHECK(FindStat(*env, "clock_bound_growth_ppb") != nullptr);
+
+  // The start record is taken once: the next session without a start read
+  // uses the stop record at both ends.
+  XSpace stop_only = SampleSpace(start);
+  CHECK(clockmesh::AddClockStatsToXSpace(&stop_only, stop_path.c_str()) == CLOCKMESH_OK);
+  env = TaskEnv(stop_only);
+  CHECK(std::string(StrStat(*env, "clock_anchors")) == "stop-only");
+  CHECK(FindStat(*env, "clock_offset_ns")->int64_value() == 1550);
+
+  // The stop read fails (agent gone): the start record alone, status ok.
+  CHECK(clockmesh::RecordSessionStart(start_path.c_str()) == CLOCKMESH_OK);
+  XSpace start_only = SampleSpace(start);
+  CHECK(clockmesh::AddClockStatsToXSpace(&start_only, (dir + "/missing").c_str()) == CLOCKMESH_OK);
+  env = TaskEnv(start_only);
+  CHECK(std::string(StrStat(*env, "clock_anchors")) == "start");
+  CHECK(std::string(StrStat(*env, "clock_status")) == "ok");
+  CHECK(FindStat(*env, "clock_offset_ns")->int64_value() == 1000);
+  CHECK(FindStat(*env, "clock_stop_offset_ns") == nullptr);
+
+  // A failed start read keeps nothing.
+  CHECK(clockmesh::RecordSessionStart((dir + "/missing").c_str()) == CLOCKMESH_E_MISSING);
+  XSpace none = SampleSpace(start);
+  CHECK(clockmesh::AddClockStatsToXSpace(&none, (dir + "/missing").c_str()) == CLOCKMESH_E_MISSING);
+  CHECK(FindStat(*TaskEnv(none), "clock_offset_ns") == nullptr);
+}
+
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "/tmp";
   TestAddsStatsAndRoundTrips(dir);
   TestFailsClosed(dir);
+  TestStartAndStopRecords(dir);
   if (failures) {
     std::fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
