@@ -122,3 +122,87 @@ fn offsets_says_what_is_wrong_with_the_path() {
         "{err}"
     );
 }
+
+/// Two synthetic hosts' traces, "a" and "b", in a fresh directory.
+fn two_traces(name: &str) -> std::path::PathBuf {
+    use clockmesh::trace::synth::{SynthSpec, write_synthetic};
+    let dir = std::env::temp_dir().join(format!("cm-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    for host in ["a", "b"] {
+        let spec = SynthSpec {
+            host: host.into(),
+            ..SynthSpec::default()
+        };
+        let mut f = std::fs::File::create(dir.join(format!("in/{host}.xplane.pb"))).unwrap();
+        write_synthetic(&mut f, &spec).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn trace_merge_refuses_requests_the_inputs_make_meaningless() {
+    let dir = two_traces("merge-checks");
+    let d = |p: &str| dir.join(p).display().to_string();
+    let merge = |extra: &[&str]| {
+        let mut args = vec!["trace", "merge"];
+        let (input, out) = (d("in"), d("out"));
+        args.extend([input.as_str(), "-o", out.as_str()]);
+        args.extend(extra);
+        run(&mut clockmesh(&args))
+    };
+    // --run escaping -o: refused, nothing created beside it.
+    for bad in ["../escape", "/tmp/abs", "a/b", ".."] {
+        let (out, _, err) = merge(&["--offset", "a=1,b=2", "--run", bad]);
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        assert!(err.contains("one plain directory name"), "{bad}: {err}");
+    }
+    assert!(!dir.join("escape").exists());
+    // An --offset for a host no input has (a typo): refused.
+    let (out, _, err) = merge(&["--offset", "a=1,typo=2", "--run", "r"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains("names host typo") && err.contains("a, b"),
+        "{err}"
+    );
+    // Comma-separated offsets are two hosts.
+    let (out, text, err) = merge(&["--offset", "a=1,b=2", "--run", "r"]);
+    assert!(out.status.success(), "{err}");
+    assert!(text.contains("--offset"), "{text}");
+    // --perfetto never replaces a file unless --force.
+    std::fs::write(dir.join("keep.json"), "mine").unwrap();
+    let (out, _, err) = merge(&[
+        "--offset",
+        "a=1,b=2",
+        "--run",
+        "r2",
+        "--perfetto",
+        &d("keep.json"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("--force"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("keep.json")).unwrap(),
+        "mine"
+    );
+    assert!(
+        !dir.join("out/plugins/profile/r2").exists(),
+        "nothing written"
+    );
+    let (out, _, err) = merge(&[
+        "--offset",
+        "a=1,b=2",
+        "--run",
+        "r3",
+        "--perfetto",
+        &d("keep.json"),
+        "--force",
+    ]);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        std::fs::read_to_string(dir.join("keep.json"))
+            .unwrap()
+            .contains("traceEvents")
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

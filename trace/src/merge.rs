@@ -59,6 +59,8 @@ pub struct MergeOptions {
     pub perfetto: Option<PathBuf>,
     /// Fail (before writing) if any host's alignment bound is larger, or unknown.
     pub max_bound_ns: Option<u64>,
+    /// Replace an existing `perfetto` file.
+    pub overwrite_perfetto: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -207,10 +209,32 @@ pub fn plan_merge(inputs: &[PathBuf], opts: &MergeOptions) -> Result<Planned, Me
         .cloned()
         .partition(|p| kineto::is_kineto_path(p));
     let scans = scan_inputs(&xplane_inputs)?;
+    // Only what planning needs of each PyTorch trace (not its events).
+    let ranks = torch_inputs
+        .iter()
+        .map(|p| {
+            let t = KinetoTrace::load(p).map_err(file_err(p))?;
+            Ok((
+                p,
+                t.host.clone(),
+                (t.start_ns, t.stop_ns),
+                t.events,
+                t.hook_map(),
+            ))
+        })
+        .collect::<Result<Vec<_>, MergeError>>()?;
+    let hosts: Vec<String> = scans
+        .iter()
+        .map(|s| host_of(&s.path, s))
+        .chain(ranks.iter().map(|r| r.1.clone()))
+        .collect();
+    if hosts.is_empty() {
+        return Err(MergeError::NoInputs("the command line".into()));
+    }
+    check_request(opts, &hosts, !scans.is_empty())?;
     let history = group_history(&opts.history);
     let mut placements = Vec::with_capacity(scans.len());
-    for scan in &scans {
-        let host = host_of(&scan.path, scan);
+    for (scan, host) in scans.iter().zip(hosts.iter().cloned()) {
         let start_ns = scan.profile_start_ns().expect("checked by scan_inputs");
         let stop_ns = scan.profile_stop_ns().filter(|&s| s >= start_ns);
         let anchors = history.get(host.as_str()).cloned().unwrap_or_default();
@@ -220,19 +244,15 @@ pub fn plan_merge(inputs: &[PathBuf], opts: &MergeOptions) -> Result<Planned, Me
         p.plane_bounds = vec![None; scan.planes.len()];
         placements.push(p);
     }
-    let mut torch = Vec::with_capacity(torch_inputs.len());
-    for path in &torch_inputs {
-        let t = KinetoTrace::load(path).map_err(file_err(path))?;
-        let anchors = history.get(t.host.as_str()).cloned().unwrap_or_default();
-        let span = (t.start_ns, Some(t.stop_ns));
-        let (map, source) = map_for(&t.host, span, anchors, t.hook_map(), path, opts)?;
-        let mut p = placement(t.host.clone(), path, span, map, source);
-        p.events_placed = t.events;
-        p.plane_bounds = vec![Some(p.map.worst_bound(t.start_ns, t.stop_ns))];
+    let mut torch = Vec::with_capacity(ranks.len());
+    for (path, host, (start_ns, stop_ns), events, hook) in ranks {
+        let anchors = history.get(host.as_str()).cloned().unwrap_or_default();
+        let span = (start_ns, Some(stop_ns));
+        let (map, source) = map_for(&host, span, anchors, hook, path, opts)?;
+        let mut p = placement(host, path, span, map, source);
+        p.events_placed = events;
+        p.plane_bounds = vec![Some(p.map.worst_bound(start_ns, stop_ns))];
         torch.push(p);
-    }
-    if placements.is_empty() && torch.is_empty() {
-        return Err(MergeError::NoInputs("the command line".into()));
     }
     check_output_names(placements.iter().chain(&torch))?;
     let out_of_range = |p: &HostPlacement| {
@@ -261,6 +281,47 @@ pub fn plan_merge(inputs: &[PathBuf], opts: &MergeOptions) -> Result<Planned, Me
         torch,
         origin,
     })
+}
+
+/// Refuses what the inputs make meaningless: an `--offset` for a host no
+/// input has (a typo would merge that host with offset 0 or none), a
+/// Chrome JSON of no xprof input, or one that would replace a file.
+fn check_request(
+    opts: &MergeOptions,
+    hosts: &[String],
+    have_xplanes: bool,
+) -> Result<(), MergeError> {
+    let hosts: std::collections::BTreeSet<&str> = hosts.iter().map(String::as_str).collect();
+    let mut unknown: Vec<&String> = opts
+        .offsets
+        .keys()
+        .filter(|h| !hosts.contains(h.as_str()))
+        .collect();
+    unknown.sort();
+    if let Some(host) = unknown.first() {
+        return Err(MergeError::UnknownOffsetHost {
+            host: host.to_string(),
+            hosts: hosts.into_iter().collect::<Vec<_>>().join(", "),
+        });
+    }
+    if let Some(p) = &opts.perfetto {
+        if !have_xplanes {
+            return Err(MergeError::PerfettoWithoutXplanes);
+        }
+        if p.exists() && !opts.overwrite_perfetto {
+            return Err(MergeError::PerfettoExists(p.display().to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// A run name is one plain path component: the run stays inside `-o`.
+fn check_run_name(name: &str) -> Result<(), MergeError> {
+    let mut parts = Path::new(name).components();
+    match (parts.next(), parts.next()) {
+        (Some(std::path::Component::Normal(_)), None) if !name.contains('/') => Ok(()),
+        _ => Err(MergeError::BadRunName(name.into())),
+    }
 }
 
 /// Scans the xprof inputs: one file per host, each with a session start.
@@ -661,6 +722,7 @@ pub fn merge(
         edits.push(e);
     }
     check_max_bound(placements.iter().chain(&torch), opts.max_bound_ns)?;
+    check_run_name(&opts.run_name)?;
     let profile_dir = opts.out_dir.join("plugins").join("profile");
     let run_dir = profile_dir.join(&opts.run_name);
     if run_dir.exists() {

@@ -153,6 +153,18 @@ pub enum MergeError {
         first: String,
         second: String,
     },
+    #[error("--offset names host {host}, which no input has (hosts: {hosts})")]
+    UnknownOffsetHost { host: String, hosts: String },
+    #[error(
+        "--perfetto merges xprof (.xplane.pb) inputs into one Chrome JSON; there are none (PyTorch outputs are Chrome JSON already)"
+    )]
+    PerfettoWithoutXplanes,
+    #[error("--perfetto {0} already exists (pass --force to replace it)")]
+    PerfettoExists(String),
+    #[error(
+        "run name {0:?} must be one plain directory name (no '/', '.' or '..'): the run is written inside -o"
+    )]
+    BadRunName(String),
     #[error("output run directory {0} already exists")]
     OutputExists(String),
     #[error("writing output {path}: {error}")]

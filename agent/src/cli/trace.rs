@@ -57,8 +57,9 @@ struct MergeArgs {
     /// Run (directory) name [default: merged_<origin as YYYY_MM_DD_HH_MM_SS UTC>].
     #[arg(long)]
     run: Option<String>,
-    /// Offset of a host, global − local in ns: --offset host=NS (repeatable).
-    #[arg(long = "offset", value_name = "HOST=NS", value_parser = parse_offset)]
+    /// Offset of a host, global − local in ns: --offset host=NS (repeatable,
+    /// or comma-separated). A host no input has is an error.
+    #[arg(long = "offset", value_name = "HOST=NS", value_parser = parse_offset, value_delimiter = ',')]
     offsets: Vec<(String, i64)>,
     /// The agent's per-window history (JSON lines) to look node offsets and
     /// GPU device-clock maps up in.
@@ -77,9 +78,13 @@ struct MergeArgs {
     /// the node offset only, as before device maps existed.
     #[arg(long, conflicts_with = "device_clocks")]
     ignore_device_clocks: bool,
-    /// Also write a merged Chrome/Perfetto JSON trace to this file.
+    /// Also write the xprof hosts as one Chrome/Perfetto JSON trace to this
+    /// file (refused if it exists, unless --force).
     #[arg(long, value_name = "FILE")]
     perfetto: Option<PathBuf>,
+    /// Replace an existing --perfetto file.
+    #[arg(long, requires = "perfetto")]
+    force: bool,
     /// Fail, writing nothing, if any host's alignment bound (worst over its
     /// session) exceeds NS, or is unknown (--offset, assumed 0).
     #[arg(long, value_name = "NS")]
@@ -92,8 +97,11 @@ fn parse_device_clock(s: &str) -> Result<DeviceClockSpec, String> {
 
 fn parse_offset(s: &str) -> Result<(String, i64), String> {
     let (host, ns) = s
-        .rsplit_once('=')
+        .split_once('=')
         .ok_or_else(|| format!("expected HOST=NS, got {s:?}"))?;
+    if host.trim().is_empty() {
+        return Err(format!("no host name in {s:?} (expected HOST=NS)"));
+    }
     let ns = ns
         .trim()
         .parse()
@@ -236,6 +244,7 @@ fn merge(args: MergeArgs) -> anyhow::Result<()> {
         allow_missing_offsets: args.allow_missing_offsets,
         perfetto: args.perfetto.clone(),
         max_bound_ns: args.max_bound,
+        overwrite_perfetto: args.force,
     };
     if opts.run_name.is_empty() {
         // The name depends on the origin: plan once (cheap) to learn it.
