@@ -63,8 +63,25 @@ XStat* Stat(XPlane* plane, const std::string& name) {
   return stat;
 }
 
-// A session time stat as written by XLA (uint64 or int64), else now.
-int64_t SessionTimeNs(XPlane* plane, const char* name) {
+// Removes every clock_* stat a previous run left, so a re-run replaces
+// them all (a stop anchor or device that is gone now must not linger).
+void RemoveClockStats(XPlane* plane) {
+  auto is_clock = [plane](const XStat& stat) {
+    auto it = plane->stat_metadata().find(stat.metadata_id());
+    return it != plane->stat_metadata().end() && it->second.name().rfind("clock_", 0) == 0;
+  };
+  auto* stats = plane->mutable_stats();
+  int kept = 0;
+  for (int i = 0; i < stats->size(); ++i) {
+    if (is_clock(stats->Get(i))) continue;
+    if (kept != i) stats->SwapElements(kept, i);
+    ++kept;
+  }
+  stats->DeleteSubrange(kept, stats->size() - kept);
+}
+
+// A session time stat as written by XLA (uint64 or int64), else fallback_ns.
+int64_t SessionTimeNs(XPlane* plane, const char* name, int64_t fallback_ns) {
   for (const auto& [id, metadata] : plane->stat_metadata()) {
     if (metadata.name() != name) continue;
     for (const XStat& stat : plane->stats()) {
@@ -73,7 +90,7 @@ int64_t SessionTimeNs(XPlane* plane, const char* name) {
       if (stat.value_case() == XStat::kInt64Value) return stat.int64_value();
     }
   }
-  return clockmesh_realtime_now_ns();
+  return fallback_ns;
 }
 
 const char* KindName(uint16_t kind) {
@@ -151,39 +168,44 @@ void AddIdentityStats(XPlane* plane, const clockmesh_snapshot_t& snap) {
 
 int RecordSessionStart(const char* offsets_path) {
   const char* path = OffsetsPath(offsets_path);
-  if (Disabled(path)) return CLOCKMESH_OK;
-  clockmesh_snapshot_t snap;
-  const int rc = ReadFreshSnapshot(path, &snap);
+  const bool disabled = Disabled(path);
+  clockmesh_snapshot_t snap{};
+  const int rc = disabled ? CLOCKMESH_OK : ReadFreshSnapshot(path, &snap);
+  // A previous session's record never carries over: disabled or failed,
+  // the slot is emptied.
   std::lock_guard<std::mutex> lock(g_start_mutex);
-  g_has_start = rc == CLOCKMESH_OK;
+  g_has_start = !disabled && rc == CLOCKMESH_OK;
   if (g_has_start) g_start = snap;
   return rc;
 }
 
 int AddClockStatsToXSpace(XSpace* space, const char* offsets_path) {
   if (space == nullptr) return CLOCKMESH_E_INVALID;
+  // The start record belongs to this session whatever happens next.
+  clockmesh_snapshot_t start{}, stop{};
+  const bool have_start = TakeStart(&start);
   const char* path = OffsetsPath(offsets_path);
   if (Disabled(path)) return CLOCKMESH_OK;
   XPlane* plane = FindOrAddTaskEnvPlane(space);
-  clockmesh_snapshot_t start, stop;
-  const bool have_start = TakeStart(&start);
+  RemoveClockStats(plane);
   const int rc = ReadFreshSnapshot(path, &stop);
+  const int64_t read_ns = clockmesh_realtime_now_ns();
   const bool have_stop = rc == CLOCKMESH_OK;
   if (!have_start && !have_stop) {
     Stat(plane, "clock_status")->set_str_value(clockmesh_strerror(rc));
     return rc;
   }
   Stat(plane, "clock_status")->set_str_value(clockmesh_strerror(CLOCKMESH_OK));
+  Stat(plane, "clock_anchors")->set_str_value(have_start ? (have_stop ? "start+stop" : "start") : "stop-only");
   // Without a start record the stop record stands in at the start, its
   // bound grown over the session (clockmesh_apply).
-  AddAnchorStats(plane, have_start ? start : stop, SessionTimeNs(plane, kProfileStartTime), "clock_");
+  AddAnchorStats(plane, have_start ? start : stop, SessionTimeNs(plane, kProfileStartTime, read_ns), "clock_");
   AddIdentityStats(plane, have_stop ? stop : start);
   if (have_stop) {
-    const int64_t stop_ns = SessionTimeNs(plane, kProfileStopTime);
+    const int64_t stop_ns = SessionTimeNs(plane, kProfileStopTime, read_ns);
     Stat(plane, "clock_stop_at_ns")->set_int64_value(stop_ns);
     AddAnchorStats(plane, stop, stop_ns, "clock_stop_");
   }
-  Stat(plane, "clock_anchors")->set_str_value(have_start ? (have_stop ? "start+stop" : "start") : "stop-only");
   return CLOCKMESH_OK;
 }
 

@@ -25,36 +25,50 @@
 namespace clockmesh {
 
 // Stats added to the Task Environment plane (names shared with the merge
-// tool, clockmesh_proto::clock_stats):
-//   clock_offset_ns        int64   global - local CLOCK_REALTIME at the
-//                                  session start (profile_start_time), from
-//                                  the start record (else the stop record)
+// tool, clockmesh_proto::clock_stats). Start anchor, holding at local
+// CLOCK_REALTIME profile_start_time:
+//   clock_offset_ns        int64   global - local at profile_start_time, from
+//                                  the start record; "stop-only": the stop
+//                                  record there, its bound grown by
+//                                  bound growth x age (clockmesh_apply)
 //   clock_offset_bound_ns  uint64  error bound of that offset
-//   clock_drift_ppb        double  drift of the offset
-//   clock_bound_growth_ppb double  how fast the bound grows away from it
-//   clock_stop_at_ns       int64   profile_stop_time: where the stop record
-//                                  holds (absent if it could not be read)
-//   clock_stop_{offset_ns,offset_bound_ns,drift_ppb,bound_growth_ppb}
-//                                  the stop record's map there
-//   clock_anchors          string  "start+stop", "start" or "stop-only"
+//   clock_drift_ppb        double  that record's drift
+//   clock_bound_growth_ppb double  that record's bound_growth_ps_per_s / 1000
+// Stop anchor (absent when the stop read failed):
+//   clock_stop_at_ns       int64   local time it holds at: profile_stop_time
+//                                  (uint64 or int64) if the plane has it,
+//                                  else the local time of the stop read
+//   clock_stop_offset_ns   int64   global - local there, from the stop record
+//   clock_stop_offset_bound_ns uint64, clock_stop_drift_ppb double,
+//   clock_stop_bound_growth_ppb double   likewise
+// Which anchors, and the record's identity (stop record, else start):
+//   clock_anchors          string  "start+stop"; "start" (stop read failed);
+//                                  "stop-only" (no start record: start
+//                                  anchor derived from the stop record)
 //   clock_anchor_ns        int64   local time the agent's estimate refers to
 //   clock_reference_id     uint64  reference node of the global timeline
 //   clock_agent_epoch      uint64  agent restart counter
 //   clock_window           uint64  estimator window
 //   clock_flags            uint64  record flags (docs/offsets-format.md)
 //   clock_device_<id>_{offset_ns,bound_ns,drift_ppb,anchor_ns,kind}
-//   clock_status           string  "ok" or why no offset was recorded
+//   clock_status           string  "ok" (at least one anchor recorded) or
+//                                  why no offset was recorded (then no
+//                                  other clock_* stat is present)
 //
 // `offsets_path` NULL means $CLOCKMESH_OFFSETS or /run/clockmesh/offsets;
-// CLOCKMESH_OFFSETS=off disables the hook. Returns a clockmesh_status code
-// (0 = at least one record). It takes the start record (once); calling it
-// again replaces the previous values.
+// CLOCKMESH_OFFSETS=off disables the hook (the XSpace is left untouched).
+// Reads the stop record, takes (clears) the start record kept by
+// RecordSessionStart, and returns a clockmesh_status code (0 = at least one
+// anchor, or disabled). Calling it again replaces every clock_* stat.
 int AddClockStatsToXSpace(tensorflow::profiler::XSpace* space,
                           const char* offsets_path = nullptr);
 
-// Reads and keeps the offsets record at the session start, for the next
-// AddClockStatsToXSpace. Returns a clockmesh_status code; on error nothing
-// is kept (the stop record then stands in).
+// Reads the offsets record at the session start and keeps it, if it is fresh
+// then, in a process-wide slot (mutex-guarded; TSL's ProfilerLock allows one
+// session at a time) for the next AddClockStatsToXSpace. It is not checked
+// for freshness again at the stop. Same path rules as above. Returns a
+// clockmesh_status code; on error, or when disabled, the slot is emptied (the
+// stop record then stands in: clock_anchors "stop-only").
 int RecordSessionStart(const char* offsets_path = nullptr);
 
 }  // namespace clockmesh

@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,19 @@ SKEW = 250_000_000  # hostB's clock is 250 ms ahead
 GLOBAL_MINUS_REAL = 1_000  # the global timeline is 1 µs ahead of the shared real clock
 OFFSETS = {"hostA": GLOBAL_MINUS_REAL, "hostB": GLOBAL_MINUS_REAL - SKEW}
 SKEWS = {"hostA": 0, "hostB": SKEW}
+BOUND_NS, GROWTH_PS_PER_S = 100, 1_000_000  # the records' bound grows 1 µs/s
+
+
+def set_bound_growth(path, growth_ps_per_s):
+    """Sets the record's bound_growth_ps_per_s (payload word 10, docs/offsets-format.md)."""
+    with open(path, "r+b") as f:
+        f.seek((9 + 10) * 8)
+        f.write(struct.pack("<Q", growth_ps_per_s))
+
+
+def bound_at(at_ns, anchor_ns):
+    """The records' bound at local time at_ns (reader.Snapshot.apply)."""
+    return BOUND_NS + -(-GROWTH_PS_PER_S * abs(at_ns - anchor_ns) // 10**12)
 
 
 def stat(plane, name):
@@ -69,7 +83,8 @@ class TwoHosts(unittest.TestCase):
         procs = []
         for host in ("hostA", "hostB"):
             offsets = cls.tmp / f"{host}.offsets"
-            write_offsets(offsets, OFFSETS[host], anchor_ns=now, valid_until_ns=now + 3_600_000_000_000)
+            write_offsets(offsets, OFFSETS[host], anchor_ns=now, valid_until_ns=now + 3_600_000_000_000, bound_ns=BOUND_NS)
+            set_bound_growth(offsets, GROWTH_PS_PER_S)
             cmd = (
                 f"hostname {host} && exec {sys.executable} {HERE / 'host_worker.py'} "
                 f"--logdir {cls.tmp / ('log_' + host)} --offsets {offsets} "
@@ -78,6 +93,7 @@ class TwoHosts(unittest.TestCase):
             procs.append(subprocess.Popen(["unshare", "--uts", "sh", "-c", cmd]))
         for p in procs:
             assert p.wait(timeout=120) == 0, "host worker failed"
+        cls.anchor_ns = now
         cls.inputs = {h: glob.glob(str(cls.tmp / f"log_{h}/plugins/profile/*/{h}.xplane.pb"))[0] for h in starts}
         out = subprocess.run(
             [
@@ -101,13 +117,24 @@ class TwoHosts(unittest.TestCase):
     def test_hook_stats_recorded(self):
         for host, path in self.inputs.items():
             env = plane(self.load(path), "Task Environment")
+            start, stop = stat(env, "profile_start_time"), stat(env, "profile_stop_time")
             self.assertEqual(stat(env, "clock_status"), "ok")
-            self.assertEqual(stat(env, "clock_offset_ns"), OFFSETS[host])
-            self.assertIsNotNone(stat(env, "clock_offset_bound_ns"))
             # Read at the start and again at the stop (drift within a session).
             self.assertEqual(stat(env, "clock_anchors"), "start+stop")
+            # Start anchor at profile_start_time, its bound grown since the anchor.
+            self.assertEqual(stat(env, "clock_offset_ns"), OFFSETS[host])
+            self.assertEqual(stat(env, "clock_offset_bound_ns"), bound_at(start, self.anchor_ns))
+            self.assertEqual(stat(env, "clock_drift_ppb"), 0.0)
+            self.assertEqual(stat(env, "clock_bound_growth_ppb"), GROWTH_PS_PER_S / 1000)
+            # Stop anchor at profile_stop_time (the session ran ~0.1-1 s).
+            self.assertIsNotNone(stop)
+            self.assertEqual(stat(env, "clock_stop_at_ns"), stop)
+            self.assertGreater(stop - start, 50_000_000, host)
             self.assertEqual(stat(env, "clock_stop_offset_ns"), OFFSETS[host])
-            self.assertEqual(stat(env, "clock_stop_at_ns"), stat(env, "profile_stop_time"))
+            self.assertEqual(stat(env, "clock_stop_offset_bound_ns"), bound_at(stop, self.anchor_ns))
+            self.assertGreater(stat(env, "clock_stop_offset_bound_ns"), stat(env, "clock_offset_bound_ns"))
+            self.assertEqual(stat(env, "clock_stop_drift_ppb"), 0.0)
+            self.assertEqual(stat(env, "clock_stop_bound_growth_ppb"), GROWTH_PS_PER_S / 1000)
 
     def test_every_event_at_its_true_global_time(self):
         for host in self.inputs:
@@ -180,6 +207,50 @@ class TwoHosts(unittest.TestCase):
         after = markers(self.merged)
         self.assertGreater(abs(before["hostA"] - before["hostB"]), 200_000)  # µs, unmerged
         self.assertLess(abs(after["hostA"] - after["hostB"]), 20_000)  # µs, merged
+
+
+class AgentRepublishesMidSession(unittest.TestCase):
+    """One real JAX session in this process while the agent publishes a new
+    record: the start anchor comes from the record read at the start, the
+    stop anchor (and the record's identity) from the one read at the stop."""
+
+    def test_start_and_stop_records_differ(self):
+        import jax
+        import jax.numpy as jnp
+
+        import clockmesh.jax_profiler as cm_jax
+
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix="clockmesh-jax-republish-"))
+        self.addCleanup(shutil.rmtree, tmp, True)
+        offsets = tmp / "offsets"
+        now = time.time_ns()
+        write_offsets(offsets, 1_000, anchor_ns=now, valid_until_ns=now + 3_600_000_000_000, bound_ns=40, window=1)
+        f = jax.jit(lambda x: jnp.tanh(x @ x))
+        x = jnp.ones((64, 64), jnp.float32)
+        f(x).block_until_ready()
+        with cm_jax.trace(str(tmp / "log"), offsets_path=str(offsets)):
+            f(x).block_until_ready()
+            # The agent's next estimate: another offset, 2 µs/s drift, window.
+            t = time.time_ns()
+            write_offsets(
+                offsets, 1_550, anchor_ns=t, valid_until_ns=t + 3_600_000_000_000,
+                drift_ps_per_s=2_000_000, bound_ns=60, window=2,
+            )
+            f(x).block_until_ready()
+        paths = glob.glob(str(tmp / "log/plugins/profile/*/*.xplane.pb"))
+        self.assertEqual(len(paths), 1, paths)
+        env = plane(xspace_class().FromString(pathlib.Path(paths[0]).read_bytes()), "Task Environment")
+        start, stop = stat(env, "profile_start_time"), stat(env, "profile_stop_time")
+        self.assertTrue(start < t <= stop, (start, t, stop))
+        self.assertEqual((stat(env, "clock_status"), stat(env, "clock_anchors")), ("ok", "start+stop"))
+        self.assertEqual(stat(env, "clock_offset_ns"), 1_000)
+        self.assertEqual(stat(env, "clock_offset_bound_ns"), 40)
+        self.assertEqual(stat(env, "clock_drift_ppb"), 0.0)
+        self.assertEqual(stat(env, "clock_stop_at_ns"), stop)
+        self.assertEqual(stat(env, "clock_stop_offset_ns"), 1_550 + 2_000_000 * (stop - t) // 10**12)
+        self.assertEqual(stat(env, "clock_stop_offset_bound_ns"), 60)
+        self.assertEqual(stat(env, "clock_stop_drift_ppb"), 2_000.0)
+        self.assertEqual((stat(env, "clock_window"), stat(env, "clock_anchor_ns")), (2, t))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import struct
 import sys
 import tempfile
 import time
@@ -94,55 +95,157 @@ class XSpaceEdit(unittest.TestCase):
         self.assertTrue(xspace.task_env_stats(out)["clock_status"].startswith("Missing"))
 
 
+def set_bound_growth(path, growth_ps_per_s):
+    """Sets the record's bound_growth_ps_per_s (payload word 10, docs/offsets-format.md)."""
+    with open(path, "r+b") as f:
+        f.seek((9 + 10) * 8)
+        f.write(struct.pack("<Q", growth_ps_per_s))
+
+
+def device_entry(path, slot, device_id, offset_ns, valid_until_ns):
+    """Adds a valid CUDA device map in slot ``slot`` (the count word too)."""
+    with open(path, "r+b") as f:
+        f.seek(9 * 8)
+        (w0,) = struct.unpack("<Q", f.read(8))
+        f.seek(9 * 8)
+        f.write(struct.pack("<Q", (w0 & 0xFFFFFFFF) | ((slot + 1) << 32)))
+        f.seek((9 + 15 + 8 * slot) * 8)
+        f.write(struct.pack("<Qqqqqq", device_id | (1 << 32) | (1 << 48), 100, offset_ns, 0, 7, valid_until_ns))
+
+
 class StartAndStopRecords(unittest.TestCase):
     """The JAX helper records the offsets at session start and stop."""
 
+    SESSION = 11_000_000_000  # 11 s
+
     def setUp(self):
+        self.start, self.stop = 1795335288621242594, 1795335288621242594 + self.SESSION
+        self.raw = self.space(uint=True)
+        self.d = tempfile.mkdtemp()
+        now = time.time_ns()
+        far = now + 10**12
+        # Start record: offset 1000 at the session start, 50 ppm drift, bound
+        # 40 growing 2 µs/s, device 0. Stop record: offset 1550 at the stop
+        # (the agent's newer estimate), bound 70 growing 3 µs/s, device 5,
+        # another window.
+        start_path, stop_path = os.path.join(self.d, "start"), os.path.join(self.d, "stop")
+        write_offsets(start_path, 1000, self.start, far, drift_ps_per_s=50_000_000, bound_ns=40, window=1)
+        set_bound_growth(start_path, 2_000_000)
+        device_entry(start_path, 0, 0, 42, far)
+        write_offsets(stop_path, 1550, self.stop, far, bound_ns=70, window=2)
+        set_bound_growth(stop_path, 3_000_000)
+        device_entry(stop_path, 0, 5, -8, far)
+        with OffsetsReader(start_path) as r:
+            self.start_snap = r.read_snapshot()
+
+    def space(self, uint=True, stop=True):
         XSpace = xspace_class()
         s = XSpace()
         env = s.planes.add(id=2, name="Task Environment")
-        self.start, self.stop = 1795335288621242594, 1795335288621242594 + 11_000_000_000
-        for i, (name, v) in enumerate((("profile_start_time", self.start), ("profile_stop_time", self.stop)), 1):
+        times = [("profile_start_time", self.start)] + ([("profile_stop_time", self.stop)] if stop else [])
+        for i, (name, v) in enumerate(times, 1):
             env.stat_metadata[i].id = i
             env.stat_metadata[i].name = name
-            env.stats.add(metadata_id=i, uint64_value=v)
-        self.raw = s.SerializeToString()
-        self.d = tempfile.mkdtemp()
-        now = time.time_ns()
-        # Start: offset 1000 at the session start; stop: 1550 (50 ppm over 11 s).
-        write_offsets(os.path.join(self.d, "start"), 1000, self.start, now + 10**12, drift_ps_per_s=50_000_000)
-        write_offsets(os.path.join(self.d, "stop"), 1550, self.stop, now + 10**12, bound_ns=70)
-        with OffsetsReader(os.path.join(self.d, "start")) as r:
-            self.start_snap = r.read_snapshot()
+            env.stats.add(metadata_id=i, **({"uint64_value": v} if uint else {"int64_value": v}))
+        return s.SerializeToString()
 
-    def stats(self, start_snap, stop_path):
-        out = jax_profiler.annotate_xspace(self.raw, os.path.join(self.d, stop_path), start_snap)
+    def stats(self, start_snap, stop_path, raw=None):
+        out = jax_profiler.annotate_xspace(raw or self.raw, os.path.join(self.d, stop_path), start_snap)
         return xspace.task_env_stats(out)
 
     def test_both_records(self):
         st = self.stats(self.start_snap, "stop")
         self.assertEqual((st["clock_status"], st["clock_anchors"]), ("ok", "start+stop"))
+        # Start anchor: the start record at profile_start_time.
         self.assertEqual(st["clock_offset_ns"], 1000)
+        self.assertEqual(st["clock_offset_bound_ns"], 40)
         self.assertEqual(st["clock_drift_ppb"], 50_000.0)
+        self.assertEqual(st["clock_bound_growth_ppb"], 2_000.0)
+        # Stop anchor: the stop record at profile_stop_time.
         self.assertEqual((st["clock_stop_at_ns"], st["clock_stop_offset_ns"]), (self.stop, 1550))
         self.assertEqual(st["clock_stop_offset_bound_ns"], 70)
+        self.assertEqual(st["clock_stop_drift_ppb"], 0.0)
+        self.assertEqual(st["clock_stop_bound_growth_ppb"], 3_000.0)
+        # Identity and devices: the stop record's only.
+        self.assertEqual((st["clock_anchor_ns"], st["clock_window"]), (self.stop, 2))
+        self.assertEqual(st["clock_device_5_offset_ns"], -8)
+        self.assertNotIn("clock_device_0_offset_ns", st)
+
+    def test_stat_types_the_merge_tool_reads(self):
+        out = jax_profiler.annotate_xspace(self.raw, os.path.join(self.d, "stop"), self.start_snap)
+        env = next(p for p in xspace_class().FromString(out).planes if p.name == "Task Environment")
+        kinds = {env.stat_metadata[s.metadata_id].name: s.WhichOneof("value") for s in env.stats}
+        expected = {
+            "clock_offset_ns": "int64_value", "clock_offset_bound_ns": "uint64_value",
+            "clock_drift_ppb": "double_value", "clock_bound_growth_ppb": "double_value",
+            "clock_stop_at_ns": "int64_value", "clock_stop_offset_ns": "int64_value",
+            "clock_stop_offset_bound_ns": "uint64_value", "clock_stop_drift_ppb": "double_value",
+            "clock_stop_bound_growth_ppb": "double_value", "clock_anchors": "str_value",
+        }
+        self.assertEqual({k: kinds.get(k) for k in expected}, expected)
+
+    def test_start_record_expired_by_the_stop_is_still_the_start_anchor(self):
+        # Fresh when read at the start (trace() checks that), expired now.
+        path = os.path.join(self.d, "short")
+        write_offsets(path, 333, self.start, time.time_ns() - 1)
+        with OffsetsReader(path) as r:
+            snap = r.read_snapshot()
+        with self.assertRaises(clockmesh.Stale):
+            snap.check_fresh()
+        st = self.stats(snap, "stop")
+        self.assertEqual((st["clock_anchors"], st["clock_offset_ns"], st["clock_stop_offset_ns"]), ("start+stop", 333, 1550))
 
     def test_a_failed_stop_read_keeps_the_start(self):
         st = self.stats(self.start_snap, "missing")
         self.assertEqual((st["clock_status"], st["clock_anchors"]), ("ok", "start"))
-        self.assertEqual(st["clock_offset_ns"], 1000)
-        self.assertNotIn("clock_stop_offset_ns", st)
+        self.assertEqual((st["clock_offset_ns"], st["clock_offset_bound_ns"]), (1000, 40))
+        self.assertEqual((st["clock_anchor_ns"], st["clock_window"]), (self.start, 1))
+        self.assertEqual(st["clock_device_0_offset_ns"], 42)
+        self.assertEqual([k for k in st if k.startswith("clock_stop")], [])
 
     def test_a_failed_start_read_takes_the_stop_record_at_both_ends(self):
         st = self.stats(None, "stop")
-        self.assertEqual(st["clock_anchors"], "stop-only")
+        self.assertEqual((st["clock_status"], st["clock_anchors"]), ("ok", "stop-only"))
         self.assertEqual((st["clock_offset_ns"], st["clock_stop_offset_ns"]), (1550, 1550))
+        # 11 s before the stop record's anchor: bound 70 + 3 µs/s x 11 s.
+        self.assertEqual((st["clock_offset_bound_ns"], st["clock_stop_offset_bound_ns"]), (70 + 33_000, 70))
+        self.assertEqual(st["clock_bound_growth_ppb"], 3_000.0)
+
+    def test_stop_time_int64_or_absent(self):
+        st = self.stats(self.start_snap, "stop", raw=self.space(uint=False))
+        self.assertEqual((st["clock_stop_at_ns"], st["clock_offset_ns"]), (self.stop, 1000))
+        before = time.time_ns()
+        st = self.stats(self.start_snap, "stop", raw=self.space(stop=False))
+        after = time.time_ns()
+        # No profile_stop_time: the stop anchor holds at the time of the read,
+        # long after the stop record's anchor (drift 0: offset unchanged).
+        self.assertTrue(before <= st["clock_stop_at_ns"] <= after, st["clock_stop_at_ns"])
+        self.assertEqual(st["clock_stop_offset_ns"], 1550)
+        growth = -(-3_000_000 * abs(st["clock_stop_at_ns"] - self.stop) // 10**12)
+        self.assertEqual(st["clock_stop_offset_bound_ns"], 70 + growth)
+
+    def test_reannotating_replaces_every_clock_stat(self):
+        both = jax_profiler.annotate_xspace(self.raw, os.path.join(self.d, "stop"), self.start_snap)
+        st = xspace.task_env_stats(jax_profiler.annotate_xspace(both, os.path.join(self.d, "missing"), self.start_snap))
+        self.assertEqual(st["clock_anchors"], "start")
+        self.assertEqual([k for k in st if k.startswith(("clock_stop", "clock_device_5"))], [])
+        st = xspace.task_env_stats(jax_profiler.annotate_xspace(both, os.path.join(self.d, "missing")))
+        self.assertEqual([k for k in st if k.startswith("clock_")], ["clock_status"])
+        self.assertEqual(st["profile_stop_time"], self.stop)
 
     def test_no_record_at_all_fails_closed(self):
         st = self.stats(None, "missing")
         self.assertTrue(st["clock_status"].startswith("Missing"), st["clock_status"])
         self.assertNotIn("clock_offset_ns", st)
         self.assertNotIn("clock_anchors", st)
+
+    def test_an_os_error_fails_closed_too(self):
+        # A file where a directory of the path should be: NotADirectoryError.
+        st = self.stats(None, "stop/offsets")
+        self.assertTrue(st["clock_status"].startswith("NotADirectoryError"), st["clock_status"])
+        self.assertNotIn("clock_offset_ns", st)
+        st = self.stats(self.start_snap, "stop/offsets")
+        self.assertEqual((st["clock_status"], st["clock_anchors"]), ("ok", "start"))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -71,7 +72,17 @@ static void WriteOffsets(const std::string& path, uint32_t flags, int64_t valid_
   std::fclose(f);
 }
 
-static XSpace SampleSpace(int64_t start_ns) {
+// Sets the record's bound_growth_ps_per_s (payload word 10).
+static void SetBoundGrowth(const std::string& path, uint64_t growth_ps_per_s) {
+  FILE* f = std::fopen(path.c_str(), "r+b");
+  std::fseek(f, (9 + 10) * 8, SEEK_SET);
+  std::fwrite(&growth_ps_per_s, 8, 1, f);
+  std::fclose(f);
+}
+
+// A session of duration_ns from start_ns; stop_stat: how profile_stop_time
+// is written ('u' uint64 as XLA does, 'i' int64, 0 absent).
+static XSpace SampleSpace(int64_t start_ns, int64_t duration_ns = 1000000, char stop_stat = 'u') {
   XSpace space;
   space.add_hostnames("hostA");
   XPlane* cpu = space.add_planes();
@@ -94,9 +105,11 @@ static XSpace SampleSpace(int64_t start_ns) {
   XStat* s = env->add_stats();
   s->set_metadata_id(1);
   s->set_uint64_value(static_cast<uint64_t>(start_ns));
+  if (stop_stat == 0) return space;
   s = env->add_stats();
   s->set_metadata_id(2);
-  s->set_uint64_value(static_cast<uint64_t>(start_ns + 1000000));
+  if (stop_stat == 'i') s->set_int64_value(start_ns + duration_ns);
+  else s->set_uint64_value(static_cast<uint64_t>(start_ns + duration_ns));
   return space;
 }
 
@@ -204,50 +217,189 @@ static const char* StrStat(const XPlane& env, const std::string& name) {
   return s ? s->str_value().c_str() : "";
 }
 
+static bool Has(const XPlane& env, const std::string& name) { return FindStat(env, name) != nullptr; }
+static int64_t I64(const XPlane& env, const std::string& name) {
+  const XStat* s = FindStat(env, name);
+  return s ? s->int64_value() : INT64_MIN;
+}
+static uint64_t U64(const XPlane& env, const std::string& name) {
+  const XStat* s = FindStat(env, name);
+  return s ? s->uint64_value() : UINT64_MAX;
+}
+static double F64(const XPlane& env, const std::string& name) {
+  const XStat* s = FindStat(env, name);
+  return s ? s->double_value() : -1e300;
+}
+static bool HasClockStats(const XPlane& env, bool except_status) {
+  for (const XStat& s : env.stats()) {
+    auto it = env.stat_metadata().find(s.metadata_id());
+    if (it == env.stat_metadata().end() || it->second.name().rfind("clock_", 0) != 0) continue;
+    if (except_status && it->second.name() == "clock_status") continue;
+    return true;
+  }
+  return false;
+}
+
 // The start record (RecordSessionStart) and the stop record
 // (AddClockStatsToXSpace) are both kept, each at its own end of the session.
 static void TestStartAndStopRecords(const std::string& dir) {
   const std::string start_path = dir + "/offsets-start", stop_path = dir + "/offsets-stop";
+  const std::string missing = dir + "/missing";
   const int64_t now = clockmesh_realtime_now_ns();
-  const int64_t start = now - 11000000000LL, stop = start + 1000000;  // SampleSpace: 1 ms session
-  WriteOffsets(start_path, CLOCKMESH_F_VALID, now + 60000000000LL, start, 1000, 0, 40, {});
-  WriteOffsets(stop_path, CLOCKMESH_F_VALID, now + 60000000000LL, stop, 1550, 0, 60, {});
+  const int64_t session = 10000000000LL;  // 10 s
+  const int64_t start = now - 11000000000LL, stop = start + session;
+  // Start record: anchored 1 s before the session start, 2 µs/s drift
+  // (offset 1000 + 2000 at the start), bound 40 growing 0.5 µs/s (+500).
+  WriteOffsets(start_path, CLOCKMESH_F_VALID, now + 60000000000LL, start - 1000000000LL, 1000, 2000000, 40,
+               {{0, CLOCKMESH_DEV_CUDA, 42, 9}});
+  SetBoundGrowth(start_path, 500000);
+  // Stop record (the agent's newer estimate): anchored at the stop, offset
+  // 1550, no drift, bound 60 growing 3 µs/s (+30 µs over the session),
+  // another device.
+  WriteOffsets(stop_path, CLOCKMESH_F_VALID, now + 60000000000LL, stop, 1550, 0, 60,
+               {{5, CLOCKMESH_DEV_ROCM, -8, 13}});
+  SetBoundGrowth(stop_path, 3000000);
 
   CHECK(clockmesh::RecordSessionStart(start_path.c_str()) == CLOCKMESH_OK);
-  XSpace both = SampleSpace(start);
+  XSpace both = SampleSpace(start, session);
   CHECK(clockmesh::AddClockStatsToXSpace(&both, stop_path.c_str()) == CLOCKMESH_OK);
   const XPlane* env = TaskEnv(both);
   CHECK(std::string(StrStat(*env, "clock_anchors")) == "start+stop");
-  CHECK(FindStat(*env, "clock_offset_ns")->int64_value() == 1000);
-  CHECK(FindStat(*env, "clock_offset_bound_ns")->uint64_value() == 40);
-  CHECK(FindStat(*env, "clock_stop_at_ns")->int64_value() == stop);
-  CHECK(FindStat(*env, "clock_stop_offset_ns")->int64_value() == 1550);
-  CHECK(FindStat(*env, "clock_stop_offset_bound_ns")->uint64_value() == 60);
-  CHECK(FindStat(*env, "clock_bound_growth_ppb") != nullptr);
+  CHECK(std::string(StrStat(*env, "clock_status")) == "ok");
+  CHECK(I64(*env, "clock_offset_ns") == 3000);
+  CHECK(U64(*env, "clock_offset_bound_ns") == 540);
+  CHECK(F64(*env, "clock_drift_ppb") == 2000.0);
+  CHECK(F64(*env, "clock_bound_growth_ppb") == 500.0);
+  CHECK(I64(*env, "clock_stop_at_ns") == stop);
+  CHECK(I64(*env, "clock_stop_offset_ns") == 1550);
+  CHECK(U64(*env, "clock_stop_offset_bound_ns") == 60);
+  CHECK(F64(*env, "clock_stop_drift_ppb") == 0.0);
+  CHECK(F64(*env, "clock_stop_bound_growth_ppb") == 3000.0);
+  // Identity and devices from the stop record.
+  CHECK(I64(*env, "clock_anchor_ns") == stop);
+  CHECK(I64(*env, "clock_device_5_offset_ns") == -8);
+  CHECK(!Has(*env, "clock_device_0_offset_ns"));
+
+  // A re-run replaces every clock stat: nothing readable now, no offset left.
+  CHECK(clockmesh::AddClockStatsToXSpace(&both, missing.c_str()) == CLOCKMESH_E_MISSING);
+  CHECK(std::string(StrStat(*env, "clock_status")) == clockmesh_strerror(CLOCKMESH_E_MISSING));
+  CHECK(!HasClockStats(*env, true));
+  CHECK(Has(*env, "profile_stop_time"));
 
   // The start record is taken once: the next session without a start read
-  // uses the stop record at both ends.
-  XSpace stop_only = SampleSpace(start);
+  // uses the stop record at both ends, its bound grown over the session.
+  XSpace stop_only = SampleSpace(start, session);
   CHECK(clockmesh::AddClockStatsToXSpace(&stop_only, stop_path.c_str()) == CLOCKMESH_OK);
   env = TaskEnv(stop_only);
   CHECK(std::string(StrStat(*env, "clock_anchors")) == "stop-only");
-  CHECK(FindStat(*env, "clock_offset_ns")->int64_value() == 1550);
+  CHECK(I64(*env, "clock_offset_ns") == 1550);
+  CHECK(U64(*env, "clock_offset_bound_ns") == 60 + 30000);
+  CHECK(F64(*env, "clock_bound_growth_ppb") == 3000.0);
+  CHECK(I64(*env, "clock_stop_offset_ns") == 1550);
+  CHECK(U64(*env, "clock_stop_offset_bound_ns") == 60);
+
+  // A failed start read: stop-only too (nothing kept from the earlier read).
+  CHECK(clockmesh::RecordSessionStart(start_path.c_str()) == CLOCKMESH_OK);
+  CHECK(clockmesh::RecordSessionStart(missing.c_str()) == CLOCKMESH_E_MISSING);
+  XSpace failed_start = SampleSpace(start, session);
+  CHECK(clockmesh::AddClockStatsToXSpace(&failed_start, stop_path.c_str()) == CLOCKMESH_OK);
+  env = TaskEnv(failed_start);
+  CHECK(std::string(StrStat(*env, "clock_anchors")) == "stop-only");
+  CHECK(I64(*env, "clock_offset_ns") == 1550);
+  CHECK(U64(*env, "clock_offset_bound_ns") == 30060);
 
   // The stop read fails (agent gone): the start record alone, status ok.
   CHECK(clockmesh::RecordSessionStart(start_path.c_str()) == CLOCKMESH_OK);
-  XSpace start_only = SampleSpace(start);
-  CHECK(clockmesh::AddClockStatsToXSpace(&start_only, (dir + "/missing").c_str()) == CLOCKMESH_OK);
+  XSpace start_only = SampleSpace(start, session);
+  CHECK(clockmesh::AddClockStatsToXSpace(&start_only, missing.c_str()) == CLOCKMESH_OK);
   env = TaskEnv(start_only);
   CHECK(std::string(StrStat(*env, "clock_anchors")) == "start");
   CHECK(std::string(StrStat(*env, "clock_status")) == "ok");
-  CHECK(FindStat(*env, "clock_offset_ns")->int64_value() == 1000);
-  CHECK(FindStat(*env, "clock_stop_offset_ns") == nullptr);
+  CHECK(I64(*env, "clock_offset_ns") == 3000);
+  CHECK(U64(*env, "clock_offset_bound_ns") == 540);
+  CHECK(I64(*env, "clock_anchor_ns") == start - 1000000000LL);
+  CHECK(I64(*env, "clock_device_0_offset_ns") == 42);
+  for (const char* name : {"clock_stop_at_ns", "clock_stop_offset_ns", "clock_stop_offset_bound_ns",
+                           "clock_stop_drift_ppb", "clock_stop_bound_growth_ppb"})
+    CHECK(!Has(*env, name));
 
-  // A failed start read keeps nothing.
-  CHECK(clockmesh::RecordSessionStart((dir + "/missing").c_str()) == CLOCKMESH_E_MISSING);
-  XSpace none = SampleSpace(start);
-  CHECK(clockmesh::AddClockStatsToXSpace(&none, (dir + "/missing").c_str()) == CLOCKMESH_E_MISSING);
-  CHECK(FindStat(*TaskEnv(none), "clock_offset_ns") == nullptr);
+  // Neither: fail closed, status only.
+  CHECK(clockmesh::RecordSessionStart(missing.c_str()) == CLOCKMESH_E_MISSING);
+  XSpace none = SampleSpace(start, session);
+  CHECK(clockmesh::AddClockStatsToXSpace(&none, missing.c_str()) == CLOCKMESH_E_MISSING);
+  CHECK(!HasClockStats(*TaskEnv(none), true));
+  CHECK(std::string(StrStat(*TaskEnv(none), "clock_status")) == clockmesh_strerror(CLOCKMESH_E_MISSING));
+}
+
+// A start record fresh when read stays the start anchor even if it has
+// expired by the stop (only the read at the start has to be fresh).
+static void TestStartFreshThenExpired(const std::string& dir) {
+  const std::string start_path = dir + "/offsets-short", stop_path = dir + "/offsets-stop2";
+  const int64_t now = clockmesh_realtime_now_ns();
+  WriteOffsets(start_path, CLOCKMESH_F_VALID, now + 200000000, now, 111, 0, 5, {});
+  WriteOffsets(stop_path, CLOCKMESH_F_VALID, now + 60000000000LL, now, 222, 0, 6, {});
+  CHECK(clockmesh::RecordSessionStart(start_path.c_str()) == CLOCKMESH_OK);
+  struct timespec pause = {0, 300000000};
+  nanosleep(&pause, nullptr);
+  // The start file has expired by now: a read at the stop would refuse it.
+  clockmesh_t cm;
+  clockmesh_snapshot_t snap;
+  CHECK(clockmesh_open(&cm, start_path.c_str()) == CLOCKMESH_OK);
+  CHECK(clockmesh_read_snapshot(&cm, &snap) == CLOCKMESH_OK);
+  clockmesh_close(&cm);
+  CHECK(clockmesh_check_fresh(&snap, clockmesh_realtime_now_ns()) == CLOCKMESH_E_STALE);
+  XSpace space = SampleSpace(now);
+  CHECK(clockmesh::AddClockStatsToXSpace(&space, stop_path.c_str()) == CLOCKMESH_OK);
+  const XPlane* env = TaskEnv(space);
+  CHECK(std::string(StrStat(*env, "clock_anchors")) == "start+stop");
+  CHECK(I64(*env, "clock_offset_ns") == 111);
+  CHECK(I64(*env, "clock_stop_offset_ns") == 222);
+}
+
+// clock_stop_at_ns: profile_stop_time as int64 too; without it, the time of
+// the stop read.
+static void TestStopTime(const std::string& dir) {
+  const std::string path = dir + "/offsets-stoptime";
+  const int64_t now = clockmesh_realtime_now_ns();
+  WriteOffsets(path, CLOCKMESH_F_VALID, now + 60000000000LL, now, -70, 1000000, 1, {});  // 1 µs/s
+  XSpace as_int = SampleSpace(now - 3000000000LL, 2000000000LL, 'i');
+  CHECK(clockmesh::AddClockStatsToXSpace(&as_int, path.c_str()) == CLOCKMESH_OK);
+  CHECK(I64(*TaskEnv(as_int), "clock_stop_at_ns") == now - 1000000000LL);
+  CHECK(I64(*TaskEnv(as_int), "clock_stop_offset_ns") == -70 - 1000);  // 1 s before the anchor
+  CHECK(I64(*TaskEnv(as_int), "clock_offset_ns") == -70 - 3000);
+  XSpace no_stop = SampleSpace(now - 3000000000LL, 0, 0);
+  const int64_t before = clockmesh_realtime_now_ns();
+  CHECK(clockmesh::AddClockStatsToXSpace(&no_stop, path.c_str()) == CLOCKMESH_OK);
+  const int64_t after = clockmesh_realtime_now_ns();
+  const int64_t at = I64(*TaskEnv(no_stop), "clock_stop_at_ns");
+  CHECK(before <= at && at <= after);
+}
+
+// CLOCKMESH_OFFSETS=off: the XSpace is untouched and no start record is
+// carried into a later session.
+static void TestDisabledDropsStart(const std::string& dir) {
+  const std::string path = dir + "/offsets-off";
+  const int64_t now = clockmesh_realtime_now_ns();
+  WriteOffsets(path, CLOCKMESH_F_VALID, now + 60000000000LL, now, 9, 0, 1, {});
+  // Disabled at the stop: the kept start record is dropped with the session.
+  CHECK(clockmesh::RecordSessionStart(path.c_str()) == CLOCKMESH_OK);
+  setenv("CLOCKMESH_OFFSETS", "off", 1);
+  XSpace off = SampleSpace(now);
+  const std::string before = off.SerializeAsString();
+  CHECK(clockmesh::AddClockStatsToXSpace(&off) == CLOCKMESH_OK);
+  CHECK(off.SerializeAsString() == before);
+  unsetenv("CLOCKMESH_OFFSETS");
+  XSpace next = SampleSpace(now);
+  CHECK(clockmesh::AddClockStatsToXSpace(&next, path.c_str()) == CLOCKMESH_OK);
+  CHECK(std::string(StrStat(*TaskEnv(next), "clock_anchors")) == "stop-only");
+  // Disabled at the start: the slot is emptied.
+  CHECK(clockmesh::RecordSessionStart(path.c_str()) == CLOCKMESH_OK);
+  setenv("CLOCKMESH_OFFSETS", "off", 1);
+  CHECK(clockmesh::RecordSessionStart() == CLOCKMESH_OK);
+  unsetenv("CLOCKMESH_OFFSETS");
+  XSpace after = SampleSpace(now);
+  CHECK(clockmesh::AddClockStatsToXSpace(&after, path.c_str()) == CLOCKMESH_OK);
+  CHECK(std::string(StrStat(*TaskEnv(after), "clock_anchors")) == "stop-only");
 }
 
 int main(int argc, char** argv) {
@@ -255,6 +407,9 @@ int main(int argc, char** argv) {
   TestAddsStatsAndRoundTrips(dir);
   TestFailsClosed(dir);
   TestStartAndStopRecords(dir);
+  TestStartFreshThenExpired(dir);
+  TestStopTime(dir);
+  TestDisabledDropsStart(dir);
   if (failures) {
     std::fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
