@@ -18,8 +18,12 @@ struct Cli {
 enum Command {
     /// Run the node agent (probing, estimation, publication) until SIGTERM.
     Agent(cli::agent::AgentArgs),
-    /// Show what the local agent knows: offset ± bound, reference, peers.
+    /// Show what the local agent knows, like `chronyc tracking`: reference,
+    /// state, offset ± bound, drift, last update.
     Status(cli::status::StatusArgs),
+    /// List the local agent's peers, like `chronyc sources`: state, stamps,
+    /// min RTT, pure pairs, each edge's last fit.
+    Sources(cli::status::StatusArgs),
     /// Print the published offsets file as readers see it (node and GPU maps).
     Offsets(cli::offsets::OffsetsArgs),
     /// Attach the eBPF programs to an interface and print probe timestamps.
@@ -28,7 +32,7 @@ enum Command {
     Config(cli::config::ConfigArgs),
     /// Run the estimator on a simulated cluster with known truth.
     Simulate(cli::simulate::SimulateArgs),
-    /// Inspect and merge profiler traces (.xplane.pb) onto one timeline.
+    /// Inspect and merge profiler traces (xprof, PyTorch) onto one timeline.
     Trace(cli::trace::TraceArgs),
     /// Sample a GPU device clock against the host clocks.
     GpuClock(cli::gpu::GpuArgs),
@@ -57,6 +61,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Agent(a) => cli::agent::run(a),
         Command::Status(a) => cli::status::run(a),
+        Command::Sources(a) => cli::sources::run(a),
         Command::Offsets(a) => cli::offsets::run(a),
         Command::Capture(a) => cli::capture::run(a),
         Command::Config(a) => cli::config::run(a),

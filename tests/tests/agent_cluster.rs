@@ -20,7 +20,10 @@ use clockmesh::{
     publish::{DeviceKind, OffsetsReader, PublishError, device_flags, history::DeviceHistoryEntry},
 };
 use clockmesh_testbed::{
-    cluster::{Backend, Checked, Cluster, ClusterConfig, PROBE_PORT, jsonl_records},
+    cluster::{
+        Backend, Checked, Cluster, ClusterConfig, METRICS_PORT, PROBE_PORT, agent_binary,
+        jsonl_records,
+    },
     netns::Host,
     root_or_skip,
 };
@@ -63,7 +66,7 @@ fn assert_within(checked: &[Checked], limit_ns: f64) {
     }
 }
 
-fn cluster_converges(nodes: usize, direct_pair: bool) {
+fn cluster_converges(nodes: usize, direct_pair: bool) -> Cluster {
     let mut c = Cluster::start(ClusterConfig {
         direct_pair,
         ..config(nodes)
@@ -149,6 +152,7 @@ fn cluster_converges(nodes: usize, direct_pair: bool) {
             );
         }
     }
+    c
 }
 
 /// (thread name, CapEff) of every thread of `pid`.
@@ -175,7 +179,29 @@ fn effective_capabilities(pid: u32) -> Vec<(String, u64)> {
 fn two_nodes_converge() {
     if root_or_skip("two_nodes_converge") {
         let _one = serial();
-        cluster_converges(2, true);
+        let c = cluster_converges(2, true);
+        // `clockmesh sources` and `status` against the running agent, as an
+        // operator on that host runs them.
+        let cli = |cmd: &str| {
+            let addr = SocketAddr::new(c.bed.host(0).addr.into(), METRICS_PORT).to_string();
+            let o = std::process::Command::new("ip")
+                .args(["netns", "exec", &c.bed.host(0).netns])
+                .arg(agent_binary().unwrap())
+                .args([cmd, "--addr", &addr])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let sources = cli("sources");
+        let peer = sources.lines().find(|l| l.starts_with("n1")).unwrap();
+        assert!(
+            peer.contains("ready") && peer.contains('%') && peer.contains('±'),
+            "{sources}"
+        );
+        let status = cli("status");
+        assert!(status.contains("State        : synchronised"), "{status}");
+        assert!(status.contains("Peers        : 1 (1 ready"), "{status}");
     }
 }
 
@@ -183,7 +209,7 @@ fn two_nodes_converge() {
 fn four_nodes_converge() {
     if root_or_skip("four_nodes_converge") {
         let _one = serial();
-        cluster_converges(4, false);
+        drop(cluster_converges(4, false));
     }
 }
 

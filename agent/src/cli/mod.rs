@@ -7,5 +7,6 @@ pub mod offsets;
 #[macro_use]
 pub mod out;
 pub mod simulate;
+pub mod sources;
 pub mod status;
 pub mod trace;
