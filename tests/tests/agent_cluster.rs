@@ -124,10 +124,20 @@ fn cluster_converges(nodes: usize, direct_pair: bool) -> Cluster {
     ] {
         assert!(fit.contains_key(f), "fit lacks {f}");
     }
-    // /metrics on every node.
+    // /metrics on every node, read by a real Prometheus text parser.
     for i in 0..nodes {
         let (code, text) = c.http_get(i, "/metrics").unwrap();
         assert_eq!(code, 200);
+        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .expect("/metrics is valid Prometheus text");
+        let ready = scrape
+            .samples
+            .iter()
+            .find(|x| x.metric == "clockmesh_ready");
+        assert!(
+            ready.is_some_and(|x| matches!(x.value, prometheus_parse::Value::Gauge(v) if v == 1.0)),
+            "node {i}: clockmesh_ready not 1"
+        );
         for m in [
             "clockmesh_node_offset_ns",
             "clockmesh_node_bound_ns",

@@ -201,7 +201,10 @@ mod tests {
             let mut out = String::new();
             c.read_to_string(&mut out).await.unwrap();
             assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
-            assert!(out.contains("clockmesh_up{node=\"n1\""), "{out}");
+            assert!(out.contains("clockmesh_up{node=\"n1\"}"), "{out}");
+            let body = out.split("\r\n\r\n").nth(1).unwrap_or_default();
+            let scrape = crate::runtime::status::parse_prometheus(body);
+            assert!(scrape.samples.iter().any(|x| x.metric == "clockmesh_ready"));
         });
     }
 

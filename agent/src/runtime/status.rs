@@ -140,19 +140,16 @@ impl Status {
     pub fn to_prometheus(&self) -> String {
         let mut p = Prom(String::new());
         let me = [("node", self.node.as_str())];
+        p.help("clockmesh_up", "gauge", "1 while the agent runs");
+        p.sample("clockmesh_up", &me, 1.0);
+        // Its own gauge, not a label: a flipping label value would start a
+        // new series each time readiness changes.
         p.help(
-            "clockmesh_up",
+            "clockmesh_ready",
             "gauge",
-            "1 while the agent runs; ready label says if probing",
+            "1 once registered, attached and probing (as /readyz)",
         );
-        p.sample(
-            "clockmesh_up",
-            &[
-                ("node", &self.node),
-                ("ready", if self.ready { "true" } else { "false" }),
-            ],
-            1.0,
-        );
+        p.sample("clockmesh_ready", &me, f64::from(u8::from(self.ready)));
         p.help(
             "clockmesh_is_leader",
             "gauge",
@@ -357,6 +354,13 @@ impl Status {
     }
 }
 
+/// Parses Prometheus text with a real text-format parser (tests).
+#[cfg(test)]
+pub(crate) fn parse_prometheus(text: &str) -> prometheus_parse::Scrape {
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +408,36 @@ mod tests {
             let name = line.split(['{', ' ']).next().unwrap();
             assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
         }
+        // A real text-format parser reads it back (it keeps label values
+        // as escaped in the text: `a\"b`).
+        let scrape = parse_prometheus(&text);
+        let value = |name: &str| {
+            scrape
+                .samples
+                .iter()
+                .find(|x| x.metric == name)
+                .map(|x| match x.value {
+                    prometheus_parse::Value::Gauge(v)
+                    | prometheus_parse::Value::Counter(v)
+                    | prometheus_parse::Value::Untyped(v) => v,
+                    _ => f64::NAN,
+                })
+        };
+        assert_eq!(value("clockmesh_ready"), Some(1.0));
+        assert_eq!(value("clockmesh_node_offset_ns"), Some(-12.0));
+        let offset = scrape
+            .samples
+            .iter()
+            .find(|x| x.metric == "clockmesh_node_offset_ns")
+            .unwrap();
+        assert_eq!(offset.labels.get("node"), Some(r#"a\"b"#));
+        assert!(
+            scrape
+                .samples
+                .iter()
+                .all(|x| x.metric != "clockmesh_up" || x.labels.get("ready").is_none()),
+            "readiness is its own gauge"
+        );
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), s);
     }
