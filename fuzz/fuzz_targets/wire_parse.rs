@@ -1,7 +1,7 @@
 //! The probe wire parser is a pure function of bytes: it must never panic,
 //! and whatever it accepts must encode back to an equivalent message.
 #![no_main]
-use clockmesh::probe::wire::{AuthKey, parse};
+use clockmesh_core::wire::{AuthKey, parse};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

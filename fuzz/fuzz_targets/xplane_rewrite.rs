@@ -7,9 +7,9 @@
 
 use std::io::Write;
 
-use clockmesh::trace::rewrite::{Edit, Plan, rewrite};
-use clockmesh::trace::scan_file;
-use clockmesh::trace::wire::WireReader;
+use clockmesh_trace::rewrite::{Edit, Plan, rewrite};
+use clockmesh_trace::scan_file;
+use clockmesh_trace::wire::WireReader;
 use libfuzzer_sys::fuzz_target;
 
 fn file_with(bytes: &[u8], name: &str) -> std::path::PathBuf {

@@ -48,8 +48,17 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run every test (needs root for the netns/eBPF tests).
+    /// Run every test (needs root for the netns/eBPF tests), then every fuzz
+    /// target for 60 s.
     Test,
+    /// Run every fuzz target (cargo-fuzz, nightly, address sanitizer) for a
+    /// bounded time and print the executions per target; fails on a crash
+    /// (the input is kept in fuzz/artifacts/<target>/).
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
     /// rustfmt check, the crate layering (core/offsets/trace free of the
     /// agent's I/O crates; offsets ≤ 25 crates), clippy with warnings denied.
     Lint,
@@ -77,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         Task::BuildEbpf => build_ebpf().map(|obj| println!("eBPF object: {}", obj.display())),
         Task::Demo { args } => demo(&args),
         Task::Test => test(),
+        Task::Fuzz { seconds } => fuzz(seconds),
         Task::Lint => lint(),
         Task::Bench => bench(),
         Task::BenchChrony { args } => bench_chrony(&args),
@@ -232,6 +242,64 @@ fn test() -> anyhow::Result<()> {
     ]))?;
     for script in extra_test_scripts() {
         run(Command::new("bash").arg(&script).current_dir(root()))?;
+    }
+    fuzz(60)
+}
+
+/// The fuzz targets, by name, as fuzz/Cargo.toml declares them.
+fn fuzz_targets() -> anyhow::Result<Vec<String>> {
+    let manifest = std::fs::read_to_string(root().join("fuzz/Cargo.toml"))?;
+    let names: Vec<String> = manifest
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("name = \""))
+        .filter_map(|l| l.strip_suffix('"'))
+        .filter(|n| *n != "clockmesh-fuzz")
+        .map(String::from)
+        .collect();
+    anyhow::ensure!(!names.is_empty(), "no fuzz targets in fuzz/Cargo.toml");
+    Ok(names)
+}
+
+/// Runs each fuzz target for `seconds`; prints executions per target.
+fn fuzz(seconds: u64) -> anyhow::Result<()> {
+    setup()?;
+    let mut report = Vec::new();
+    for target in fuzz_targets()? {
+        let mut cmd = nightly_cargo();
+        cmd.current_dir(root().join("fuzz")).args([
+            "fuzz",
+            "run",
+            &target,
+            "--",
+            &format!("-max_total_time={seconds}"),
+            "-print_final_stats=1",
+        ]);
+        eprintln!("xtask: {}", describe(&cmd));
+        let out = cmd
+            .output()
+            .with_context(|| format!("starting {}", describe(&cmd)))?;
+        let log = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            bail!(
+                "fuzz target {target} failed ({}):\n{}",
+                out.status,
+                tail.join("\n")
+            );
+        }
+        let execs = log
+            .lines()
+            .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .with_context(|| format!("{target}: libFuzzer printed no execution count"))?;
+        report.push((target, execs));
+    }
+    for (target, execs) in &report {
+        println!(
+            "fuzz {target:<22} {execs:>12} execs in {seconds} s ({:.0}/s), no crash",
+            *execs as f64 / seconds as f64
+        );
     }
     Ok(())
 }

@@ -15,6 +15,8 @@ use anyhow::Context as _;
 use super::{on_path, output, run};
 
 pub const BPF_LINKER_VERSION: &str = "0.13.0";
+/// `cargo xtask fuzz` (run by `cargo xtask test`).
+pub const CARGO_FUZZ_VERSION: &str = "0.13.1";
 pub const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 
 /// Every Debian package the build, the tests, the demo, the benchmarks and
@@ -81,8 +83,9 @@ pub fn setup() -> anyhow::Result<()> {
     }
     ensure_nightly_rust_src()?;
     ensure_bpf_linker()?;
+    ensure_cargo_fuzz()?;
     eprintln!(
-        "xtask: setup complete ({} Debian packages, nightly rust-src, bpf-linker {BPF_LINKER_VERSION})",
+        "xtask: setup complete ({} Debian packages, nightly rust-src, bpf-linker {BPF_LINKER_VERSION}, cargo-fuzz {CARGO_FUZZ_VERSION})",
         DEBIAN_PACKAGES.len()
     );
     Ok(())
@@ -128,6 +131,24 @@ fn ensure_bpf_linker() -> anyhow::Result<()> {
         ])
         .args(["--no-default-features", "--features", "llvm-22"])
         .env("LLVM_PREFIX", LLVM_PREFIX))
+}
+
+fn ensure_cargo_fuzz() -> anyhow::Result<()> {
+    let version = if on_path("cargo-fuzz") {
+        output(Command::new("cargo-fuzz").arg("--version"))
+    } else {
+        String::new()
+    };
+    if version.contains(CARGO_FUZZ_VERSION) {
+        return Ok(());
+    }
+    run(Command::new("cargo").args([
+        "install",
+        "--locked",
+        "cargo-fuzz",
+        "--version",
+        CARGO_FUZZ_VERSION,
+    ]))
 }
 
 /// `apt-get install` without starting any service: etcd and chrony ship
