@@ -107,19 +107,7 @@ impl WireReader {
     /// Reads a field key; returns (field number, wire type).
     pub fn read_key(&mut self) -> Result<(u32, u8), TraceError> {
         let at = self.pos;
-        let key = self.read_varint()?;
-        let field = key >> 3;
-        let wire = (key & 7) as u8;
-        if field == 0 || field > u64::from(u32::MAX >> 3) {
-            return Err(TraceError::malformed(at, "invalid field number"));
-        }
-        if !matches!(wire, VARINT | I64 | LEN | I32) {
-            return Err(TraceError::malformed(
-                at,
-                "unsupported wire type (groups are not used by xplane)",
-            ));
-        }
-        Ok((field as u32, wire))
+        split_key(self.read_varint()?, at)
     }
 
     /// Reads a length prefix and checks the content fits in `[pos, end)`.
@@ -407,18 +395,7 @@ impl<'a> SliceReader<'a> {
             return Ok((u32::from(b >> 3), b & 7));
         }
         let at = self.pos();
-        let key = self.read_varint()?;
-        let (field, wire) = (key >> 3, (key & 7) as u8);
-        if field == 0 || field > u64::from(u32::MAX >> 3) {
-            return Err(TraceError::malformed(at, "invalid field number"));
-        }
-        if !matches!(wire, VARINT | I64 | LEN | I32) {
-            return Err(TraceError::malformed(
-                at,
-                "unsupported wire type (groups are not used by xplane)",
-            ));
-        }
-        Ok((field as u32, wire))
+        split_key(self.read_varint()?, at)
     }
 
     /// Skips a value of wire type `wire`, which must end inside the slice.
@@ -438,6 +415,22 @@ impl<'a> SliceReader<'a> {
         self.at += n as usize;
         Ok(())
     }
+}
+
+/// A field key read at file position `at` as (field number, wire type):
+/// field 0, numbers past 2^29 and group wire types are refused.
+fn split_key(key: u64, at: u64) -> Result<(u32, u8), TraceError> {
+    let (field, wire) = (key >> 3, (key & 7) as u8);
+    if field == 0 || field > u64::from(u32::MAX >> 3) {
+        return Err(TraceError::malformed(at, "invalid field number"));
+    }
+    if !matches!(wire, VARINT | I64 | LEN | I32) {
+        return Err(TraceError::malformed(
+            at,
+            "unsupported wire type (groups are not used by xplane)",
+        ));
+    }
+    Ok((field as u32, wire))
 }
 
 /// Encoded length of a varint.

@@ -111,44 +111,35 @@ fn ensure_nightly_rust_src() -> anyhow::Result<()> {
 }
 
 fn ensure_bpf_linker() -> anyhow::Result<()> {
-    let linker = if on_path("bpf-linker") {
-        output(Command::new("bpf-linker").arg("--version"))
-    } else {
-        String::new()
-    };
-    if linker.contains(BPF_LINKER_VERSION) {
-        return Ok(());
-    }
     // `--locked`: bpf-linker's own lock file, so a new release of one of its
     // dependencies cannot change what this step builds.
-    run(Command::new("cargo")
-        .args([
-            "install",
-            "--locked",
-            "bpf-linker",
-            "--version",
-            BPF_LINKER_VERSION,
-        ])
-        .args(["--no-default-features", "--features", "llvm-22"])
-        .env("LLVM_PREFIX", LLVM_PREFIX))
+    ensure_cargo_install(
+        "bpf-linker",
+        BPF_LINKER_VERSION,
+        &["--no-default-features", "--features", "llvm-22"],
+        &[("LLVM_PREFIX", LLVM_PREFIX)],
+    )
 }
 
 fn ensure_cargo_fuzz() -> anyhow::Result<()> {
-    let version = if on_path("cargo-fuzz") {
-        output(Command::new("cargo-fuzz").arg("--version"))
-    } else {
-        String::new()
-    };
-    if version.contains(CARGO_FUZZ_VERSION) {
+    ensure_cargo_install("cargo-fuzz", CARGO_FUZZ_VERSION, &[], &[])
+}
+
+/// `cargo install --locked TOOL --version VERSION` unless that version is
+/// already on PATH.
+fn ensure_cargo_install(
+    tool: &str,
+    version: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<()> {
+    if on_path(tool) && output(Command::new(tool).arg("--version")).contains(version) {
         return Ok(());
     }
-    run(Command::new("cargo").args([
-        "install",
-        "--locked",
-        "cargo-fuzz",
-        "--version",
-        CARGO_FUZZ_VERSION,
-    ]))
+    run(Command::new("cargo")
+        .args(["install", "--locked", tool, "--version", version])
+        .args(args)
+        .envs(env.iter().copied()))
 }
 
 /// `apt-get install` without starting any service: etcd and chrony ship
