@@ -12,6 +12,8 @@
  *   if (clockmesh_open(&cm, NULL) == CLOCKMESH_OK) {
  *     int64_t global; uint64_t bound;
  *     if (clockmesh_to_global(&cm, local_ns, &global, &bound) == CLOCKMESH_OK) ...
+ *     clockmesh_now_t now;   (global time now as [earliest, latest] + status)
+ *     if (clockmesh_now(&cm, &now) == CLOCKMESH_OK && now.status == CLOCKMESH_CLOCK_SYNCHRONISED) ...
  *     clockmesh_close(&cm);
  *   }
  *
@@ -286,13 +288,32 @@ static inline int64_t clockmesh__sat_i64(__int128 v) {
 }
 
 /* The map's arithmetic, 128-bit so drift x age cannot overflow. */
+/* rate (ps/s) x age (ns) / 1e12, truncated toward zero. In 64 bits when the
+ * product fits (seconds-old records: the constant divisor is then a
+ * multiply), else in 128 bits (a library call): the same result. */
+static inline __int128 clockmesh__drift_ns(int64_t rate, __int128 age) {
+  int64_t product;
+  if (age >= INT64_MIN && age <= INT64_MAX && !__builtin_mul_overflow(rate, (int64_t)age, &product))
+    return product / 1000000000000LL;
+  return (__int128)rate * age / 1000000000000LL;
+}
+
+/* growth (ps/s) x |age| (ns) / 1e12, rounded up; 64 bits when it fits. */
+static inline __int128 clockmesh__growth_ns(uint64_t growth, __int128 abs_age) {
+  uint64_t product, sum;
+  if (abs_age <= (__int128)UINT64_MAX && !__builtin_mul_overflow(growth, (uint64_t)abs_age, &product) &&
+      !__builtin_add_overflow(product, 999999999999ULL, &sum))
+    return sum / 1000000000000ULL;
+  return ((__int128)growth * abs_age + 999999999999LL) / 1000000000000LL;
+}
+
 static inline void clockmesh__apply(int64_t anchor_ns, int64_t offset_ns, int64_t drift_ps_per_s,
                                     uint64_t bound0_ns, uint64_t growth_ps_per_s, int64_t local_ns,
                                     int64_t *global_ns, uint64_t *bound_ns) {
   __int128 age = (__int128)local_ns - anchor_ns;
   __int128 abs_age = age < 0 ? -age : age;
-  __int128 drift = (__int128)drift_ps_per_s * age / 1000000000000LL;
-  __int128 growth = ((__int128)growth_ps_per_s * abs_age + 999999999999LL) / 1000000000000LL;
+  __int128 drift = clockmesh__drift_ns(drift_ps_per_s, age);
+  __int128 growth = clockmesh__growth_ns(growth_ps_per_s, abs_age);
   __int128 bound = (__int128)bound0_ns + growth;
   if (global_ns) *global_ns = clockmesh__sat_i64((__int128)local_ns + offset_ns + drift);
   if (bound_ns) *bound_ns = bound > (__int128)UINT64_MAX ? UINT64_MAX : (uint64_t)bound;
@@ -322,6 +343,57 @@ static inline int clockmesh_to_global(const clockmesh_t *cm, int64_t local_ns,
   if (!(flags & CLOCKMESH_F_VALID)) return CLOCKMESH_E_NO_DATA;
   if ((flags & CLOCKMESH_F_STALE) || clockmesh_realtime_coarse_ns() > (int64_t)p[5]) return CLOCKMESH_E_STALE;
   clockmesh__apply((int64_t)p[6], (int64_t)p[7], (int64_t)p[8], p[9], p[10], local_ns, global_ns, bound_ns);
+  return CLOCKMESH_OK;
+}
+
+/* The clock's state, as ClockBound's and fbclock's (same values in the
+ * Rust and Python readers). */
+enum clockmesh_clock_status {
+  CLOCKMESH_CLOCK_UNKNOWN = 0,      /* nothing published yet: no interval */
+  CLOCKMESH_CLOCK_SYNCHRONISED = 1, /* a current solve */
+  CLOCKMESH_CLOCK_HOLDOVER = 2,     /* carried forward: the reference was unreachable */
+  CLOCKMESH_CLOCK_STALE = 3         /* past its validity or flagged stale: free-running */
+};
+
+/* Global time now as an interval that holds the true global time:
+ * [earliest_ns, latest_ns] = global(now) -/+ bound(now), the bound grown
+ * over the record's age. A stale or holdover record still gives its
+ * (widening) interval; status says which. Unknown: INT64_MIN..INT64_MAX. */
+typedef struct clockmesh_now {
+  int64_t earliest_ns;
+  int64_t latest_ns;
+  int status;     /* enum clockmesh_clock_status */
+  uint64_t epoch; /* agent restart counter of the record */
+} clockmesh_now_t;
+
+static inline int clockmesh__clock_status(uint32_t flags, int64_t now_ns, int64_t valid_until_ns) {
+  if (!(flags & CLOCKMESH_F_VALID)) return CLOCKMESH_CLOCK_UNKNOWN;
+  if ((flags & CLOCKMESH_F_STALE) || now_ns > valid_until_ns) return CLOCKMESH_CLOCK_STALE;
+  if (flags & CLOCKMESH_F_HOLDOVER) return CLOCKMESH_CLOCK_HOLDOVER;
+  return CLOCKMESH_CLOCK_SYNCHRONISED;
+}
+
+/* Reads CLOCK_REALTIME and the record; fails only when the file cannot be
+ * read (CLOCKMESH_E_BUSY, _INVALID): every state is an answer. */
+static inline int clockmesh_now(const clockmesh_t *cm, clockmesh_now_t *out) {
+  uint64_t p[CLOCKMESH__CORE_WORDS];
+  int64_t now_ns, global_ns;
+  uint64_t bound_ns;
+  int rc;
+  if (!cm || !out) return CLOCKMESH_E_INVALID;
+  rc = clockmesh__read_words(cm, p, CLOCKMESH__CORE_WORDS);
+  if (rc != CLOCKMESH_OK) return rc;
+  now_ns = clockmesh_realtime_now_ns();
+  out->epoch = p[1];
+  out->status = clockmesh__clock_status((uint32_t)p[0], now_ns, (int64_t)p[5]);
+  if (out->status == CLOCKMESH_CLOCK_UNKNOWN) {
+    out->earliest_ns = INT64_MIN;
+    out->latest_ns = INT64_MAX;
+    return CLOCKMESH_OK;
+  }
+  clockmesh__apply((int64_t)p[6], (int64_t)p[7], (int64_t)p[8], p[9], p[10], now_ns, &global_ns, &bound_ns);
+  out->earliest_ns = clockmesh__sat_i64((__int128)global_ns - (__int128)bound_ns);
+  out->latest_ns = clockmesh__sat_i64((__int128)global_ns + (__int128)bound_ns);
   return CLOCKMESH_OK;
 }
 

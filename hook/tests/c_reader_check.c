@@ -6,7 +6,9 @@
  *   c_reader_check map PATH LOCAL   print "global bound" (fresh data needed)
  *   c_reader_check stress PATH N    N good seqlock reads of records written
  *                                   with the stress pattern; exit 1 on a torn one
- *   c_reader_check bench PATH N     ns per clockmesh_to_global call
+ *   c_reader_check bench PATH N     ns per clockmesh_to_global, clockmesh_now and
+ *                                   bare clock_gettime(CLOCK_REALTIME) call
+ *   c_reader_check now PATH         print "status epoch earliest latest"
  */
 #include "clockmesh.h"
 
@@ -59,6 +61,12 @@ static int stress(clockmesh_t *cm, long n) {
   return torn || busy * 1000 > ok ? 1 : 0;
 }
 
+static double elapsed(struct timespec a, struct timespec b) {
+  return (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec);
+}
+
+static int bench_now(clockmesh_t *cm, long n);
+
 static int bench(clockmesh_t *cm, long n) {
   struct timespec a, b;
   int64_t g, sum = 0;
@@ -71,8 +79,31 @@ static int bench(clockmesh_t *cm, long n) {
     sum += g;
   }
   clock_gettime(CLOCK_MONOTONIC, &b);
-  printf("to_global_ns_per_call=%.2f (checksum %lld)\n",
-         ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)n, (long long)sum);
+  printf("to_global_ns_per_call=%.2f (checksum %lld)\n", elapsed(a, b) / (double)n, (long long)sum);
+  return bench_now(cm, n);
+}
+
+/* clockmesh_now against a bare clock_gettime(CLOCK_REALTIME), same run. */
+static int bench_now(clockmesh_t *cm, long n) {
+  struct timespec a, b, t;
+  clockmesh_now_t now;
+  int64_t sum = 0;
+  long i;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  for (i = 0; i < n; i++) {
+    clock_gettime(CLOCK_REALTIME, &t);
+    sum += t.tv_nsec;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  double bare = elapsed(a, b) / (double)n;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  for (i = 0; i < n; i++) {
+    if (clockmesh_now(cm, &now) != CLOCKMESH_OK) return 2;
+    sum += now.latest_ns - now.earliest_ns;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  printf("now_ns_per_call=%.2f clock_gettime_ns_per_call=%.2f (checksum %lld)\n", elapsed(a, b) / (double)n,
+         bare, (long long)sum);
   return 0;
 }
 
@@ -95,6 +126,14 @@ int main(int argc, char **argv) {
     rc = clockmesh_to_global(&cm, strtoll(argv[3], NULL, 10), &g, &b);
     if (rc != CLOCKMESH_OK) return fprintf(stderr, "to_global: %s\n", clockmesh_strerror(rc)), 2;
     printf("%lld %llu\n", (long long)g, (unsigned long long)b);
+    return 0;
+  }
+  if (strcmp(argv[1], "now") == 0) {
+    clockmesh_now_t now;
+    rc = clockmesh_now(&cm, &now);
+    if (rc != CLOCKMESH_OK) return fprintf(stderr, "now: %s\n", clockmesh_strerror(rc)), 2;
+    printf("%d %llu %lld %lld\n", now.status, (unsigned long long)now.epoch, (long long)now.earliest_ns,
+           (long long)now.latest_ns);
     return 0;
   }
   if (strcmp(argv[1], "stress") == 0 && argc > 3) return stress(&cm, atol(argv[3]));

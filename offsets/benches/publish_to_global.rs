@@ -1,6 +1,9 @@
 //! `to_global` cost: the C reader (hook/include/clockmesh.h, built with
 //! `cc -O2`) and the Rust reader, on a file written by the Rust writer,
-//! measured in one run. Goal: C ≤ 50 ns per call.
+//! measured in one run. Goal: C ≤ 50 ns per call. And `now()` (global time
+//! now as an interval, with the clock's state) against a bare
+//! `clock_gettime(CLOCK_REALTIME)` in the same process, in C and in Rust.
+//! Goal: ≤ 2×.
 //!
 //! `cargo bench -p clockmesh-offsets --bench publish_to_global`
 
@@ -53,11 +56,18 @@ fn main() {
         .output()
         .unwrap();
     let c_line = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let c_ns: f64 = c_line
-        .split_whitespace()
-        .find_map(|f| f.strip_prefix("to_global_ns_per_call="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN);
+    let c_field = |key: &str| -> f64 {
+        c_line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(key))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    let c_ns = c_field("to_global_ns_per_call=");
+    let (c_now_ns, c_clock_ns) = (
+        c_field("now_ns_per_call="),
+        c_field("clock_gettime_ns_per_call="),
+    );
 
     let reader = OffsetsReader::open(&path).unwrap();
     let mut sum = 0i64;
@@ -77,6 +87,12 @@ fn main() {
     };
     let precise_ns = per_call(&realtime_now_ns);
     let coarse_ns = per_call(&realtime_coarse_ns);
+    let bare_ns = per_call(&|| {
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME)
+            .map(|t| t.tv_nsec())
+            .unwrap_or(0)
+    });
+    let rust_now_ns = per_call(&|| reader.now().map(|n| n.latest_ns).unwrap_or(0));
 
     println!("C reader   clockmesh_to_global: {c_ns:.1} ns/call (goal <= 50)");
     println!("Rust reader OffsetsReader::to_global: {rust_ns:.1} ns/call");
@@ -84,5 +100,10 @@ fn main() {
         "  clock reads: CLOCK_REALTIME {precise_ns:.1} ns, CLOCK_REALTIME_COARSE {coarse_ns:.1} ns (used for freshness)"
     );
     println!("ratio Rust/C = {:.2}", rust_ns / c_ns);
+    println!(
+        "now(): C {c_now_ns:.1} ns vs clock_gettime {c_clock_ns:.1} ns = {:.2}x; Rust {rust_now_ns:.1} ns vs clock_gettime {bare_ns:.1} ns = {:.2}x (goal <= 2x)",
+        c_now_ns / c_clock_ns,
+        rust_now_ns / bare_ns
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -237,6 +237,11 @@ pub fn decode_node(p: &[u64]) -> NodeMap {
     }
 }
 
+/// The agent restart counter from the core words.
+pub fn decode_epoch(p: &[u64]) -> u64 {
+    p[w::EPOCH]
+}
+
 /// Flags and validity limit from the core words.
 pub fn decode_status(p: &[u64]) -> (u32, i64) {
     (p[w::FLAGS_COUNT] as u32, p[w::VALID_UNTIL] as i64)
@@ -273,13 +278,10 @@ impl NodeMap {
     /// 128-bit arithmetic: drift × age cannot overflow.
     pub fn to_global(&self, local_ns: i64) -> (i64, u64) {
         let age = i128::from(local_ns) - i128::from(self.anchor_local_ns);
-        let drift = i128::from(self.drift_ps_per_s).saturating_mul(age) / 1_000_000_000_000;
+        let drift = drift_ns(self.drift_ps_per_s, age);
         let global = i128::from(local_ns) + i128::from(self.offset_ns) + drift;
         // Round up: a bound must never be understated.
-        let growth = i128::from(self.bound_growth_ps_per_s)
-            .saturating_mul(age.abs())
-            .saturating_add(999_999_999_999)
-            / 1_000_000_000_000;
+        let growth = growth_ns(self.bound_growth_ps_per_s, age.abs());
         let bound = i128::from(self.bound_ns).saturating_add(growth);
         (saturate_i64(global), saturate_u64(bound))
     }
@@ -291,8 +293,40 @@ impl DeviceMap {
     /// the caller's check (`valid_until_ns`, flags).
     pub fn to_host(&self, device_ns: i64) -> i64 {
         let age = i128::from(device_ns) - i128::from(self.device_anchor_ns);
-        let drift = i128::from(self.drift_ps_per_s).saturating_mul(age) / 1_000_000_000_000;
-        saturate_i64(i128::from(device_ns) + i128::from(self.offset_ns) + drift)
+        saturate_i64(
+            i128::from(device_ns) + i128::from(self.offset_ns) + drift_ns(self.drift_ps_per_s, age),
+        )
+    }
+}
+
+/// rate (ps/s) × age (ns) / 1e12, truncated toward zero. In 64 bits when
+/// the product fits (a constant divisor is then a multiply; the 128-bit
+/// division is a library call), else 128 bits: the same result. The C and
+/// Python readers compute it the same way.
+fn drift_ns(rate_ps_per_s: i64, age: i128) -> i128 {
+    match i64::try_from(age)
+        .ok()
+        .and_then(|a| rate_ps_per_s.checked_mul(a))
+    {
+        Some(product) => i128::from(product / 1_000_000_000_000),
+        None => i128::from(rate_ps_per_s).saturating_mul(age) / 1_000_000_000_000,
+    }
+}
+
+/// growth (ps/s) × |age| (ns) / 1e12, rounded up; 64 bits when it fits.
+fn growth_ns(growth_ps_per_s: u64, abs_age: i128) -> i128 {
+    let fast = u64::try_from(abs_age)
+        .ok()
+        .and_then(|a| growth_ps_per_s.checked_mul(a))
+        .and_then(|p| p.checked_add(999_999_999_999));
+    match fast {
+        Some(sum) => i128::from(sum / 1_000_000_000_000),
+        None => {
+            i128::from(growth_ps_per_s)
+                .saturating_mul(abs_age)
+                .saturating_add(999_999_999_999)
+                / 1_000_000_000_000
+        }
     }
 }
 
@@ -306,6 +340,37 @@ fn saturate_u64(v: i128) -> u64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_64_bit_paths_give_the_128_bit_results() {
+        let slow_drift = |r: i64, a: i128| i128::from(r).saturating_mul(a) / 1_000_000_000_000;
+        let slow_growth = |g: u64, a: i128| {
+            i128::from(g)
+                .saturating_mul(a)
+                .saturating_add(999_999_999_999)
+                / 1_000_000_000_000
+        };
+        let rates = [0, 1, -1, 999, -1_500_000, 50_000_000, i64::MAX, i64::MIN];
+        let ages = [
+            0i128,
+            1,
+            -1,
+            999_999_999_999,
+            1_000_000_000_000,
+            -4_000_000_000,
+            i128::from(i64::MAX),
+            i128::from(i64::MIN),
+            i128::from(i64::MAX) * 3,
+        ];
+        for r in rates {
+            for a in ages {
+                assert_eq!(drift_ns(r, a), slow_drift(r, a), "{r} × {a}");
+                let g = r.unsigned_abs();
+                assert_eq!(growth_ns(g, a.abs()), slow_growth(g, a.abs()), "{g} × {a}");
+            }
+        }
+    }
+
     use super::*;
 
     fn sample() -> Record {

@@ -30,7 +30,7 @@ pub use host_map::{Anchor, GlobalTime, HostMap, Segment};
 pub use layout::{
     DeviceKind, DeviceMap, KernelClocks, MAX_DEVICES, NodeMap, Record, device_flags, flags,
 };
-pub use reader::{OffsetsReader, Snapshot};
+pub use reader::{ClockStatus, Now, OffsetsReader, Snapshot};
 pub use writer::{OffsetsWriter, sample_kernel_clocks};
 
 /// Where the agent publishes by default.
@@ -74,10 +74,16 @@ pub fn realtime_coarse_ns() -> i64 {
         .unwrap_or_else(|_| realtime_now_ns())
 }
 
-/// CLOCK_REALTIME now, ns since the epoch.
+/// CLOCK_REALTIME now, ns since the epoch (one vDSO `clock_gettime`).
 pub fn realtime_now_ns() -> i64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
+    use nix::time::{ClockId, clock_gettime};
+    match clock_gettime(ClockId::CLOCK_REALTIME) {
+        Ok(t) => t.tv_sec() * 1_000_000_000 + t.tv_nsec(),
+        Err(_) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
+        }
+    }
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::layout::{self, CORE_WORDS, NodeMap, PAYLOAD_WORDS, Record, flags};
 use super::shm::Mapping;
-use super::{PublishError, realtime_coarse_ns};
+use super::{PublishError, realtime_coarse_ns, realtime_now_ns};
 
 /// Spinning attempts before the reader starts yielding and watching time.
 const SPIN_ATTEMPTS: usize = 64;
@@ -46,7 +46,79 @@ impl Snapshot {
     }
 }
 
+/// The clock's state, as ClockBound's and fbclock's; the same values as
+/// the C reader's `enum clockmesh_clock_status` and the Python reader's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum ClockStatus {
+    /// Nothing published yet: no interval.
+    Unknown = 0,
+    /// A current solve.
+    Synchronised = 1,
+    /// Carried forward: the reference was unreachable.
+    Holdover = 2,
+    /// Past its validity or flagged stale: free-running.
+    Stale = 3,
+}
+
+impl ClockStatus {
+    /// The state of a record with `flags` valid until `valid_until_ns`, at `now_ns`.
+    pub fn of(flags: u32, now_ns: i64, valid_until_ns: i64) -> Self {
+        if flags & flags::VALID == 0 {
+            Self::Unknown
+        } else if flags & flags::STALE != 0 || now_ns > valid_until_ns {
+            Self::Stale
+        } else if flags & flags::HOLDOVER != 0 {
+            Self::Holdover
+        } else {
+            Self::Synchronised
+        }
+    }
+}
+
+/// Global time now as an interval holding the true global time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Now {
+    /// global(now) − bound(now); `i64::MIN` when the status is unknown.
+    pub earliest_ns: i64,
+    /// global(now) + bound(now); `i64::MAX` when the status is unknown.
+    pub latest_ns: i64,
+    pub status: ClockStatus,
+    /// The agent restart counter of the record.
+    pub epoch: u64,
+}
+
 impl OffsetsReader {
+    /// Global time now: reads CLOCK_REALTIME and the record, and returns
+    /// [global − bound, global + bound] at this instant (the bound grown
+    /// over the record's age) with the clock's state. Holdover and stale
+    /// records still give their widening interval; only a file that cannot
+    /// be read is an error.
+    pub fn now(&self) -> Result<Now, PublishError> {
+        let mut p = [0u64; CORE_WORDS];
+        self.read_words(&mut p)?;
+        let now_ns = realtime_now_ns();
+        let (flags, valid_until_ns) = layout::decode_status(&p);
+        let status = ClockStatus::of(flags, now_ns, valid_until_ns);
+        let epoch = layout::decode_epoch(&p);
+        if status == ClockStatus::Unknown {
+            return Ok(Now {
+                earliest_ns: i64::MIN,
+                latest_ns: i64::MAX,
+                status,
+                epoch,
+            });
+        }
+        let (global, bound) = layout::decode_node(&p).to_global(now_ns);
+        let bound = i64::try_from(bound).unwrap_or(i64::MAX);
+        Ok(Now {
+            earliest_ns: global.saturating_sub(bound),
+            latest_ns: global.saturating_add(bound),
+            status,
+            epoch,
+        })
+    }
+
     /// Opens and validates the header (magic, version).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, PublishError> {
         let path = path.as_ref().to_path_buf();

@@ -399,3 +399,82 @@ fn killed_writer_leaves_a_readable_stale_file() {
     let anchor = fresh.node.anchor_local_ns;
     assert_eq!(reader.to_global(anchor).unwrap(), (anchor + 5, 50));
 }
+
+/// `c_reader_check now PATH`: (status, epoch, earliest, latest).
+fn c_now(exe: &Path, path: &Path) -> (i32, u64, i64, i64) {
+    let out = Command::new(exe).arg("now").arg(path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<&str> = text.split_whitespace().collect();
+    (
+        f[0].parse().unwrap(),
+        f[1].parse().unwrap(),
+        f[2].parse().unwrap(),
+        f[3].parse().unwrap(),
+    )
+}
+
+#[test]
+fn now_is_an_interval_with_the_clock_state_in_both_readers() {
+    use clockmesh_offsets::ClockStatus;
+    let path = scratch("now");
+    let exe = compile_c_reader(path.parent().unwrap());
+    let writer = OffsetsWriter::open(&path).unwrap();
+    let reader = OffsetsReader::open(&path).unwrap();
+    // Nothing published yet: unknown, no interval.
+    let n = reader.now().unwrap();
+    assert_eq!(
+        (n.status, n.earliest_ns, n.latest_ns),
+        (ClockStatus::Unknown, i64::MIN, i64::MAX)
+    );
+    assert_eq!(c_now(&exe, &path), (0, n.epoch, i64::MIN, i64::MAX));
+
+    let fresh = fresh_record(-5_000);
+    let epoch = n.epoch; // the writer's restart counter, not the record's
+    let node = fresh.node;
+    let global = |t: i64| node.to_global(t).0;
+    let with = |flags: u32, valid_until_ns: i64| Record {
+        flags,
+        valid_until_ns,
+        ..fresh.clone()
+    };
+    let later = fresh.valid_until_ns;
+    let states = [
+        (with(flags::VALID, later), ClockStatus::Synchronised),
+        (
+            with(flags::VALID | flags::HOLDOVER, later),
+            ClockStatus::Holdover,
+        ),
+        (with(flags::VALID | flags::STALE, later), ClockStatus::Stale),
+        (
+            with(flags::VALID, realtime_now_ns() - 1),
+            ClockStatus::Stale,
+        ),
+    ];
+    for (record, status) in states {
+        writer.publish(&record).unwrap();
+        let before = realtime_now_ns();
+        let n = reader.now().unwrap();
+        let c = c_now(&exe, &path);
+        let after = realtime_now_ns();
+        assert_eq!((n.status, n.epoch), (status, epoch), "{status:?}");
+        assert_eq!((c.0, c.1), (status as i32, epoch), "C: {status:?}");
+        // The interval holds the global time of the read (between before
+        // and after), and is 2 × the bound (50 ns + growth) wide.
+        for (earliest, latest) in [(n.earliest_ns, n.latest_ns), (c.2, c.3)] {
+            assert!(
+                earliest <= global(after) && latest >= global(before),
+                "{status:?}"
+            );
+            assert!(
+                (100..=200).contains(&(latest - earliest)),
+                "{}",
+                latest - earliest
+            );
+        }
+    }
+}

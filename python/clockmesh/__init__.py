@@ -10,12 +10,17 @@ fresh.
     from clockmesh import OffsetsReader
     with OffsetsReader() as r:
         global_ns, bound_ns = r.to_global(time.time_ns())
+        now = r.now()   # [earliest_ns, latest_ns], status (CLOCK_*), epoch
 
 ``clockmesh.jax_profiler.trace`` wraps ``jax.profiler`` tracing and records
 the offsets in the exported trace (see that module).
 """
 
 from .reader import (
+    CLOCK_HOLDOVER,
+    CLOCK_STALE,
+    CLOCK_SYNCHRONISED,
+    CLOCK_UNKNOWN,
     DEFAULT_PATH,
     BadFormat,
     BadVersion,
@@ -24,12 +29,17 @@ from .reader import (
     DeviceMap,
     Missing,
     NoData,
+    Now,
     OffsetsReader,
     Snapshot,
     Stale,
 )
 
 __all__ = [
+    "CLOCK_HOLDOVER",
+    "CLOCK_STALE",
+    "CLOCK_SYNCHRONISED",
+    "CLOCK_UNKNOWN",
     "DEFAULT_PATH",
     "BadFormat",
     "BadVersion",
@@ -38,6 +48,7 @@ __all__ = [
     "DeviceMap",
     "Missing",
     "NoData",
+    "Now",
     "OffsetsReader",
     "Snapshot",
     "Stale",

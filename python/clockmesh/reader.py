@@ -26,6 +26,34 @@ F_HOLDOVER = 0x4
 F_REFERENCE = 0x8
 DEV_F_VALID = 0x1
 
+# The clock's state (now()), the same values as the C and Rust readers'.
+CLOCK_UNKNOWN = 0  # nothing published yet: no interval
+CLOCK_SYNCHRONISED = 1  # a current solve
+CLOCK_HOLDOVER = 2  # carried forward: the reference was unreachable
+CLOCK_STALE = 3  # past its validity or flagged stale: free-running
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class Now:
+    """Global time now as an interval holding the true global time."""
+
+    earliest_ns: int
+    latest_ns: int
+    status: int  # CLOCK_*
+    epoch: int
+
+
+def clock_status(flags: int, now_ns: int, valid_until_ns: int) -> int:
+    """The state of a record with ``flags`` valid until ``valid_until_ns``."""
+    if not flags & F_VALID:
+        return CLOCK_UNKNOWN
+    if flags & F_STALE or now_ns > valid_until_ns:
+        return CLOCK_STALE
+    if flags & F_HOLDOVER:
+        return CLOCK_HOLDOVER
+    return CLOCK_SYNCHRONISED
+
 _PS_PER_S = 1_000_000_000_000
 
 
@@ -213,6 +241,19 @@ class OffsetsReader:
                 if now > deadline:
                     raise Busy("offsets record kept changing during the read")
                 time.sleep(20e-6)
+
+    def now(self) -> Now:
+        """Global time now: [global - bound, global + bound] at this
+        instant (the bound grown over the record's age) and the clock's
+        state. Holdover and stale records still give their widening
+        interval; only a file that cannot be read raises."""
+        snap = self.read_snapshot()
+        now = time.time_ns()
+        status = clock_status(snap.flags, now, snap.valid_until_ns)
+        if status == CLOCK_UNKNOWN:
+            return Now(_I64_MIN, _I64_MAX, status, snap.epoch)
+        global_ns, bound_ns = snap.apply(now)
+        return Now(global_ns - bound_ns, global_ns + bound_ns, status, snap.epoch)
 
     def to_global(self, local_ns: int) -> Tuple[int, int]:
         """(global_ns, bound_ns) for a local CLOCK_REALTIME stamp; fails closed."""

@@ -113,6 +113,36 @@ def device_entry(path, slot, device_id, offset_ns, valid_until_ns):
         f.write(struct.pack("<Qqqqqq", device_id | (1 << 32) | (1 << 48), 100, offset_ns, 0, 7, valid_until_ns))
 
 
+class NowInterval(unittest.TestCase):
+    """now(): [earliest, latest] around the global time, and the state."""
+
+    def test_states_and_interval(self):
+        d = tempfile.mkdtemp()
+        p = os.path.join(d, "o")
+        now = time.time_ns()
+        cases = [
+            (clockmesh.reader.F_VALID, now + 10**12, clockmesh.CLOCK_SYNCHRONISED),
+            (clockmesh.reader.F_VALID | clockmesh.reader.F_HOLDOVER, now + 10**12, clockmesh.CLOCK_HOLDOVER),
+            (clockmesh.reader.F_VALID | clockmesh.reader.F_STALE, now + 10**12, clockmesh.CLOCK_STALE),
+            (clockmesh.reader.F_VALID, now - 1, clockmesh.CLOCK_STALE),
+        ]
+        for flags, valid_until, status in cases:
+            write_offsets(p, 5_000, now, valid_until, flags=flags, bound_ns=40)
+            with OffsetsReader(p) as r:
+                before = time.time_ns()
+                n = r.now()
+                after = time.time_ns()
+            self.assertEqual((n.status, n.epoch), (status, 1))
+            self.assertLessEqual(n.earliest_ns, after + 5_000)
+            self.assertGreaterEqual(n.latest_ns, before + 5_000)
+            self.assertEqual(n.latest_ns - n.earliest_ns, 80)
+        write_offsets(p, 5_000, now, now + 10**12, flags=0)
+        with OffsetsReader(p) as r:
+            n = r.now()
+        self.assertEqual(n.status, clockmesh.CLOCK_UNKNOWN)
+        self.assertEqual((n.earliest_ns, n.latest_ns), (-(1 << 63), (1 << 63) - 1))
+
+
 class StartAndStopRecords(unittest.TestCase):
     """The JAX helper records the offsets at session start and stop."""
 
