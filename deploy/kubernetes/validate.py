@@ -335,14 +335,14 @@ def check_namespace_service(docs: list[dict], ds: dict) -> str:
 def check_training_pod(pod: dict) -> str:
     c = pod["spec"]["containers"][0]
     env = env_of(c)
-    assert env["CLOCKMESH_OFFSETS"]["value"] == "/run/clockmesh/offsets", "CLOCKMESH_OFFSETS"
+    assert env["CLOCKMESH_OFFSETS_PATH"]["value"] == "/run/clockmesh/offsets", "CLOCKMESH_OFFSETS_PATH"
     m = next(m for m in c["volumeMounts"] if m["mountPath"] == "/run/clockmesh")
     assert m.get("readOnly") is True, "training pods must mount /run/clockmesh read-only"
     v = next(v for v in pod["spec"]["volumes"] if v["name"] == m["name"])
     assert v["hostPath"]["path"] == "/run/clockmesh", "hostPath"
     labels = pod["metadata"].get("labels", {})
     assert not all(labels.get(k) == val for k, val in selector_labels(SELECTOR).items()), "selected as an agent"
-    return "/run/clockmesh read-only, CLOCKMESH_OFFSETS set"
+    return "/run/clockmesh read-only, CLOCKMESH_OFFSETS_PATH set"
 
 
 def invariants(docs: list[dict], base: bool = True, privileged: bool = False) -> list[tuple[str, object]]:

@@ -125,9 +125,9 @@ int ReadFreshSnapshot(const char* path, clockmesh_snapshot_t* snap) {
   return clockmesh_check_fresh(snap, clockmesh_realtime_now_ns());
 }
 
-// The offsets path: the argument, else $CLOCKMESH_OFFSETS (NULL: default).
+// The offsets path: the argument, else $CLOCKMESH_OFFSETS_PATH (NULL: default).
 const char* OffsetsPath(const char* offsets_path) {
-  return offsets_path ? offsets_path : std::getenv("CLOCKMESH_OFFSETS");
+  return offsets_path ? offsets_path : std::getenv("CLOCKMESH_OFFSETS_PATH");
 }
 
 bool Disabled(const char* path) { return path != nullptr && std::strcmp(path, "off") == 0; }

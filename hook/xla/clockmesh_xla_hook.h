@@ -55,8 +55,8 @@ namespace clockmesh {
 //                                  why no offset was recorded (then no
 //                                  other clock_* stat is present)
 //
-// `offsets_path` NULL means $CLOCKMESH_OFFSETS or /run/clockmesh/offsets;
-// CLOCKMESH_OFFSETS=off disables the hook (the XSpace is left untouched).
+// `offsets_path` NULL means $CLOCKMESH_OFFSETS_PATH or /run/clockmesh/offsets;
+// CLOCKMESH_OFFSETS_PATH=off disables the hook (the XSpace is left untouched).
 // Reads the stop record, takes (clears) the start record kept by
 // RecordSessionStart, and returns a clockmesh_status code (0 = at least one
 // anchor, or disabled). Calling it again replaces every clock_* stat.

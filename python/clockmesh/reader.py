@@ -187,7 +187,7 @@ class OffsetsReader:
     """A read-only mapping of the offsets file."""
 
     def __init__(self, path: Optional[str] = None):
-        self.path = path or os.environ.get("CLOCKMESH_OFFSETS", DEFAULT_PATH)
+        self.path = path or os.environ.get("CLOCKMESH_OFFSETS_PATH", DEFAULT_PATH)
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:

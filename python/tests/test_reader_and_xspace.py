@@ -113,6 +113,25 @@ def device_entry(path, slot, device_id, offset_ns, valid_until_ns):
         f.write(struct.pack("<Qqqqqq", device_id | (1 << 32) | (1 << 48), 100, offset_ns, 0, 7, valid_until_ns))
 
 
+class OneVariable(unittest.TestCase):
+    def test_the_reader_takes_the_agents_variable(self):
+        d = tempfile.mkdtemp()
+        p = os.path.join(d, "o")
+        now = time.time_ns()
+        write_offsets(p, 77, now, now + 10**12)
+        old = os.environ.get("CLOCKMESH_OFFSETS_PATH")
+        os.environ["CLOCKMESH_OFFSETS_PATH"] = p
+        try:
+            with OffsetsReader() as r:
+                self.assertEqual(r.path, p)
+                self.assertEqual(r.read_snapshot().offset_ns, 77)
+        finally:
+            if old is None:
+                del os.environ["CLOCKMESH_OFFSETS_PATH"]
+            else:
+                os.environ["CLOCKMESH_OFFSETS_PATH"] = old
+
+
 class NowInterval(unittest.TestCase):
     """now(): [earliest, latest] around the global time, and the state."""
 

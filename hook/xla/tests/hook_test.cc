@@ -204,12 +204,12 @@ static void TestFailsClosed(const std::string& dir) {
   CHECK(clockmesh::AddClockStatsToXSpace(&bare, (dir + "/missing").c_str()) == CLOCKMESH_E_MISSING);
   CHECK(TaskEnv(bare) != nullptr && bare.planes_size() == 2);
   // Disabled by environment.
-  setenv("CLOCKMESH_OFFSETS", "off", 1);
+  setenv("CLOCKMESH_OFFSETS_PATH", "off", 1);
   XSpace off = SampleSpace(now);
   const std::string before = off.SerializeAsString();
   CHECK(clockmesh::AddClockStatsToXSpace(&off) == CLOCKMESH_OK);
   CHECK(off.SerializeAsString() == before);
-  unsetenv("CLOCKMESH_OFFSETS");
+  unsetenv("CLOCKMESH_OFFSETS_PATH");
 }
 
 static const char* StrStat(const XPlane& env, const std::string& name) {
@@ -375,7 +375,7 @@ static void TestStopTime(const std::string& dir) {
   CHECK(before <= at && at <= after);
 }
 
-// CLOCKMESH_OFFSETS=off: the XSpace is untouched and no start record is
+// CLOCKMESH_OFFSETS_PATH=off: the XSpace is untouched and no start record is
 // carried into a later session.
 static void TestDisabledDropsStart(const std::string& dir) {
   const std::string path = dir + "/offsets-off";
@@ -383,20 +383,20 @@ static void TestDisabledDropsStart(const std::string& dir) {
   WriteOffsets(path, CLOCKMESH_F_VALID, now + 60000000000LL, now, 9, 0, 1, {});
   // Disabled at the stop: the kept start record is dropped with the session.
   CHECK(clockmesh::RecordSessionStart(path.c_str()) == CLOCKMESH_OK);
-  setenv("CLOCKMESH_OFFSETS", "off", 1);
+  setenv("CLOCKMESH_OFFSETS_PATH", "off", 1);
   XSpace off = SampleSpace(now);
   const std::string before = off.SerializeAsString();
   CHECK(clockmesh::AddClockStatsToXSpace(&off) == CLOCKMESH_OK);
   CHECK(off.SerializeAsString() == before);
-  unsetenv("CLOCKMESH_OFFSETS");
+  unsetenv("CLOCKMESH_OFFSETS_PATH");
   XSpace next = SampleSpace(now);
   CHECK(clockmesh::AddClockStatsToXSpace(&next, path.c_str()) == CLOCKMESH_OK);
   CHECK(std::string(StrStat(*TaskEnv(next), "clock_anchors")) == "stop-only");
   // Disabled at the start: the slot is emptied.
   CHECK(clockmesh::RecordSessionStart(path.c_str()) == CLOCKMESH_OK);
-  setenv("CLOCKMESH_OFFSETS", "off", 1);
+  setenv("CLOCKMESH_OFFSETS_PATH", "off", 1);
   CHECK(clockmesh::RecordSessionStart() == CLOCKMESH_OK);
-  unsetenv("CLOCKMESH_OFFSETS");
+  unsetenv("CLOCKMESH_OFFSETS_PATH");
   XSpace after = SampleSpace(now);
   CHECK(clockmesh::AddClockStatsToXSpace(&after, path.c_str()) == CLOCKMESH_OK);
   CHECK(std::string(StrStat(*TaskEnv(after), "clock_anchors")) == "stop-only");
