@@ -18,32 +18,38 @@ require_file() {
   [ -e "$1" ] || require_fail "$2 ($1)"
 }
 
-# require_venv: python3 can make virtual environments with pip (python3-venv)
+# The test venvs are made from Debian's python3 (TOOLCHAIN.md), never from a
+# python3 that comes first on PATH (pyenv, a conda env): a pin that installs
+# on another minor release (3.11.7 here) can fail on a new machine's 3.11.2,
+# and once did (soupsieve 4.1.2 needs >= 3.11.5).
+VENV_PYTHON=${VENV_PYTHON:-/usr/bin/python3}
+
+# require_venv: Debian's python3 can make virtual environments with pip (python3-venv)
 require_venv() {
-  require_cmd python3
-  python3 -c 'import ensurepip, venv' 2>/dev/null || require_fail "python3-venv (python3 -m venv)"
+  [ -x "$VENV_PYTHON" ] || require_fail "python3 ($VENV_PYTHON)"
+  "$VENV_PYTHON" -c 'import ensurepip, venv' 2>/dev/null || require_fail "python3-venv ($VENV_PYTHON -m venv)"
 }
 
 # make_venv DIR REQUIREMENTS...: (re)creates DIR as a virtual environment
 # holding exactly the pinned requirements. A venv left half-made (full disk,
 # interrupted run) or made from other pins is rebuilt; the pins' hash is
-# kept in DIR/.pins.
+# kept in DIR/.pins (with the interpreter's version).
 make_venv() {
   local venv=$1
   shift
   local pins
-  pins=$(cat "$@" | sha256sum | cut -d' ' -f1)
+  pins=$({ "$VENV_PYTHON" --version 2>&1; cat "$@"; } | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$venv/.pins" 2>/dev/null)" = "$pins" ] && "$venv/bin/python" -c 'import sys' 2>/dev/null; then
     return 0
   fi
   require_venv
   rm -rf "$venv"
-  if ! python3 -m venv "$venv"; then
+  if ! "$VENV_PYTHON" -m venv "$venv"; then
     # Seen once on a CI machine: ensurepip failed inside `venv`. The venv is
     # then made without pip and python3's own pip installs into it.
     echo "${0##*/}: ensurepip failed; installing with python3's pip" >&2
     rm -rf "$venv"
-    python3 -m venv --without-pip "$venv"
+    "$VENV_PYTHON" -m venv --without-pip "$venv"
   fi
   local req
   for req in "$@"; do

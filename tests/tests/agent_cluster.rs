@@ -155,18 +155,22 @@ fn cluster_converges(nodes: usize, direct_pair: bool) -> Cluster {
         // Programs attached, sockets bound, socket stamps seen: no thread
         // of the agent keeps a capability.
         let pid = c.pid(i).expect("agent pid");
-        for (thread, caps) in effective_capabilities(pid) {
+        for (thread, caps, no_new_privs) in thread_privileges(pid) {
             assert_eq!(
                 caps, 0,
                 "agent {i} thread {thread} keeps capabilities {caps:#x}"
+            );
+            assert_eq!(
+                no_new_privs, "1",
+                "agent {i} thread {thread} lacks no_new_privs"
             );
         }
     }
     c
 }
 
-/// (thread name, CapEff) of every thread of `pid`.
-fn effective_capabilities(pid: u32) -> Vec<(String, u64)> {
+/// (thread name, CapEff, NoNewPrivs) of every thread of `pid`.
+fn thread_privileges(pid: u32) -> Vec<(String, u64, String)> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
     tasks
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
@@ -180,7 +184,7 @@ fn effective_capabilities(pid: u32) -> Vec<(String, u64)> {
                     .to_owned()
             };
             let caps = u64::from_str_radix(&field("CapEff:"), 16).unwrap_or(u64::MAX);
-            (field("Name:"), caps)
+            (field("Name:"), caps, field("NoNewPrivs:"))
         })
         .collect()
 }

@@ -105,6 +105,7 @@ pub struct Capture {
     interface: String,
     btf_path: PathBuf,
     tracepoints: bool,
+    netlink_tc: bool,
     ebpf: Ebpf,
 }
 
@@ -121,7 +122,7 @@ impl Capture {
         let blob = std::fs::read(&config.btf_path).map_err(|e| no_btf(e.to_string()))?;
         let offsets = KernelOffsets::from_btf(&btf::Btf::parse(&blob)?)?;
         let mut ebpf = load_object(config, &offsets)?;
-        attach_tc(&mut ebpf, &config.interface)?;
+        let netlink_tc = attach_tc(&mut ebpf, &config.interface)?;
         let kernel_btf = Btf::parse(&blob, aya::Endianness::default()).map_err(|e| e.to_string());
         if config.tracepoints {
             let btf = kernel_btf.as_ref().map_err(|e| no_btf(e.clone()))?;
@@ -135,6 +136,7 @@ impl Capture {
         let mut capture = Self::from_loaded(ebpf, &config.interface, tx_stamps)?;
         capture.btf_path.clone_from(&config.btf_path);
         capture.tracepoints = config.tracepoints;
+        capture.netlink_tc = netlink_tc;
         Ok(capture)
     }
 
@@ -179,6 +181,7 @@ impl Capture {
             interface: interface.to_owned(),
             btf_path: PathBuf::from(DEFAULT_BTF),
             tracepoints: false,
+            netlink_tc: false,
             ebpf,
         })
     }
@@ -226,6 +229,12 @@ impl Capture {
     /// A loaded tc classifier, for `BPF_PROG_TEST_RUN` (tests and benchmarks).
     pub fn classifier(&self, name: &str) -> Option<&SchedClassifier> {
         self.ebpf.program(name)?.try_into().ok()
+    }
+
+    /// The classifiers went through netlink tc (no TCX): detaching them
+    /// needs CAP_NET_ADMIN, TCX and tracing links need no capability.
+    pub fn detach_needs_net_admin(&self) -> bool {
+        self.netlink_tc
     }
 
     /// Detaches everything (same as dropping, with a log line).
@@ -296,7 +305,10 @@ fn load_object(config: &CaptureConfig, o: &KernelOffsets) -> Result<Ebpf, Captur
     loader.load(EBPF_OBJECT).map_err(CaptureError::from_load)
 }
 
-fn attach_tc(ebpf: &mut Ebpf, interface: &str) -> Result<(), CaptureError> {
+/// Attaches the classifiers; true where they went through netlink tc (a
+/// clsact qdisc, kernels before TCX), whose filters outlive the process and
+/// need CAP_NET_ADMIN to be removed.
+fn attach_tc(ebpf: &mut Ebpf, interface: &str) -> Result<bool, CaptureError> {
     let has_tcx = KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0));
     if !has_tcx {
         // Legacy netlink tc needs a clsact qdisc; TCX (≥ 6.6) needs none.
@@ -311,7 +323,7 @@ fn attach_tc(ebpf: &mut Ebpf, interface: &str) -> Result<(), CaptureError> {
         prog.attach(interface, direction)
             .map_err(|e| CaptureError::program(name, e))?;
     }
-    Ok(())
+    Ok(!has_tcx)
 }
 
 fn attach_tracepoints(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), CaptureError> {
