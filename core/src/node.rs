@@ -887,6 +887,8 @@ impl Node {
             valid_until_ns: anchor.saturating_add(self.est_cfg.max_age_ns) as u64,
             devices: Vec::new(),
             bound_growth_ppb: (n.drift_bound + wander) * 1e9,
+            drift_bound_ppb: n.drift_bound * 1e9,
+            hops: n.hops,
             node_id: n.node,
             reference_id: reference,
             anchor_kind: published_anchor_kind(n.anchor_kind).into(),

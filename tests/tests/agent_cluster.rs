@@ -216,6 +216,13 @@ fn two_nodes_converge() {
         let status = cli("status");
         assert!(status.contains("State        : synchronised"), "{status}");
         assert!(status.contains("Peers        : 1 (1 ready"), "{status}");
+        let hops = if status.contains("(this node: reference and solver)") {
+            "Hops         : 0 (this node is the reference)"
+        } else {
+            "Hops         : 1 probe-graph edge to n1"
+        };
+        assert!(status.contains(hops), "{status}");
+        assert!(status.contains("RMS offset   : "), "{status}");
     }
 }
 

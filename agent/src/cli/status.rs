@@ -111,6 +111,26 @@ fn drift_in_words(drift_ppb: f64) -> String {
     }
 }
 
+/// chronyc's "RMS offset" for a clock that is never steered: how far each
+/// result moved from the previous one carried forward.
+fn rms_in_words(rms_ns: Option<f64>) -> String {
+    match rms_ns {
+        Some(ns) => format!(
+            "{} (each update against the previous result carried forward)",
+            duration_words(ns.round() as u64)
+        ),
+        None => "not yet known (needs two updates from one reference)".into(),
+    }
+}
+
+fn hops_in_words(hops: u32, reference: &str) -> String {
+    match hops {
+        0 => "0 (this node is the reference)".into(),
+        1 => format!("1 probe-graph edge to {reference}"),
+        n => format!("{n} probe-graph edges to {reference}"),
+    }
+}
+
 pub(crate) fn duration_words(ns: u64) -> String {
     match ns {
         0..1_000 => format!("{ns} ns"),
@@ -178,10 +198,13 @@ pub fn render(s: &Status) -> String {
                 offset_in_words(o.offset_ns)
             );
             out += &format!(
-                "Drift        : {:+.3} ppb ({})\n",
+                "Drift        : {:+.3} ppb ± {:.3} ppb ({})\n",
                 o.drift_ppb,
+                o.drift_bound_ppb,
                 drift_in_words(o.drift_ppb)
             );
+            out += &format!("RMS offset   : {}\n", rms_in_words(o.rms_update_ns));
+            out += &format!("Hops         : {}\n", hops_in_words(o.hops, &o.reference));
         }
         None => out += "Offset       : not yet known (waiting for the first solved window)\n",
     }
@@ -310,6 +333,33 @@ mod tests {
         assert!(text.contains("dropped 3"), "{text}");
         s.offset = None;
         assert!(render(&s).contains("not yet known"));
+    }
+
+    #[test]
+    fn report_shows_drift_uncertainty_rms_and_hops() {
+        let mut o = NodeOffsetStatus {
+            reference: "n0".into(),
+            drift_ppb: 12.0,
+            drift_bound_ppb: 0.25,
+            hops: 2,
+            rms_update_ns: Some(37.4),
+            ..Default::default()
+        };
+        let s = |o: &NodeOffsetStatus| {
+            render(&Status {
+                offset: Some(o.clone()),
+                ..Default::default()
+            })
+        };
+        let text = s(&o);
+        assert!(text.contains("+12.000 ppb ± 0.250 ppb"), "{text}");
+        assert!(text.contains("RMS offset   : 37 ns"), "{text}");
+        assert!(text.contains("Hops         : 2 probe-graph edges to n0"), "{text}");
+        o.hops = 0;
+        o.rms_update_ns = None;
+        let text = s(&o);
+        assert!(text.contains("0 (this node is the reference)"), "{text}");
+        assert!(text.contains("RMS offset   : not yet known"), "{text}");
     }
 
     #[test]

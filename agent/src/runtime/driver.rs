@@ -27,7 +27,7 @@ use super::{
     io_err,
     jsonl::{self, Jsonl},
     sender::{Sender, SenderConfig, SenderEvent},
-    status::{NodeOffsetStatus, Status},
+    status::{NodeOffsetStatus, Status, UpdateRms},
 };
 use crate::{
     capture::{
@@ -73,6 +73,7 @@ pub(super) struct Agent<D> {
     /// What only the driver knows for `/status`: this node's last result,
     /// GPU devices, the last tick.
     pub(super) status_extra: Status,
+    update_rms: UpdateRms,
     /// GPU clock sampling (`gpu_clock`), its last generation seen, and the
     /// last window for which device lines were written.
     pub(super) gpu: Option<super::gpu::GpuClocks>,
@@ -225,6 +226,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             jsonl,
             status,
             status_extra: Status::default(),
+            update_rms: UpdateRms::default(),
             gpu,
             gpu_seen: 0,
             device_lines_window: None,
@@ -318,7 +320,11 @@ impl<D: Discovery + Coordination> Agent<D> {
             return;
         }
         self.privileges_dropped = true;
-        match super::privileges::drop_all() {
+        let keep = self
+            .capture
+            .detach_needs_net_admin()
+            .then_some(caps::Capability::CAP_NET_ADMIN);
+        match super::privileges::drop_all_but(keep) {
             Ok(()) => {
                 self.count("capabilities_dropped");
                 info!("programs attached and sockets bound: all capabilities dropped");
@@ -329,6 +335,12 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     async fn stop(&mut self) {
         self.writer.mark_stale();
+        if self.privileges_dropped && self.capture.detach_needs_net_admin() {
+            // Netlink tc filters stay on the interface after we exit.
+            if let Err(e) = super::privileges::raise(caps::Capability::CAP_NET_ADMIN) {
+                warn!("raising CAP_NET_ADMIN to detach the tc filters: {e}");
+            }
+        }
         if let Err(e) = self.discovery.leave().await {
             warn!("leaving the cluster: {e}");
         }
@@ -523,10 +535,14 @@ impl<D: Discovery + Coordination> Agent<D> {
             anchor_kind,
         };
         self.write_line(&NodeLine::new(&entry));
-        self.status_extra.offset = Some(NodeOffsetStatus {
+        let mut status = NodeOffsetStatus {
             window_ns: self.node.settings().window_ns(),
             ..node_status(r)
-        });
+        };
+        status.rms_update_ns = self
+            .update_rms
+            .add(self.status_extra.offset.as_ref(), &status);
+        self.status_extra.offset = Some(status);
     }
 
     // ---- membership ----
@@ -775,6 +791,9 @@ fn node_status(r: &pb::NodeOffset) -> NodeOffsetStatus {
         anchor_kind: r.anchor_kind.clone(),
         bound_growth_ppb: r.bound_growth_ppb,
         window_ns: 0,
+        drift_bound_ppb: r.drift_bound_ppb,
+        hops: r.hops,
+        rms_update_ns: None,
     }
 }
 

@@ -83,6 +83,43 @@ pub struct NodeOffsetStatus {
     pub bound_growth_ppb: f64,
     /// Estimation window length: the update interval, ns.
     pub window_ns: i64,
+    /// Bound on the drift estimate alone, ppb (without the assumed wander).
+    pub drift_bound_ppb: f64,
+    /// Probe-graph edges between this node and the reference.
+    pub hops: u32,
+    /// RMS of how far each result moved from the previous one carried to
+    /// its anchor (the last [`UpdateRms::KEEP`] updates on one timeline):
+    /// what chronyc calls the RMS offset, for a clock that is never steered.
+    pub rms_update_ns: Option<f64>,
+}
+
+/// How much successive results disagree: each new offset against the
+/// previous result extrapolated with its drift to the new anchor.
+#[derive(Clone, Debug, Default)]
+pub struct UpdateRms {
+    squares: std::collections::VecDeque<f64>,
+}
+
+impl UpdateRms {
+    pub const KEEP: usize = 64;
+
+    /// Records `new` after `prev` and returns the RMS so far (None before
+    /// two results of one reference). A change of reference restarts it.
+    pub fn add(&mut self, prev: Option<&NodeOffsetStatus>, new: &NodeOffsetStatus) -> Option<f64> {
+        match prev {
+            Some(p) if p.reference == new.reference => {
+                let dt_s = new.anchor_ns.saturating_sub(p.anchor_ns) as f64 / 1e9;
+                let predicted = p.offset_ns as f64 + p.drift_ppb * dt_s;
+                if self.squares.len() == Self::KEEP {
+                    self.squares.pop_front();
+                }
+                self.squares.push_back((new.offset_ns as f64 - predicted).powi(2));
+            }
+            _ => self.squares.clear(),
+        }
+        (!self.squares.is_empty())
+            .then(|| (self.squares.iter().sum::<f64>() / self.squares.len() as f64).sqrt())
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -364,6 +401,37 @@ pub(crate) fn parse_prometheus(text: &str) -> prometheus_parse::Scrape {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn result(reference: &str, anchor_s: i64, offset_ns: i64, drift_ppb: f64) -> NodeOffsetStatus {
+        NodeOffsetStatus {
+            reference: reference.into(),
+            anchor_ns: anchor_s * 1_000_000_000,
+            offset_ns,
+            drift_ppb,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn update_rms_compares_each_result_with_the_last_carried_forward() {
+        let mut rms = UpdateRms::default();
+        let a = result("n0", 0, 1_000, 100.0);
+        assert_eq!(rms.add(None, &a), None);
+        // Carried 4 s at 100 ppb: 1_400 predicted; 1_430 is 30 off.
+        let b = result("n0", 4, 1_430, 100.0);
+        assert_eq!(rms.add(Some(&a), &b), Some(30.0));
+        // Then exactly on prediction: sqrt((900 + 0) / 2).
+        let c = result("n0", 8, 1_830, 100.0);
+        let r = rms.add(Some(&b), &c).unwrap();
+        assert!((r - 450f64.sqrt()).abs() < 1e-9, "{r}");
+        // Another reference: another timeline, the RMS starts again.
+        let d = result("n3", 12, 99_999, 0.0);
+        assert_eq!(rms.add(Some(&c), &d), None);
+        for i in 0..(UpdateRms::KEEP as i64 + 10) {
+            rms.add(Some(&d), &result("n3", 12 + i, 99_999 + 10, 0.0));
+        }
+        assert_eq!(rms.squares.len(), UpdateRms::KEEP);
+    }
 
     #[test]
     fn prometheus_text_has_the_documented_series() {
