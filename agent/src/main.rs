@@ -36,6 +36,15 @@ enum Command {
     Trace(cli::trace::TraceArgs),
     /// Sample a GPU device clock against the host clocks.
     GpuClock(cli::gpu::GpuArgs),
+    /// Write one self-contained HTML report from the agent's JSONL history.
+    ///
+    /// One page, nothing fetched when viewed (inline SVG and CSS): each
+    /// node's offset (global − local) ± bound and drift over time, each
+    /// edge's min RTT and pure ratio, the probe graph, GPU device maps, and
+    /// with --truth the error of every estimate against the injected skew.
+    /// Every plotted point carries its exact values as data-* attributes.
+    /// Give each node's history (and rotated files) with its own --history.
+    Report(cli::report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +77,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Simulate(a) => cli::simulate::run(a),
         Command::Trace(a) => cli::trace::run(a),
         Command::GpuClock(a) => cli::gpu::run(a),
+        Command::Report(a) => cli::report::run(a),
     }
 }
 

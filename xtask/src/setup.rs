@@ -69,6 +69,10 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "cargo xtask fresh-check builds a new Debian root",
     ),
     ("umoci", "cargo xtask image writes the OCI layout"),
+    (
+        "chromium",
+        "headless rendering of `clockmesh report` pages in their test",
+    ),
 ];
 
 /// Installs what is missing; prints one line saying what is in place.

@@ -6,6 +6,7 @@ pub mod gpu;
 pub mod offsets;
 #[macro_use]
 pub mod out;
+pub mod report;
 pub mod simulate;
 pub mod sources;
 pub mod status;

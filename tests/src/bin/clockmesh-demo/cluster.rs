@@ -1,16 +1,22 @@
 //! The cluster demo: etcd + N netns hosts, one `clockmesh agent` each with
-//! real eBPF and a known injected skew; prints estimated vs true offsets.
+//! real eBPF and a known injected skew; prints estimated vs true offsets
+//! and writes `clockmesh report`'s HTML page of the run.
 
 use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    process::Command,
     thread,
     time::{Duration, Instant},
 };
 
+use anyhow::Context as _;
 use clockmesh_testbed::{
-    cluster::{Backend, Checked, Cluster, ClusterConfig, quantile},
+    cluster::{Backend, Checked, Cluster, ClusterConfig, agent_binary, quantile},
     load::{Flow, Load},
 };
 use serde::Serialize;
+use serde_json::json;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ClusterArgs {
@@ -204,12 +210,61 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
     } else {
         print_table(&summary);
     }
+    let report = write_report(&cluster);
+    match &report {
+        // stdout stays one JSON document with --json.
+        Ok(path) if args.json => eprintln!("report: {}", path.display()),
+        Ok(path) => println!("report: {}", path.display()),
+        Err(_) => {}
+    }
     anyhow::ensure!(
         summary.node_windows > 0,
         "no node results after the warm-up; agent logs are in {}",
         cluster.dir.display()
     );
-    Ok(())
+    report.map(|_| ())
+}
+
+/// `clockmesh report` over every node's history (rotated files too) and
+/// the injected skews (`--truth`), into `<cluster dir>/report.html`.
+fn write_report(cluster: &Cluster) -> anyhow::Result<PathBuf> {
+    let truth = cluster.dir.join("truth.json");
+    let nodes: BTreeMap<String, _> = (0..cluster.cfg.nodes)
+        .map(|i| (Cluster::name(i), cluster.skews[i]))
+        .collect();
+    std::fs::write(
+        &truth,
+        serde_json::to_vec_pretty(&json!({ "nodes": nodes }))?,
+    )?;
+    let out = cluster.dir.join("report.html");
+    let mut cmd = Command::new(agent_binary()?);
+    cmd.arg("report");
+    for i in 0..cluster.cfg.nodes {
+        let names = [
+            "clockmesh.4.jsonl",
+            "clockmesh.3.jsonl",
+            "clockmesh.2.jsonl",
+        ];
+        let names = names
+            .into_iter()
+            .chain(["clockmesh.1.jsonl", "clockmesh.jsonl"]);
+        let files = names.map(|n| cluster.node_dir(i).join(n));
+        for f in files.filter(|f| f.exists()) {
+            cmd.arg("--history").arg(f);
+        }
+    }
+    cmd.arg("--truth")
+        .arg(&truth)
+        .arg("--force")
+        .arg("-o")
+        .arg(&out);
+    let o = cmd.output().context("running clockmesh report")?;
+    anyhow::ensure!(
+        o.status.success(),
+        "clockmesh report: {}",
+        String::from_utf8_lossy(&o.stderr).trim()
+    );
+    Ok(out)
 }
 
 /// The agent's shipped default cadence (`probe_cadence_us`).

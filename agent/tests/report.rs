@@ -1,0 +1,890 @@
+//! `clockmesh report` as a user runs it: a JSONL history written with the
+//! agent's own line types, the binary run on it, the page rendered by
+//! headless Chromium (the screenshot must not be blank) and its DOM read
+//! back (every plotted value must be the history's). Chromium comes from
+//! `cargo xtask setup`; without it these tests fail, they never skip.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use clockmesh::config::InjectedSkew;
+use clockmesh::publish::PublishedDeviceMap;
+use clockmesh::publish::history::{AnchorKind, DeviceHistoryEntry, HistoryEntry, NodeLine};
+use clockmesh_core::report::{EdgeLine, FitLine};
+use clockmesh_core::timeline::HandOverLine;
+
+const WINDOW_NS: i64 = 4_000_000_000;
+const WINDOWS: u64 = 12;
+/// Node names as they reach the page; the third one needs escaping.
+const NODES: [&str; 3] = ["n0", "n1", "n2 <&\"x\">"];
+
+fn clockmesh(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_clockmesh"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    out
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cm-report-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The skews injected into the nodes (n0 is the reference).
+fn skews(epoch_ns: i64) -> Vec<InjectedSkew> {
+    [(0, 0.0), (-689_000, 3_000.0), (412_000, -12_000.0)]
+        .into_iter()
+        .map(|(offset_ns, drift_ppb)| InjectedSkew {
+            offset_ns,
+            drift_ppb,
+            epoch_ns,
+            wander_ppb_per_sqrt_s: 0.0,
+            wander_seed: 0,
+        })
+        .collect()
+}
+
+/// The true global − local of node `i` at its local time `local`.
+fn true_offset(s: &[InjectedSkew], i: usize, local: i64) -> f64 {
+    let t = local - s[i].at(local);
+    (s[0].at(t) - s[i].at(t)) as f64
+}
+
+/// A small deterministic error in −span..span.
+fn noise(i: usize, k: u64, span: i64) -> i64 {
+    ((i as i64 * 7_919 + k as i64 * 104_729) % (2 * span + 1)) - span
+}
+
+fn node_line(s: &[InjectedSkew], i: usize, k: u64, epoch_ns: i64) -> HistoryEntry {
+    let t = epoch_ns + (k as i64 + 1) * WINDOW_NS;
+    let anchor_ns = t + s[i].at(t);
+    let bound_ns = 60 + 10 * k;
+    let offset_ns = true_offset(s, i, anchor_ns).round() as i64 + noise(i, k, bound_ns as i64 / 2);
+    HistoryEntry {
+        host: NODES[i].into(),
+        window: k,
+        anchor_ns,
+        offset_ns,
+        drift_ppb: s[0].drift_ppb - s[i].drift_ppb + noise(i, k, 3) as f64 * 0.25,
+        bound_ns,
+        valid_from_ns: Some(anchor_ns - WINDOW_NS),
+        valid_until_ns: Some(anchor_ns + WINDOW_NS),
+        reference: Some(NODES[0].into()),
+        node_id: Some(i as u32),
+        bound_growth_ppb: 20.0,
+        reference_id: Some(0),
+        anchor_kind: Some(AnchorKind::Reference),
+    }
+}
+
+fn edge_line(from: usize, to: usize, k: u64, anchor_ns: i64) -> EdgeLine {
+    let fit = FitLine {
+        anchor_ns,
+        offset_ns: 1_000 * (to as i64 - from as i64),
+        offset_frac_ns: 0.25,
+        drift_ppb: 0.0,
+        bound_ns: 55.5,
+        drift_bound_ppb: 4.0,
+        margin_ns: 12.0,
+        min_rtt_ns: 38_000.0 + 250.5 * (from * 3 + to) as f64 + noise(from, k, 40) as f64,
+        forward_points: 14,
+        backward_points: 11,
+        trimmed: 0,
+        span_ns: WINDOW_NS,
+    };
+    EdgeLine {
+        kind: "edge",
+        window: k,
+        node: NODES[from].into(),
+        from: NODES[from].into(),
+        to: NODES[to].into(),
+        from_id: from as u32,
+        to_id: to as u32,
+        probes_forward: 40,
+        probes_backward: 38,
+        pure_forward: 14 + (k as usize % 5),
+        pure_backward: 11,
+        incomplete: 1,
+        spacing_rejected: 0,
+        impure: 52,
+        history_windows: 2,
+        stamps: "software",
+        purity_tolerance_ns: 10_000,
+        fit: (k != 3).then_some(fit),
+        error: (k == 3).then(|| "too few pure pairs".into()),
+    }
+}
+
+fn device_line(k: u64, written_at_ns: i64) -> DeviceHistoryEntry {
+    let anchor = 50_000_000_000 + k * WINDOW_NS as u64;
+    DeviceHistoryEntry {
+        kind: "device".into(),
+        host: NODES[1].into(),
+        window: k,
+        written_at_ns,
+        map: PublishedDeviceMap {
+            device: "nvidia:0".into(),
+            device_domain: "cuda-globaltimer".into(),
+            source: "cuda-pingpong".into(),
+            host_domain: "CLOCK_REALTIME".into(),
+            anchor_device_ns: anchor,
+            offset_at_anchor_ns: written_at_ns - anchor as i64,
+            drift_ppb: 310.0,
+            bound_ns: 900,
+            residual_rms_ns: 120.0,
+            points: 64,
+            valid_from_device_ns: anchor - 30_000_000_000,
+            valid_until_device_ns: anchor + 2_000_000_000,
+        },
+    }
+}
+
+/// What the test wrote: one history file per node and the truth file.
+struct Written {
+    dir: PathBuf,
+    files: Vec<PathBuf>,
+    truth: PathBuf,
+    nodes: Vec<HistoryEntry>,
+    edges: Vec<EdgeLine>,
+    skews: Vec<InjectedSkew>,
+}
+
+/// Each node's history as its agent writes it: a hand-over line from the
+/// reference, then per window its out-edges' lines, its node line and (n1)
+/// a GPU's device line.
+fn write_histories(name: &str) -> Written {
+    let dir = scratch(name);
+    let epoch_ns = 1_795_335_288_621_242_594;
+    let skews = skews(epoch_ns);
+    let (mut nodes, mut edges, mut files) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..NODES.len() {
+        let mut lines = Vec::new();
+        if i == 0 {
+            lines.push(serde_json::to_string(&HandOverLine::new(0, NODES[0], None)).unwrap());
+        }
+        for k in 0..WINDOWS {
+            let node = node_line(&skews, i, k, epoch_ns);
+            for to in (0..NODES.len()).filter(|&to| to != i) {
+                let e = edge_line(i, to, k, node.anchor_ns - WINDOW_NS / 2);
+                lines.push(serde_json::to_string(&e).unwrap());
+                edges.push(e);
+            }
+            lines.push(serde_json::to_string(&NodeLine::new(&node)).unwrap());
+            if i == 1 {
+                let d = device_line(k, node.anchor_ns);
+                lines.push(serde_json::to_string(&d).unwrap());
+            }
+            nodes.push(node);
+        }
+        let path = dir.join(format!("node{i}.jsonl"));
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        files.push(path);
+    }
+    let truth = dir.join("truth.json");
+    let by_name: BTreeMap<&str, &InjectedSkew> = NODES.iter().copied().zip(&skews).collect();
+    std::fs::write(
+        &truth,
+        serde_json::to_string(&serde_json::json!({ "nodes": by_name })).unwrap(),
+    )
+    .unwrap();
+    Written {
+        dir,
+        files,
+        truth,
+        nodes,
+        edges,
+        skews,
+    }
+}
+
+/// `clockmesh report` over every history file and the truth, into `out`.
+fn report(w: &Written, out: &Path, extra: &[&str]) -> Output {
+    let mut args: Vec<String> = vec!["report".into()];
+    for f in &w.files {
+        args.extend(["--history".into(), f.display().to_string()]);
+    }
+    args.extend(["--truth".into(), w.truth.display().to_string()]);
+    args.extend(["-o".into(), out.display().to_string()]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    clockmesh(&args)
+}
+
+#[test]
+fn bad_histories_get_one_line_errors_naming_file_and_line() {
+    let dir = scratch("errors");
+    let out = dir.join("r.html");
+    let o = out.display().to_string();
+    let missing = dir.join("missing.jsonl").display().to_string();
+    let r = clockmesh(&["report", "--history", &missing, "-o", &o]);
+    assert_eq!(r.status.code(), Some(1));
+    let err = text(&r.stderr);
+    assert!(err.contains(&format!("reading history {missing}")), "{err}");
+
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "\n\n").unwrap();
+    let e = empty.display().to_string();
+    let err = text(&clockmesh(&["report", "--history", &e, "-o", &o]).stderr);
+    assert_eq!(
+        err.trim(),
+        format!(
+            "clockmesh: error: {e}: empty (no history lines; is it the agent's clockmesh.jsonl?)"
+        )
+    );
+
+    let bad = dir.join("bad.jsonl");
+    let good = serde_json::to_string(&NodeLine::new(&HistoryEntry::default())).unwrap();
+    std::fs::write(&bad, format!("{good}\n{{\"type\":\"node\",\"host\":\n")).unwrap();
+    let b = bad.display().to_string();
+    let err = text(&clockmesh(&["report", "--history", &b, "-o", &o]).stderr);
+    assert!(
+        err.starts_with(&format!("clockmesh: error: {b}:2: not a JSON object")),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let no_history = clockmesh(&["report", "-o", &o]);
+    assert_eq!(no_history.status.code(), Some(2));
+    assert!(text(&no_history.stderr).contains("--history <FILE>"));
+    assert!(!out.exists(), "nothing written on errors");
+    let help = text(&clockmesh(&["report", "--help"]).stdout);
+    for word in [
+        "--history",
+        "--truth",
+        "--output",
+        "--force",
+        "global − local",
+    ] {
+        assert!(help.contains(word), "{word} not in {help}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_existing_report_is_replaced_only_with_force() {
+    let w = write_histories("force");
+    let out = w.dir.join("report.html");
+    std::fs::write(&out, "keep me").unwrap();
+    let r = report(&w, &out, &[]);
+    assert_eq!(r.status.code(), Some(1));
+    assert!(text(&r.stderr).contains("exists; give another --output or --force"));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
+    let r = report(&w, &out, &["--force"]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    assert_eq!(text(&r.stdout), format!("report: {}\n", out.display()));
+    assert!(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .starts_with("<!DOCTYPE html>")
+    );
+    let left: Vec<_> = std::fs::read_dir(&w.dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+    std::fs::remove_dir_all(&w.dir).unwrap();
+}
+
+#[test]
+fn the_page_renders_in_chromium_and_its_dom_holds_the_historys_values() {
+    let browser = chromium();
+    let w = write_histories("chromium");
+    let out = w.dir.join("report.html");
+    let r = report(&w, &out, &[]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    let page = std::fs::read_to_string(&out).unwrap();
+    for external in ["http:", "https:", "<script", "<link", "@import", "url(http"] {
+        let hits: Vec<_> = page.match_indices(external).collect();
+        // The SVG namespace is a name, not a fetch.
+        let fetched = hits
+            .iter()
+            .filter(|(i, _)| !page[*i..].starts_with("http://www.w3.org/2000/svg"))
+            .count();
+        assert_eq!(fetched, 0, "{external} in a self-contained page");
+    }
+
+    let t0 = Instant::now();
+    let png = w.dir.join("shot.png");
+    let shot = format!("--screenshot={}", png.display());
+    run_chromium(&browser, &w.dir, &[&shot, "--window-size=1200,2000"], &out);
+    let image = png::decode(&std::fs::read(&png).unwrap());
+    assert_eq!((image.width, image.height), (1200, 2000));
+    let colours = image.distinct_colours();
+    let inked = image.share_unlike_corner();
+    assert!(colours >= 12, "{colours} colours: a blank page?");
+    assert!(
+        inked > 0.02,
+        "only {inked:.4} of the pixels differ from the background"
+    );
+
+    let dom = run_chromium(&browser, &w.dir, &["--dump-dom"], &out);
+    check_dom(&text(&dom.stdout), &w);
+    eprintln!(
+        "chromium: screenshot ({colours} colours, {:.1} % inked) and DOM in {:.1} s",
+        inked * 100.0,
+        t0.elapsed().as_secs_f64()
+    );
+    std::fs::remove_dir_all(&w.dir).unwrap();
+}
+
+/// The plotted values read back from the rendered DOM equal the history's.
+fn check_dom(dom: &str, w: &Written) {
+    let circles = dom::elements(dom, "circle");
+    let of = |class: &str| -> Vec<&BTreeMap<String, String>> {
+        circles
+            .iter()
+            .filter(|c| c.get("class").is_some_and(|v| v == class))
+            .collect()
+    };
+    let key = |node: &str, window: u64, t: i64| (node.to_string(), window, t);
+    let field = |c: &BTreeMap<String, String>, k: &str| c[k].clone();
+    let num = |c: &BTreeMap<String, String>, k: &str| -> i64 { c[k].parse().unwrap() };
+
+    let mut want: Vec<_> = w
+        .nodes
+        .iter()
+        .map(|n| {
+            (
+                key(&n.host, n.window, n.anchor_ns),
+                n.offset_ns,
+                n.bound_ns as i64,
+            )
+        })
+        .collect();
+    let mut got: Vec<_> = of("pt offset")
+        .iter()
+        .map(|c| {
+            let k = key(
+                &field(c, "data-node"),
+                num(c, "data-window") as u64,
+                num(c, "data-t-ns"),
+            );
+            (k, num(c, "data-offset-ns"), num(c, "data-bound-ns"))
+        })
+        .collect();
+    want.sort();
+    got.sort();
+    assert_eq!(got.len(), w.nodes.len());
+    assert_eq!(got, want, "offset ± bound points");
+
+    let drifts: BTreeMap<_, f64> = of("pt drift")
+        .iter()
+        .map(|c| {
+            let k = key(
+                &field(c, "data-node"),
+                num(c, "data-window") as u64,
+                num(c, "data-t-ns"),
+            );
+            (k, c["data-drift-ppb"].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(drifts.len(), w.nodes.len());
+    for n in &w.nodes {
+        assert_eq!(drifts[&key(&n.host, n.window, n.anchor_ns)], n.drift_ppb);
+    }
+
+    check_errors(&of("pt error"), w);
+    check_edges(&of("pt rtt"), w);
+    let edges = dom::elements(dom, "g");
+    let arrows = edges
+        .iter()
+        .filter(|g| g.get("class").is_some_and(|c| c == "edge"))
+        .count();
+    assert_eq!(
+        arrows,
+        NODES.len() * (NODES.len() - 1),
+        "one arrow per directed edge"
+    );
+    let rows = dom::elements(dom, "tr");
+    assert!(
+        rows.iter()
+            .any(|r| r.get("data-device").is_some_and(|d| d == "nvidia:0")
+                && r["data-host"] == NODES[1]
+                && r["data-maps"] == WINDOWS.to_string()),
+        "device map row"
+    );
+}
+
+fn check_errors(points: &[&BTreeMap<String, String>], w: &Written) {
+    assert_eq!(points.len(), w.nodes.len(), "every node line has a truth");
+    for p in points {
+        let node = NODES.iter().position(|n| *n == p["data-node"]).unwrap();
+        let t: i64 = p["data-t-ns"].parse().unwrap();
+        let offset: i64 = p["data-offset-ns"].parse().unwrap();
+        let truth = true_offset(&w.skews, node, t);
+        let error: f64 = p["data-error-ns"].parse().unwrap();
+        assert!(
+            (error - (offset as f64 - truth)).abs() < 1e-6,
+            "{p:?}: truth {truth}"
+        );
+        assert!(error.abs() <= p["data-bound-ns"].parse::<f64>().unwrap() / 2.0 + 1.0);
+    }
+}
+
+fn check_edges(points: &[&BTreeMap<String, String>], w: &Written) {
+    let mut want: Vec<_> = w
+        .edges
+        .iter()
+        .filter_map(|e| {
+            let f = e.fit.as_ref()?;
+            Some((
+                e.from.clone(),
+                e.to.clone(),
+                e.window,
+                f.anchor_ns,
+                f.min_rtt_ns.to_string(),
+            ))
+        })
+        .collect();
+    let mut got: Vec<_> = points
+        .iter()
+        .map(|p| {
+            let n = |k: &str| p[k].parse::<i64>().unwrap();
+            let rtt = p["data-min-rtt-ns"].parse::<f64>().unwrap().to_string();
+            (
+                p["data-from"].clone(),
+                p["data-to"].clone(),
+                n("data-window") as u64,
+                n("data-t-ns"),
+                rtt,
+            )
+        })
+        .collect();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "min RTT points");
+    for p in points {
+        let r: f64 = p["data-pure-ratio"].parse().unwrap();
+        assert!((0.0..=1.0).contains(&r));
+    }
+}
+
+/// Debian's chromium on PATH, or a failure that says how to install it.
+fn chromium() -> PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join("chromium"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "chromium is not installed: run `cargo xtask setup` (it installs Debian's chromium)"
+            )
+        })
+}
+
+/// Runs headless Chromium on `page` with its own profile in `dir`; fails
+/// after 120 s.
+fn run_chromium(browser: &Path, dir: &Path, args: &[&str], page: &Path) -> Output {
+    let profile = dir.join(format!("chromium-profile-{}", args[0].len()));
+    let log = dir.join(format!("chromium-{}.log", args[0].len()));
+    let mut child = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(format!("file://{}", page.display()))
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut { stdout }, &mut buf).map(|_| buf)
+    });
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("chromium {args:?} did not finish in 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut out = child.wait_with_output().unwrap();
+    out.stdout = reader.join().unwrap().unwrap();
+    out.stderr = std::fs::read(&log).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "chromium {args:?}: {}",
+        text(&out.stderr)
+    );
+    out
+}
+
+/// A scan of start tags in serialized HTML: enough for Chromium's own
+/// `--dump-dom` output, which always quotes attribute values with `"`.
+mod dom {
+    use std::collections::BTreeMap;
+
+    /// The attributes of every `<tag ...>` in `html`, entities decoded.
+    pub fn elements(html: &str, tag: &str) -> Vec<BTreeMap<String, String>> {
+        let open = format!("<{tag} ");
+        html.match_indices(&open)
+            .map(|(i, _)| attributes(&html[i + open.len()..]))
+            .collect()
+    }
+
+    fn attributes(mut s: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        loop {
+            s = s.trim_start();
+            if s.starts_with('>') || s.starts_with("/>") || s.is_empty() {
+                return out;
+            }
+            let eq = s.find('=').expect("attribute without a value");
+            let name = s[..eq].trim().to_string();
+            let rest = s[eq + 1..].strip_prefix('"').expect("unquoted value");
+            let end = rest.find('"').expect("unterminated value");
+            out.insert(name, unescape(&rest[..end]));
+            s = &rest[end + 1..];
+        }
+    }
+
+    fn unescape(v: &str) -> String {
+        v.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("&nbsp;", "\u{a0}")
+            .replace("&amp;", "&")
+    }
+}
+
+/// Just enough PNG decoding to look at Chromium's screenshot: 8-bit RGB or
+/// RGBA, not interlaced, zlib-inflated here (RFC 1950/1951) so the test
+/// needs no image crate.
+mod png {
+    use std::collections::HashSet;
+
+    pub struct Image {
+        pub width: usize,
+        pub height: usize,
+        channels: usize,
+        pixels: Vec<u8>,
+    }
+
+    impl Image {
+        fn pixel(&self, i: usize) -> &[u8] {
+            &self.pixels[i * self.channels..(i + 1) * self.channels]
+        }
+
+        pub fn distinct_colours(&self) -> usize {
+            (0..self.width * self.height)
+                .map(|i| self.pixel(i))
+                .collect::<HashSet<_>>()
+                .len()
+        }
+
+        /// Share of pixels unlike the top-left one (the page background).
+        pub fn share_unlike_corner(&self) -> f64 {
+            let bg = self.pixel(0);
+            let n = self.width * self.height;
+            (0..n).filter(|&i| self.pixel(i) != bg).count() as f64 / n as f64
+        }
+    }
+
+    pub fn decode(file: &[u8]) -> Image {
+        assert_eq!(&file[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+        let (mut pos, mut idat, mut header) = (8, Vec::new(), None);
+        while pos + 8 <= file.len() {
+            let len = u32::from_be_bytes(file[pos..pos + 4].try_into().unwrap()) as usize;
+            let kind = &file[pos + 4..pos + 8];
+            let data = &file[pos + 8..pos + 8 + len];
+            match kind {
+                b"IHDR" => header = Some(data.to_vec()),
+                b"IDAT" => idat.extend_from_slice(data),
+                b"IEND" => break,
+                _ => {}
+            }
+            pos += 12 + len;
+        }
+        let h = header.expect("no IHDR");
+        let be = |i: usize| u32::from_be_bytes(h[i..i + 4].try_into().unwrap()) as usize;
+        let (width, height, depth, colour, interlace) = (be(0), be(4), h[8], h[9], h[12]);
+        assert_eq!(
+            (depth, interlace),
+            (8, 0),
+            "only 8-bit, non-interlaced PNGs"
+        );
+        let channels = match colour {
+            2 => 3,
+            6 => 4,
+            c => panic!("PNG colour type {c} not handled"),
+        };
+        let raw = super::inflate::zlib(&idat);
+        let pixels = unfilter(&raw, width * channels, height, channels);
+        Image {
+            width,
+            height,
+            channels,
+            pixels,
+        }
+    }
+
+    fn unfilter(raw: &[u8], stride: usize, height: usize, bpp: usize) -> Vec<u8> {
+        assert_eq!(raw.len(), (stride + 1) * height, "PNG data length");
+        let mut out = vec![0u8; stride * height];
+        for y in 0..height {
+            let filter = raw[y * (stride + 1)];
+            let line = &raw[y * (stride + 1) + 1..(y + 1) * (stride + 1)];
+            for x in 0..stride {
+                let a = if x >= bpp {
+                    out[y * stride + x - bpp]
+                } else {
+                    0
+                };
+                let b = if y > 0 { out[(y - 1) * stride + x] } else { 0 };
+                let c = if x >= bpp && y > 0 {
+                    out[(y - 1) * stride + x - bpp]
+                } else {
+                    0
+                };
+                let predicted = match filter {
+                    0 => 0,
+                    1 => a,
+                    2 => b,
+                    3 => ((a as u16 + b as u16) / 2) as u8,
+                    4 => paeth(a, b, c),
+                    f => panic!("PNG filter {f}"),
+                };
+                out[y * stride + x] = line[x].wrapping_add(predicted);
+            }
+        }
+        out
+    }
+
+    fn paeth(a: u8, b: u8, c: u8) -> u8 {
+        let p = a as i16 + b as i16 - c as i16;
+        let (pa, pb, pc) = (
+            (p - a as i16).abs(),
+            (p - b as i16).abs(),
+            (p - c as i16).abs(),
+        );
+        if pa <= pb && pa <= pc {
+            a
+        } else if pb <= pc {
+            b
+        } else {
+            c
+        }
+    }
+}
+
+/// DEFLATE decoding after RFC 1951 (stored, fixed and dynamic Huffman
+/// blocks), in the manner of zlib's `puff.c`.
+mod inflate {
+    const LEN_BASE: [u16; 29] = [
+        3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115,
+        131, 163, 195, 227, 258,
+    ];
+    const LEN_EXTRA: [u8; 29] = [
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
+    ];
+    const DIST_BASE: [u16; 30] = [
+        1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537,
+        2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577,
+    ];
+    const DIST_EXTRA: [u8; 30] = [
+        0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12,
+        13, 13,
+    ];
+    const ORDER: [usize; 19] = [
+        16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15,
+    ];
+
+    struct Bits<'a> {
+        data: &'a [u8],
+        pos: usize,
+        buf: u32,
+        count: u32,
+    }
+
+    impl Bits<'_> {
+        fn take(&mut self, n: u32) -> u32 {
+            while self.count < n {
+                let byte = *self.data.get(self.pos).expect("deflate data ends early");
+                self.buf |= u32::from(byte) << self.count;
+                self.pos += 1;
+                self.count += 8;
+            }
+            let v = self.buf & ((1u32 << n) - 1);
+            self.buf = if n == 32 { 0 } else { self.buf >> n };
+            self.count -= n;
+            v
+        }
+
+        fn align(&mut self) {
+            self.buf = 0;
+            self.count = 0;
+        }
+    }
+
+    /// Canonical Huffman code: how many codes of each length, symbols by code.
+    struct Huffman {
+        counts: [u16; 16],
+        symbols: Vec<u16>,
+    }
+
+    impl Huffman {
+        fn new(lengths: &[u8]) -> Huffman {
+            let mut counts = [0u16; 16];
+            for &l in lengths {
+                counts[l as usize] += 1;
+            }
+            counts[0] = 0;
+            let mut offsets = [0u16; 16];
+            for len in 1..15 {
+                offsets[len + 1] = offsets[len] + counts[len];
+            }
+            let mut symbols = vec![0u16; lengths.len()];
+            for (sym, &l) in lengths.iter().enumerate() {
+                if l != 0 {
+                    symbols[offsets[l as usize] as usize] = sym as u16;
+                    offsets[l as usize] += 1;
+                }
+            }
+            Huffman { counts, symbols }
+        }
+
+        fn decode(&self, bits: &mut Bits) -> u16 {
+            let (mut code, mut first, mut index) = (0i32, 0i32, 0i32);
+            for len in 1..16 {
+                code |= bits.take(1) as i32;
+                let count = i32::from(self.counts[len]);
+                if code - count < first {
+                    return self.symbols[(index + code - first) as usize];
+                }
+                index += count;
+                first = (first + count) << 1;
+                code <<= 1;
+            }
+            panic!("invalid Huffman code");
+        }
+    }
+
+    /// The data inside a zlib stream (its 2-byte header skipped, its
+    /// checksum not checked: the PNG's pixels are checked instead).
+    pub fn zlib(data: &[u8]) -> Vec<u8> {
+        assert_eq!(data[0] & 0x0f, 8, "zlib: not deflate");
+        let mut bits = Bits {
+            data: &data[2..],
+            pos: 0,
+            buf: 0,
+            count: 0,
+        };
+        let mut out = Vec::new();
+        loop {
+            let last = bits.take(1) == 1;
+            match bits.take(2) {
+                0 => stored(&mut bits, &mut out),
+                1 => codes(&mut bits, &mut out, &fixed()),
+                2 => {
+                    let tables = dynamic(&mut bits);
+                    codes(&mut bits, &mut out, &tables)
+                }
+                _ => panic!("deflate: bad block type"),
+            }
+            if last {
+                return out;
+            }
+        }
+    }
+
+    fn stored(bits: &mut Bits, out: &mut Vec<u8>) {
+        bits.align();
+        let d = &bits.data[bits.pos..];
+        let len = usize::from(u16::from_le_bytes([d[0], d[1]]));
+        out.extend_from_slice(&d[4..4 + len]);
+        bits.pos += 4 + len;
+    }
+
+    fn fixed() -> (Huffman, Huffman) {
+        let mut lengths = [8u8; 288];
+        lengths[144..256].fill(9);
+        lengths[256..280].fill(7);
+        (Huffman::new(&lengths), Huffman::new(&[5u8; 30]))
+    }
+
+    fn dynamic(bits: &mut Bits) -> (Huffman, Huffman) {
+        let nlen = bits.take(5) as usize + 257;
+        let ndist = bits.take(5) as usize + 1;
+        let ncode = bits.take(4) as usize + 4;
+        let mut code_lengths = [0u8; 19];
+        for &i in &ORDER[..ncode] {
+            code_lengths[i] = bits.take(3) as u8;
+        }
+        let code = Huffman::new(&code_lengths);
+        let mut lengths = Vec::with_capacity(nlen + ndist);
+        while lengths.len() < nlen + ndist {
+            match code.decode(bits) {
+                sym @ 0..=15 => lengths.push(sym as u8),
+                16 => {
+                    let prev = *lengths.last().expect("repeat with no previous length");
+                    let n = 3 + bits.take(2) as usize;
+                    lengths.extend(std::iter::repeat_n(prev, n));
+                }
+                17 => {
+                    let n = 3 + bits.take(3) as usize;
+                    lengths.extend(std::iter::repeat_n(0, n));
+                }
+                _ => {
+                    let n = 11 + bits.take(7) as usize;
+                    lengths.extend(std::iter::repeat_n(0, n));
+                }
+            }
+        }
+        (
+            Huffman::new(&lengths[..nlen]),
+            Huffman::new(&lengths[nlen..]),
+        )
+    }
+
+    fn codes(bits: &mut Bits, out: &mut Vec<u8>, (lit, dist): &(Huffman, Huffman)) {
+        loop {
+            let sym = lit.decode(bits) as usize;
+            if sym < 256 {
+                out.push(sym as u8);
+                continue;
+            }
+            if sym == 256 {
+                return;
+            }
+            let s = sym - 257;
+            let len = usize::from(LEN_BASE[s]) + bits.take(u32::from(LEN_EXTRA[s])) as usize;
+            let d = dist.decode(bits) as usize;
+            let back = usize::from(DIST_BASE[d]) + bits.take(u32::from(DIST_EXTRA[d])) as usize;
+            let start = out.len() - back;
+            for i in 0..len {
+                out.push(out[start + i]);
+            }
+        }
+    }
+
+    #[test]
+    fn inflates_stored_and_fixed_blocks() {
+        // zlib.compress(b"abcabcabc", 9) and a stored block of "hi".
+        let fixed = [
+            0x78, 0xda, 0x4b, 0x4c, 0x4a, 0x4e, 0x04, 0x23, 0x00, 0x11, 0x3d, 0x03, 0x73,
+        ];
+        assert_eq!(zlib(&fixed), b"abcabcabc");
+        let stored = [0x78, 0x01, 0x01, 0x02, 0x00, 0xfd, 0xff, b'h', b'i'];
+        assert_eq!(zlib(&stored), b"hi");
+    }
+}
