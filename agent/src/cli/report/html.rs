@@ -472,7 +472,7 @@ fn edge_table(pairs: &BTreeMap<(&str, &str), Vec<&Edge>>) -> String {
     let mut s = String::from(
         "<table class=\"edges\"><tr><th>from</th><th>to</th><th>windows</th><th>fits</th>\
          <th>min RTT (last)</th><th>min RTT (lowest)</th><th>pure ratio (last)</th>\
-         <th>pure ratio (mean)</th><th>stamps</th><th>last error</th></tr>\n",
+         <th>pure ratio (mean)</th><th>stamps</th><th>last error (window)</th></tr>\n",
     );
     for ((from, to), es) in pairs {
         let fits: Vec<_> = es.iter().filter_map(|e| e.fit.as_ref()).collect();
@@ -495,16 +495,19 @@ fn edge_table(pairs: &BTreeMap<(&str, &str), Vec<&Edge>>) -> String {
                 .map_or("-".into(), |r| format!("{r:.3}")),
             mean(&ratios).map_or("-".into(), |r| format!("{r:.3}")),
             last.map_or(String::new(), |e| escape(&e.stamps)),
-            escape(
-                es.iter()
-                    .rev()
-                    .find_map(|e| e.error.as_deref())
-                    .unwrap_or("")
-            )
+            escape(&last_error(es))
         );
     }
     s.push_str("</table>\n");
     s
+}
+
+/// The most recent error of an edge, with its window.
+fn last_error(es: &[&Edge]) -> String {
+    es.iter()
+        .rev()
+        .find_map(|e| Some(format!("{} (window {})", e.error.as_deref()?, e.window)))
+        .unwrap_or_default()
 }
 
 fn mean(v: &[f64]) -> Option<f64> {
