@@ -81,9 +81,16 @@ mod tests {
     fn drop_all_leaves_nothing_and_sets_no_new_privs() {
         let (effective, permitted, nnp) = on_own_thread(|| {
             drop_all().unwrap();
-            (names(CapSet::Effective), names(CapSet::Permitted), no_new_privs())
+            (
+                names(CapSet::Effective),
+                names(CapSet::Permitted),
+                no_new_privs(),
+            )
         });
-        assert!(effective.is_empty() && permitted.is_empty(), "{effective:?} {permitted:?}");
+        assert!(
+            effective.is_empty() && permitted.is_empty(),
+            "{effective:?} {permitted:?}"
+        );
         assert!(nnp);
     }
 
