@@ -319,7 +319,7 @@ fn the_page_renders_in_chromium_and_its_dom_holds_the_historys_values() {
     let png = w.dir.join("shot.png");
     let shot = format!("--screenshot={}", png.display());
     run_chromium(&browser, &w.dir, &[&shot, "--window-size=1200,2000"], &out);
-    let image = png::decode(&std::fs::read(&png).unwrap());
+    let image = screenshot::decode(&std::fs::read(&png).unwrap());
     assert_eq!((image.width, image.height), (1200, 2000));
     let colours = image.distinct_colours();
     let inked = image.share_unlike_corner();
@@ -567,10 +567,8 @@ mod dom {
     }
 }
 
-/// Just enough PNG decoding to look at Chromium's screenshot: 8-bit RGB or
-/// RGBA, not interlaced, zlib-inflated here (RFC 1950/1951) so the test
-/// needs no image crate.
-mod png {
+/// Chromium's screenshot as pixels (the `png` crate decodes it).
+mod screenshot {
     use std::collections::HashSet;
 
     pub struct Image {
@@ -601,290 +599,17 @@ mod png {
     }
 
     pub fn decode(file: &[u8]) -> Image {
-        assert_eq!(&file[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
-        let (mut pos, mut idat, mut header) = (8, Vec::new(), None);
-        while pos + 8 <= file.len() {
-            let len = u32::from_be_bytes(file[pos..pos + 4].try_into().unwrap()) as usize;
-            let kind = &file[pos + 4..pos + 8];
-            let data = &file[pos + 8..pos + 8 + len];
-            match kind {
-                b"IHDR" => header = Some(data.to_vec()),
-                b"IDAT" => idat.extend_from_slice(data),
-                b"IEND" => break,
-                _ => {}
-            }
-            pos += 12 + len;
-        }
-        let h = header.expect("no IHDR");
-        let be = |i: usize| u32::from_be_bytes(h[i..i + 4].try_into().unwrap()) as usize;
-        let (width, height, depth, colour, interlace) = (be(0), be(4), h[8], h[9], h[12]);
-        assert_eq!(
-            (depth, interlace),
-            (8, 0),
-            "only 8-bit, non-interlaced PNGs"
-        );
-        let channels = match colour {
-            2 => 3,
-            6 => 4,
-            c => panic!("PNG colour type {c} not handled"),
-        };
-        let raw = super::inflate::zlib(&idat);
-        let pixels = unfilter(&raw, width * channels, height, channels);
+        let mut decoder = png::Decoder::new(std::io::Cursor::new(file));
+        decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+        let mut reader = decoder.read_info().expect("a PNG screenshot");
+        let mut pixels = vec![0; reader.output_buffer_size().expect("a sane PNG size")];
+        let frame = reader.next_frame(&mut pixels).expect("PNG pixels");
+        pixels.truncate(frame.buffer_size());
         Image {
-            width,
-            height,
-            channels,
+            width: frame.width as usize,
+            height: frame.height as usize,
+            channels: frame.color_type.samples(),
             pixels,
         }
-    }
-
-    fn unfilter(raw: &[u8], stride: usize, height: usize, bpp: usize) -> Vec<u8> {
-        assert_eq!(raw.len(), (stride + 1) * height, "PNG data length");
-        let mut out = vec![0u8; stride * height];
-        for y in 0..height {
-            let filter = raw[y * (stride + 1)];
-            let line = &raw[y * (stride + 1) + 1..(y + 1) * (stride + 1)];
-            for x in 0..stride {
-                let a = if x >= bpp {
-                    out[y * stride + x - bpp]
-                } else {
-                    0
-                };
-                let b = if y > 0 { out[(y - 1) * stride + x] } else { 0 };
-                let c = if x >= bpp && y > 0 {
-                    out[(y - 1) * stride + x - bpp]
-                } else {
-                    0
-                };
-                let predicted = match filter {
-                    0 => 0,
-                    1 => a,
-                    2 => b,
-                    3 => ((a as u16 + b as u16) / 2) as u8,
-                    4 => paeth(a, b, c),
-                    f => panic!("PNG filter {f}"),
-                };
-                out[y * stride + x] = line[x].wrapping_add(predicted);
-            }
-        }
-        out
-    }
-
-    fn paeth(a: u8, b: u8, c: u8) -> u8 {
-        let p = a as i16 + b as i16 - c as i16;
-        let (pa, pb, pc) = (
-            (p - a as i16).abs(),
-            (p - b as i16).abs(),
-            (p - c as i16).abs(),
-        );
-        if pa <= pb && pa <= pc {
-            a
-        } else if pb <= pc {
-            b
-        } else {
-            c
-        }
-    }
-}
-
-/// DEFLATE decoding after RFC 1951 (stored, fixed and dynamic Huffman
-/// blocks), in the manner of zlib's `puff.c`.
-mod inflate {
-    const LEN_BASE: [u16; 29] = [
-        3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115,
-        131, 163, 195, 227, 258,
-    ];
-    const LEN_EXTRA: [u8; 29] = [
-        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
-    ];
-    const DIST_BASE: [u16; 30] = [
-        1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537,
-        2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577,
-    ];
-    const DIST_EXTRA: [u8; 30] = [
-        0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12,
-        13, 13,
-    ];
-    const ORDER: [usize; 19] = [
-        16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15,
-    ];
-
-    struct Bits<'a> {
-        data: &'a [u8],
-        pos: usize,
-        buf: u32,
-        count: u32,
-    }
-
-    impl Bits<'_> {
-        fn take(&mut self, n: u32) -> u32 {
-            while self.count < n {
-                let byte = *self.data.get(self.pos).expect("deflate data ends early");
-                self.buf |= u32::from(byte) << self.count;
-                self.pos += 1;
-                self.count += 8;
-            }
-            let v = self.buf & ((1u32 << n) - 1);
-            self.buf = if n == 32 { 0 } else { self.buf >> n };
-            self.count -= n;
-            v
-        }
-
-        fn align(&mut self) {
-            self.buf = 0;
-            self.count = 0;
-        }
-    }
-
-    /// Canonical Huffman code: how many codes of each length, symbols by code.
-    struct Huffman {
-        counts: [u16; 16],
-        symbols: Vec<u16>,
-    }
-
-    impl Huffman {
-        fn new(lengths: &[u8]) -> Huffman {
-            let mut counts = [0u16; 16];
-            for &l in lengths {
-                counts[l as usize] += 1;
-            }
-            counts[0] = 0;
-            let mut offsets = [0u16; 16];
-            for len in 1..15 {
-                offsets[len + 1] = offsets[len] + counts[len];
-            }
-            let mut symbols = vec![0u16; lengths.len()];
-            for (sym, &l) in lengths.iter().enumerate() {
-                if l != 0 {
-                    symbols[offsets[l as usize] as usize] = sym as u16;
-                    offsets[l as usize] += 1;
-                }
-            }
-            Huffman { counts, symbols }
-        }
-
-        fn decode(&self, bits: &mut Bits) -> u16 {
-            let (mut code, mut first, mut index) = (0i32, 0i32, 0i32);
-            for len in 1..16 {
-                code |= bits.take(1) as i32;
-                let count = i32::from(self.counts[len]);
-                if code - count < first {
-                    return self.symbols[(index + code - first) as usize];
-                }
-                index += count;
-                first = (first + count) << 1;
-                code <<= 1;
-            }
-            panic!("invalid Huffman code");
-        }
-    }
-
-    /// The data inside a zlib stream (its 2-byte header skipped, its
-    /// checksum not checked: the PNG's pixels are checked instead).
-    pub fn zlib(data: &[u8]) -> Vec<u8> {
-        assert_eq!(data[0] & 0x0f, 8, "zlib: not deflate");
-        let mut bits = Bits {
-            data: &data[2..],
-            pos: 0,
-            buf: 0,
-            count: 0,
-        };
-        let mut out = Vec::new();
-        loop {
-            let last = bits.take(1) == 1;
-            match bits.take(2) {
-                0 => stored(&mut bits, &mut out),
-                1 => codes(&mut bits, &mut out, &fixed()),
-                2 => {
-                    let tables = dynamic(&mut bits);
-                    codes(&mut bits, &mut out, &tables)
-                }
-                _ => panic!("deflate: bad block type"),
-            }
-            if last {
-                return out;
-            }
-        }
-    }
-
-    fn stored(bits: &mut Bits, out: &mut Vec<u8>) {
-        bits.align();
-        let d = &bits.data[bits.pos..];
-        let len = usize::from(u16::from_le_bytes([d[0], d[1]]));
-        out.extend_from_slice(&d[4..4 + len]);
-        bits.pos += 4 + len;
-    }
-
-    fn fixed() -> (Huffman, Huffman) {
-        let mut lengths = [8u8; 288];
-        lengths[144..256].fill(9);
-        lengths[256..280].fill(7);
-        (Huffman::new(&lengths), Huffman::new(&[5u8; 30]))
-    }
-
-    fn dynamic(bits: &mut Bits) -> (Huffman, Huffman) {
-        let nlen = bits.take(5) as usize + 257;
-        let ndist = bits.take(5) as usize + 1;
-        let ncode = bits.take(4) as usize + 4;
-        let mut code_lengths = [0u8; 19];
-        for &i in &ORDER[..ncode] {
-            code_lengths[i] = bits.take(3) as u8;
-        }
-        let code = Huffman::new(&code_lengths);
-        let mut lengths = Vec::with_capacity(nlen + ndist);
-        while lengths.len() < nlen + ndist {
-            match code.decode(bits) {
-                sym @ 0..=15 => lengths.push(sym as u8),
-                16 => {
-                    let prev = *lengths.last().expect("repeat with no previous length");
-                    let n = 3 + bits.take(2) as usize;
-                    lengths.extend(std::iter::repeat_n(prev, n));
-                }
-                17 => {
-                    let n = 3 + bits.take(3) as usize;
-                    lengths.extend(std::iter::repeat_n(0, n));
-                }
-                _ => {
-                    let n = 11 + bits.take(7) as usize;
-                    lengths.extend(std::iter::repeat_n(0, n));
-                }
-            }
-        }
-        (
-            Huffman::new(&lengths[..nlen]),
-            Huffman::new(&lengths[nlen..]),
-        )
-    }
-
-    fn codes(bits: &mut Bits, out: &mut Vec<u8>, (lit, dist): &(Huffman, Huffman)) {
-        loop {
-            let sym = lit.decode(bits) as usize;
-            if sym < 256 {
-                out.push(sym as u8);
-                continue;
-            }
-            if sym == 256 {
-                return;
-            }
-            let s = sym - 257;
-            let len = usize::from(LEN_BASE[s]) + bits.take(u32::from(LEN_EXTRA[s])) as usize;
-            let d = dist.decode(bits) as usize;
-            let back = usize::from(DIST_BASE[d]) + bits.take(u32::from(DIST_EXTRA[d])) as usize;
-            let start = out.len() - back;
-            for i in 0..len {
-                out.push(out[start + i]);
-            }
-        }
-    }
-
-    #[test]
-    fn inflates_stored_and_fixed_blocks() {
-        // zlib.compress(b"abcabcabc", 9) and a stored block of "hi".
-        let fixed = [
-            0x78, 0xda, 0x4b, 0x4c, 0x4a, 0x4e, 0x04, 0x23, 0x00, 0x11, 0x3d, 0x03, 0x73,
-        ];
-        assert_eq!(zlib(&fixed), b"abcabcabc");
-        let stored = [0x78, 0x01, 0x01, 0x02, 0x00, 0xfd, 0xff, b'h', b'i'];
-        assert_eq!(zlib(&stored), b"hi");
     }
 }
