@@ -206,3 +206,92 @@ fn trace_merge_refuses_requests_the_inputs_make_meaningless() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// One node line per host of `two_traces`, anchored at their session
+/// start: a history that covers both sessions.
+fn history_for_two_traces(path: &std::path::Path) {
+    use clockmesh::publish::history::{HistoryEntry, NodeLine};
+    let start = clockmesh::trace::synth::SynthSpec::default().start_ns;
+    let mut text = String::new();
+    for (host, offset_ns) in [("a", 1_000), ("b", -250_000)] {
+        let entry = HistoryEntry {
+            host: host.into(),
+            window: 1,
+            anchor_ns: start,
+            offset_ns,
+            drift_ppb: 0.0,
+            bound_ns: 120,
+            valid_from_ns: Some(start - 1_000_000_000),
+            valid_until_ns: Some(start + 1_000_000_000),
+            reference: Some("a".into()),
+            ..HistoryEntry::default()
+        };
+        text += &serde_json::to_string(&NodeLine::new(&entry)).unwrap();
+        text.push('\n');
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn trace_merge_summary_is_json_that_the_report_shows() {
+    let dir = two_traces("merge-summary");
+    let d = |p: &str| dir.join(p).display().to_string();
+    history_for_two_traces(&dir.join("h.jsonl"));
+    let merge = |run_name: &str, extra: &[&str]| {
+        let (input, out, history) = (d("in"), d("out"), d("h.jsonl"));
+        let mut args = vec!["trace", "merge", &input, "-o", &out, "--history", &history];
+        args.extend(["--run", run_name, "--summary"]);
+        args.extend(extra);
+        run(&mut clockmesh(&args))
+    };
+    let (out, text, err) = merge("r1", &[&d("s.json")]);
+    assert!(out.status.success(), "{err}");
+    assert!(text.contains("summary JSON: "), "{text}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("s.json")).unwrap()).unwrap();
+    let hosts = summary["hosts"].as_array().unwrap();
+    let b = hosts.iter().find(|h| h["host"] == "b").unwrap();
+    assert_eq!(b["offset_ns"], -250_000);
+    assert_eq!(b["source"], "history");
+    assert_eq!(b["worst_bound_ns"], 120);
+    // An existing summary is kept, and nothing is merged, without --force.
+    let (out, _, err) = merge("r2", &[&d("s.json")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("--force"), "{err}");
+    assert!(!dir.join("out/plugins/profile/r2").exists());
+    // The report shows it beside the history.
+    let page = d("r.html");
+    let (out, _, err) = run(&mut clockmesh(&[
+        "report",
+        "--history",
+        &d("h.jsonl"),
+        "--merge-summary",
+        &d("s.json"),
+        "-o",
+        &page,
+    ]));
+    assert!(out.status.success(), "{err}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(
+            r#"data-host="b" data-offset-ns="-250000" data-drift-ppb="0" data-bound-ns="120""#
+        ),
+        "{html}"
+    );
+    // Not a summary: one line that says so.
+    let (out, _, err) = run(&mut clockmesh(&[
+        "report",
+        "--history",
+        &d("h.jsonl"),
+        "--merge-summary",
+        &d("h.jsonl"),
+        "-o",
+        &d("r2.html"),
+    ]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains("not a `clockmesh trace merge --summary` file"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

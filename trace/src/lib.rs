@@ -20,6 +20,7 @@ pub mod perfetto;
 pub mod plan;
 pub mod rewrite;
 pub mod scan;
+pub mod summary;
 pub mod synth;
 pub mod wire;
 
@@ -29,6 +30,7 @@ pub use merge::{
 };
 pub use plan::{DeviceError, DevicePlaneReport};
 pub use scan::{Scan, scan_file};
+pub use summary::MergeSummary;
 
 /// What is wrong with one trace file.
 #[derive(Debug, thiserror::Error)]

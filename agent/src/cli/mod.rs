@@ -2,6 +2,7 @@
 pub mod agent;
 pub mod capture;
 pub mod config;
+pub mod files;
 pub mod gpu;
 pub mod offsets;
 #[macro_use]

@@ -82,8 +82,14 @@ struct MergeArgs {
     /// file (refused if it exists, unless --force).
     #[arg(long, value_name = "FILE")]
     perfetto: Option<PathBuf>,
-    /// Replace an existing --perfetto file.
-    #[arg(long, requires = "perfetto")]
+    /// Also write what the merge did per host (source, offset, drift, worst
+    /// bound, events placed, device planes) as JSON to this file (refused
+    /// if it exists, unless --force); `clockmesh report --merge-summary`
+    /// shows it.
+    #[arg(long, value_name = "FILE")]
+    summary: Option<PathBuf>,
+    /// Replace an existing --perfetto or --summary file.
+    #[arg(long)]
     force: bool,
     /// Fail, writing nothing, if any host's alignment bound (worst over its
     /// session) exceeds NS, or is unknown (--offset, assumed 0).
@@ -228,6 +234,9 @@ fn default_run_name(origin_ns: i64) -> String {
 }
 
 fn merge(args: MergeArgs) -> anyhow::Result<()> {
+    if let Some(p) = &args.summary {
+        super::files::refuse_overwrite(p, args.force, "--summary")?;
+    }
     let inputs = trace::collect_inputs(&args.inputs)?;
     let history = match &args.history {
         Some(p) => history::load_all(p)?,
@@ -281,6 +290,12 @@ fn merge(args: MergeArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = &args.perfetto {
         crate::outln!("perfetto JSON: {}", p.display())?;
+    }
+    if let Some(p) = &args.summary {
+        let json = serde_json::to_vec_pretty(&trace::MergeSummary::of(&report))?;
+        super::files::write_atomically(p, &json, args.force, "--summary")
+            .context("the merged run is complete; only its summary failed")?;
+        crate::outln!("summary JSON: {}", p.display())?;
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use clockmesh::publish::history::{DeviceHistoryEntry, HistoryEntry};
+use clockmesh::trace::MergeSummary;
 
 use super::lines::{Edge, History};
 use super::svg::{Chart, Scale, colour, escape, si};
@@ -18,6 +19,8 @@ pub struct Inputs<'a> {
     /// Names of the history files, for the header.
     pub files: &'a [String],
     pub truth: Option<(&'a str, &'a Truth)>,
+    /// A `trace merge --summary` file: (its name, its content).
+    pub merge: Option<(&'a str, &'a MergeSummary)>,
 }
 
 /// Shared by the sections: nodes in name order (their colours) and the
@@ -103,6 +106,9 @@ pub fn render(inp: &Inputs) -> String {
     page.push_str(&graph_section(&ctx));
     page.push_str(&device_section(&ctx));
     page.push_str(&handover_section(&ctx));
+    if let Some((name, merge)) = inp.merge {
+        page.push_str(&merge_section(name, merge));
+    }
     page.push_str("</body>\n</html>\n");
     page
 }
@@ -586,6 +592,62 @@ fn graph_edge(a: (f64, f64), b: (f64, f64), (from, to): (&str, &str), es: &[&Edg
     )
 }
 
+/// What `trace merge` did with each host: the offsets and bounds the
+/// merged traces were placed with.
+fn merge_section(name: &str, m: &MergeSummary) -> String {
+    let mut s = String::from("<h2>Trace merge</h2>\n");
+    let _ = writeln!(
+        s,
+        "<p class=\"note\">{}: run {}, origin {} ns, {} → {} bytes.</p>",
+        escape(name),
+        escape(&m.run_dir),
+        m.origin_ns,
+        m.bytes_in,
+        m.bytes_out
+    );
+    s.push_str(
+        "<table class=\"merge\"><tr><th>host</th><th>map from</th><th>anchors</th>\
+         <th>offset at start</th><th>drift</th><th>worst bound</th><th>events placed</th>\
+         <th>device planes</th></tr>\n",
+    );
+    for h in &m.hosts {
+        let bound = h
+            .worst_bound_ns
+            .map_or_else(|| "unknown".to_string(), |b| format!("± {b} ns"));
+        let devices: Vec<String> = h
+            .device_planes
+            .iter()
+            .map(|d| {
+                format!(
+                    "{} ← {} (± {} ns)",
+                    escape(&d.plane),
+                    escape(&d.device),
+                    d.worst_bound_ns
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "<tr data-host=\"{}\" data-offset-ns=\"{}\" data-drift-ppb=\"{}\" data-bound-ns=\"{}\">\
+             <td class=\"name\">{}</td><td class=\"name\">{}</td><td>{}</td><td>{} ns</td>\
+             <td>{:.1} ppb</td><td>{bound}</td><td>{}</td><td class=\"name\">{}</td></tr>",
+            escape(&h.host),
+            h.offset_ns,
+            h.drift_ppb,
+            h.worst_bound_ns.map_or_else(String::new, |b| b.to_string()),
+            escape(&h.host),
+            escape(&h.source),
+            h.anchors,
+            h.offset_ns,
+            h.drift_ppb,
+            h.events_placed,
+            devices.join("<br>")
+        );
+    }
+    s.push_str("</table>\n");
+    s
+}
+
 fn device_section(ctx: &Ctx) -> String {
     let mut s = String::from("<h2>GPU device maps</h2>\n");
     let devices = &ctx.inp.history.devices;
@@ -707,7 +769,51 @@ mod tests {
             history: h,
             files: &files,
             truth,
+            merge: None,
         })
+    }
+
+    #[test]
+    fn a_merge_summary_is_a_row_per_host_with_its_values() {
+        use clockmesh::trace::summary::{DevicePlaneSummary, HostSummary};
+        let host = |name: &str, bound: Option<u64>| HostSummary {
+            host: name.into(),
+            source: "history".into(),
+            offset_ns: -123_906_768,
+            drift_ppb: -50_003.4,
+            worst_bound_ns: bound,
+            anchors: 3,
+            events_placed: 5_902,
+            device_planes: vec![DevicePlaneSummary {
+                plane: "/device:GPU:0".into(),
+                device: "nvidia:0".into(),
+                events_mapped: 7,
+                worst_bound_ns: 2_100,
+            }],
+        };
+        let m = MergeSummary {
+            run_dir: "out/plugins/profile/r".into(),
+            origin_ns: 42,
+            bytes_in: 10,
+            bytes_out: 11,
+            hosts: vec![host("n1", Some(2_002)), host("<n2>", None)],
+        };
+        let h = History {
+            nodes: vec![node("n1", 1, -1, 80)],
+            ..History::default()
+        };
+        let files = ["a.jsonl".to_string()];
+        let html = render(&Inputs {
+            history: &h,
+            files: &files,
+            truth: None,
+            merge: Some(("m.json", &m)),
+        });
+        assert!(html.contains("<h2>Trace merge</h2>"));
+        assert!(html.contains(r#"data-host="n1" data-offset-ns="-123906768" data-drift-ppb="-50003.4" data-bound-ns="2002""#), "{html}");
+        assert!(html.contains(r#"data-host="&lt;n2&gt;""#) && html.contains("unknown"));
+        assert!(html.contains("/device:GPU:0 ← nvidia:0 (± 2100 ns)"));
+        assert!(!page(&h, None).contains("Trace merge"));
     }
 
     #[test]
