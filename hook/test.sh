@@ -7,7 +7,8 @@
 #     existing XLA files, upstream commit named;
 #  3. the merge tool reads the hook's stats (`clockmesh trace info`).
 # The C reader itself (seqlock stress vs the Rust writer, error codes) is
-# tested by `cargo test -p clockmesh-offsets --test publish_seqlock`.
+# tested by `cargo test -p clockmesh-offsets --test publish_seqlock` and
+# `--test publish_ring` (ring, device maps, agreement with Rust and Python).
 # Needs protoc, libprotobuf-dev, g++ and python3 (`cargo xtask setup`).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -38,6 +38,7 @@ gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$CLOCKMESH_SKEW_SHIM" tests/skew
 # -P: the tests' own directory is not put first on sys.path either, so
 # `import clockmesh` can only find the installed package.
 "$venv/bin/python" -P python/tests/test_reader_and_xspace.py
+"$venv/bin/python" -P python/tests/test_reader_v2.py
 "$venv/bin/python" -P python/tests/test_jax_two_hosts.py
 "$venv/bin/python" -P python/tests/test_torch_two_ranks.py
 echo "python/test.sh: ok"

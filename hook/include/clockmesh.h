@@ -3,15 +3,18 @@
  *
  * The clockmesh agent publishes this node's map from local CLOCK_REALTIME to
  * the cluster's global timeline in a small memory-mapped file (default
- * /run/clockmesh/offsets; layout: docs/offsets-format.md). This header reads
- * it with a seqlock: it never blocks the writer and never returns a torn
- * record. Every error fails closed: no offset is returned unless the data is
- * present, of the expected version, and fresh.
+ * /run/clockmesh/offsets; layout version 2: docs/offsets-format.md). This
+ * header reads it with a seqlock: it never blocks the writer and never
+ * returns a torn record. Every error fails closed: no offset is returned
+ * unless the data is present, of the expected version, and valid at the
+ * stamp's own time (the file keeps a ring of the last 256 records; a stamp
+ * older than all of them is CLOCKMESH_E_TOO_OLD).
  *
  *   clockmesh_t cm;
  *   if (clockmesh_open(&cm, NULL) == CLOCKMESH_OK) {
  *     int64_t global; uint64_t bound;
  *     if (clockmesh_to_global(&cm, local_ns, &global, &bound) == CLOCKMESH_OK) ...
+ *     if (clockmesh_device_to_global(&cm, gpu, gpu_ns, &global, &bound) == CLOCKMESH_OK) ...
  *     clockmesh_now_t now;   (global time now as [earliest, latest] + status)
  *     if (clockmesh_now(&cm, &now) == CLOCKMESH_OK && now.status == CLOCKMESH_CLOCK_SYNCHRONISED) ...
  *     clockmesh_close(&cm);
@@ -39,9 +42,12 @@ extern "C" {
 
 #define CLOCKMESH_DEFAULT_PATH "/run/clockmesh/offsets"
 #define CLOCKMESH_MAGIC 0x3153464f4d4b4c43ULL /* "CLKMOFS1" little-endian */
-#define CLOCKMESH_VERSION 1u
-#define CLOCKMESH_FILE_LEN 4096u
+#define CLOCKMESH_VERSION 2u
 #define CLOCKMESH_MAX_DEVICES 16u
+#define CLOCKMESH_RING_OFFSET 4096u /* the ring of recent records */
+#define CLOCKMESH_RING_SLOTS 256u
+#define CLOCKMESH_SLOT_LEN 128u
+#define CLOCKMESH_FILE_LEN (CLOCKMESH_RING_OFFSET + CLOCKMESH_RING_SLOTS * CLOCKMESH_SLOT_LEN) /* 36864 */
 
 /* Error codes (negative); CLOCKMESH_OK is 0. */
 enum clockmesh_status {
@@ -54,7 +60,8 @@ enum clockmesh_status {
   CLOCKMESH_E_BUSY = -6,        /* record kept changing during the read */
   CLOCKMESH_E_IO = -7,          /* open/mmap failed (see errno) */
   CLOCKMESH_E_NOT_FOUND = -8,   /* no such device map */
-  CLOCKMESH_E_INVALID = -9      /* bad argument */
+  CLOCKMESH_E_INVALID = -9,     /* bad argument */
+  CLOCKMESH_E_TOO_OLD = -10     /* stamp older than the oldest record the file keeps */
 };
 
 /* Record flags. */
@@ -112,6 +119,8 @@ typedef struct clockmesh_snapshot {
 #define CLOCKMESH__CORE_WORDS 11
 #define CLOCKMESH__PAYLOAD_WORDS 143
 #define CLOCKMESH__DEVICE_WORD 15
+#define CLOCKMESH__RING_HEAD_WORD 153 /* byte 1224: records ever appended */
+#define CLOCKMESH__ANCHOR_CORE_WORD 6
 #define CLOCKMESH__SPIN_ATTEMPTS 64
 /* How long a reader waits for a writer that is mid-write (preempted, or
  * killed mid-write) before failing closed with CLOCKMESH_E_BUSY. */
@@ -129,6 +138,7 @@ static inline const char *clockmesh_strerror(int status) {
   case CLOCKMESH_E_IO: return "I/O error";
   case CLOCKMESH_E_NOT_FOUND: return "no such device";
   case CLOCKMESH_E_INVALID: return "invalid argument";
+  case CLOCKMESH_E_TOO_OLD: return "stamp older than the offsets file's records";
   default: return "unknown error";
   }
 }
@@ -137,12 +147,26 @@ static inline uint64_t clockmesh__load(const volatile uint64_t *p) {
   return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED);
 }
 
-/* Maps the file (path NULL = default) and checks magic and version. */
+/* Header checks, in order: magic, version (a v1 file is BAD_VERSION), then
+ * the geometry this reader was built for (bytes 8..32 and 40..56). */
+static inline int clockmesh__check_header(const uint64_t h[8]) {
+  if (h[0] != CLOCKMESH_MAGIC) return CLOCKMESH_E_BAD_FORMAT;
+  if ((h[1] & 0xffffffffu) != CLOCKMESH_VERSION) return CLOCKMESH_E_BAD_VERSION;
+  if (h[1] != (CLOCKMESH_VERSION | (64ull << 32)) ||
+      h[2] != (CLOCKMESH_FILE_LEN | ((uint64_t)CLOCKMESH_MAX_DEVICES << 32)) || h[3] != (64u | (64ull << 32)) ||
+      h[5] != (CLOCKMESH_RING_OFFSET | ((uint64_t)CLOCKMESH_RING_SLOTS << 32)) || h[6] != CLOCKMESH_SLOT_LEN)
+    return CLOCKMESH_E_BAD_FORMAT;
+  return CLOCKMESH_OK;
+}
+
+/* Maps the file (path NULL = default) after checking its header (read
+ * with pread, so a file of another version is told from a short one). */
 static inline int clockmesh_open(clockmesh_t *cm, const char *path) {
   struct stat st;
   void *m;
-  int fd, status = CLOCKMESH_OK;
-  uint64_t version;
+  int fd, status;
+  unsigned char raw[64];
+  uint64_t h[8];
   if (!cm) return CLOCKMESH_E_INVALID;
   cm->base = NULL;
   fd = open(path ? path : CLOCKMESH_DEFAULT_PATH, O_RDONLY | O_CLOEXEC);
@@ -151,22 +175,22 @@ static inline int clockmesh_open(clockmesh_t *cm, const char *path) {
     close(fd);
     return CLOCKMESH_E_IO;
   }
-  if (st.st_size < (off_t)CLOCKMESH_FILE_LEN) {
+  if (pread(fd, raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
     close(fd);
     return CLOCKMESH_E_BAD_FORMAT;
+  }
+  memcpy(h, raw, sizeof h); /* little-endian host (x86-64, aarch64) */
+  status = clockmesh__check_header(h);
+  if (status == CLOCKMESH_OK && st.st_size < (off_t)CLOCKMESH_FILE_LEN) status = CLOCKMESH_E_BAD_FORMAT;
+  if (status != CLOCKMESH_OK) {
+    close(fd);
+    return status;
   }
   m = mmap(NULL, CLOCKMESH_FILE_LEN, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED) return CLOCKMESH_E_IO;
   cm->base = (const volatile uint64_t *)m;
-  version = clockmesh__load(cm->base + 1) & 0xffffffffu;
-  if (clockmesh__load(cm->base) != CLOCKMESH_MAGIC) status = CLOCKMESH_E_BAD_FORMAT;
-  else if (version != CLOCKMESH_VERSION) status = CLOCKMESH_E_BAD_VERSION;
-  if (status != CLOCKMESH_OK) {
-    munmap(m, CLOCKMESH_FILE_LEN);
-    cm->base = NULL;
-  }
-  return status;
+  return CLOCKMESH_OK;
 }
 
 static inline void clockmesh_close(clockmesh_t *cm) {
@@ -327,22 +351,102 @@ static inline void clockmesh_apply(const clockmesh_snapshot_t *s, int64_t local_
                    s->bound_growth_ps_per_s, local_ns, global_ns, bound_ns);
 }
 
-/* Maps a local CLOCK_REALTIME stamp onto the global timeline; fails closed
- * (nothing written) unless the published data is present and fresh now
- * ("now" read with clockmesh_realtime_coarse_ns). */
+/* One seqlock attempt of a ring scan: the core words (11) of the newest
+ * record anchored at or before t. *found: 1 found, 0 nothing published,
+ * -1 every record is anchored after t (too old). 1 if consistent. */
+static inline int clockmesh__try_pick(const clockmesh_t *cm, int64_t t, uint64_t *core, int *found) {
+  const uint64_t *seq = (const uint64_t *)(cm->base + CLOCKMESH__SEQ_WORD);
+  uint64_t s1 = __atomic_load_n(seq, __ATOMIC_ACQUIRE), head, n, k;
+  int i;
+  if (s1 & 1u) return 0;
+  head = clockmesh__load(cm->base + CLOCKMESH__RING_HEAD_WORD);
+  *found = 0;
+  for (n = head, k = 0; n >= 1 && k < CLOCKMESH_RING_SLOTS; n--, k++) {
+    const volatile uint64_t *slot =
+        cm->base + (CLOCKMESH_RING_OFFSET + ((n - 1) % CLOCKMESH_RING_SLOTS) * CLOCKMESH_SLOT_LEN) / 8;
+    if (clockmesh__load(slot) != n) break; /* cleared by a restarted writer: the ring ends here */
+    if ((int64_t)clockmesh__load(slot + 1 + CLOCKMESH__ANCHOR_CORE_WORD) <= t) {
+      for (i = 0; i < CLOCKMESH__CORE_WORDS; i++) core[i] = clockmesh__load(slot + 1 + i);
+      *found = 1;
+      break;
+    }
+    *found = -1;
+  }
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  return __atomic_load_n(seq, __ATOMIC_RELAXED) == s1;
+}
+
+/* The ring record for stamp t, as an error code (OK, NO_DATA, TOO_OLD, BUSY). */
+static inline int clockmesh__pick(const clockmesh_t *cm, int64_t t, uint64_t *core) {
+  int attempt, found = 0;
+  int64_t since;
+  if (!cm->base) return CLOCKMESH_E_INVALID;
+  for (attempt = 0; attempt < CLOCKMESH__SPIN_ATTEMPTS; attempt++)
+    if (clockmesh__try_pick(cm, t, core, &found)) goto done;
+  since = clockmesh__monotonic_ns();
+  for (;;) {
+    struct timespec pause = {0, 20000};
+    if (clockmesh__try_pick(cm, t, core, &found)) goto done;
+    if (clockmesh__monotonic_ns() - since >= CLOCKMESH__BUSY_TIMEOUT_NS) return CLOCKMESH_E_BUSY;
+    nanosleep(&pause, NULL);
+  }
+done:
+  return found == 1 ? CLOCKMESH_OK : found == 0 ? CLOCKMESH_E_NO_DATA : CLOCKMESH_E_TOO_OLD;
+}
+
+/* Maps a local CLOCK_REALTIME stamp onto the global timeline, judged at the
+ * stamp's own time ("now" is not read): with the newest ring record
+ * anchored at or before the stamp, if that record is valid at the stamp
+ * (VALID, not STALE, stamp <= its valid_until_ns). Fails closed (nothing
+ * written): NO_DATA, STALE (also a stamp past the newest record's
+ * validity), TOO_OLD (anchored before every record the file keeps), BUSY. */
 static inline int clockmesh_to_global(const clockmesh_t *cm, int64_t local_ns,
                                       int64_t *global_ns, uint64_t *bound_ns) {
   uint64_t p[CLOCKMESH__CORE_WORDS];
   uint32_t flags;
   int rc;
   if (!cm) return CLOCKMESH_E_INVALID;
-  rc = clockmesh__read_words(cm, p, CLOCKMESH__CORE_WORDS);
+  rc = clockmesh__pick(cm, local_ns, p);
   if (rc != CLOCKMESH_OK) return rc;
-  /* Same checks as clockmesh_check_fresh, on the raw words (no struct copy). */
   flags = (uint32_t)p[0];
   if (!(flags & CLOCKMESH_F_VALID)) return CLOCKMESH_E_NO_DATA;
-  if ((flags & CLOCKMESH_F_STALE) || clockmesh_realtime_coarse_ns() > (int64_t)p[5]) return CLOCKMESH_E_STALE;
+  if ((flags & CLOCKMESH_F_STALE) || local_ns > (int64_t)p[5]) return CLOCKMESH_E_STALE;
   clockmesh__apply((int64_t)p[6], (int64_t)p[7], (int64_t)p[8], p[9], p[10], local_ns, global_ns, bound_ns);
+  return CLOCKMESH_OK;
+}
+
+/* A device map applied to a device clock reading: host CLOCK_REALTIME
+ * = d + offset_ns + trunc(drift_ps_per_s x (d - device_anchor_ns) / 1e12),
+ * 128-bit and saturated (Rust DeviceMap::to_host). */
+static inline int64_t clockmesh_device_to_host(const clockmesh_device_t *d, int64_t device_ns) {
+  __int128 age = (__int128)device_ns - d->device_anchor_ns;
+  return clockmesh__sat_i64((__int128)device_ns + d->offset_ns + clockmesh__drift_ns(d->drift_ps_per_s, age));
+}
+
+/* Maps a GPU clock reading of device device_id (the runtime's GPU index) to
+ * the global timeline: the current record's device map gives the host time,
+ * judged at that time (entry VALID, host time <= its valid_until_ns, else
+ * NO_DATA / STALE; no entry: NOT_FOUND), then clockmesh_to_global maps it.
+ * The bound is the device map's bound_ns plus the node map's bound there. */
+static inline int clockmesh_device_to_global(const clockmesh_t *cm, uint32_t device_id, int64_t device_ns,
+                                             int64_t *global_ns, uint64_t *bound_ns) {
+  clockmesh_snapshot_t s;
+  uint32_t i;
+  int64_t host_ns;
+  uint64_t bound;
+  int rc;
+  if (!cm) return CLOCKMESH_E_INVALID;
+  rc = clockmesh_read_snapshot(cm, &s);
+  if (rc != CLOCKMESH_OK) return rc;
+  for (i = 0; i < s.device_count; i++)
+    if (s.devices[i].device_id == device_id) break;
+  if (i == s.device_count) return CLOCKMESH_E_NOT_FOUND;
+  if (!(s.devices[i].flags & CLOCKMESH_DEV_F_VALID)) return CLOCKMESH_E_NO_DATA;
+  host_ns = clockmesh_device_to_host(&s.devices[i], device_ns);
+  if (host_ns > s.devices[i].valid_until_ns) return CLOCKMESH_E_STALE;
+  rc = clockmesh_to_global(cm, host_ns, global_ns, &bound);
+  if (rc != CLOCKMESH_OK) return rc;
+  if (bound_ns) *bound_ns = bound + s.devices[i].bound_ns < bound ? UINT64_MAX : bound + s.devices[i].bound_ns;
   return CLOCKMESH_OK;
 }
 

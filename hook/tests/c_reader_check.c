@@ -2,13 +2,17 @@
  * Exercises hook/include/clockmesh.h against files written by the Rust
  * writer (driven from agent/tests/publish_c_reader.rs).
  *
- *   c_reader_check code PATH        print the status of to_global (e.g. "-5")
+ *   c_reader_check code PATH [LOCAL] print the status of to_global at LOCAL
+ *                                   (default: now), e.g. "-5"
  *   c_reader_check map PATH LOCAL   print "global bound" (fresh data needed)
  *   c_reader_check stress PATH N    N good seqlock reads of records written
  *                                   with the stress pattern; exit 1 on a torn one
  *   c_reader_check bench PATH N     ns per clockmesh_to_global, clockmesh_now and
  *                                   bare clock_gettime(CLOCK_REALTIME) call
  *   c_reader_check now PATH         print "status epoch earliest latest"
+ *   c_reader_check ring PATH T...   one line "rc global bound" per local stamp T
+ *   c_reader_check dev PATH ID D... one line "rc global bound" per device stamp D
+ *                                   of device ID (clockmesh_device_to_global)
  */
 #include "clockmesh.h"
 
@@ -72,10 +76,11 @@ static int bench(clockmesh_t *cm, long n) {
   int64_t g, sum = 0;
   uint64_t bound;
   long i;
-  for (i = 0; i < 1000; i++) clockmesh_to_global(cm, i, &g, &bound);
+  const int64_t t0 = clockmesh_realtime_now_ns(); /* stamps of now: the newest record covers them */
+  for (i = 0; i < 1000; i++) clockmesh_to_global(cm, t0 + i, &g, &bound);
   clock_gettime(CLOCK_MONOTONIC, &a);
   for (i = 0; i < n; i++) {
-    if (clockmesh_to_global(cm, 1700000000000000000LL + i, &g, &bound) != CLOCKMESH_OK) return 2;
+    if (clockmesh_to_global(cm, t0 + i, &g, &bound) != CLOCKMESH_OK) return 2;
     sum += g;
   }
   clock_gettime(CLOCK_MONOTONIC, &b);
@@ -115,7 +120,8 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "code") == 0) {
     int64_t g;
     uint64_t b;
-    if (rc == CLOCKMESH_OK) rc = clockmesh_to_global(&cm, 0, &g, &b);
+    int64_t at = argc > 3 ? strtoll(argv[3], NULL, 10) : clockmesh_realtime_now_ns();
+    if (rc == CLOCKMESH_OK) rc = clockmesh_to_global(&cm, at, &g, &b);
     printf("%d %s\n", rc, clockmesh_strerror(rc));
     return 0;
   }
@@ -134,6 +140,18 @@ int main(int argc, char **argv) {
     if (rc != CLOCKMESH_OK) return fprintf(stderr, "now: %s\n", clockmesh_strerror(rc)), 2;
     printf("%d %llu %lld %lld\n", now.status, (unsigned long long)now.epoch, (long long)now.earliest_ns,
            (long long)now.latest_ns);
+    return 0;
+  }
+  if (strcmp(argv[1], "ring") == 0 || (strcmp(argv[1], "dev") == 0 && argc > 3)) {
+    int dev = argv[1][0] == 'd', i;
+    for (i = dev ? 4 : 3; i < argc; i++) {
+      int64_t g = 0, t = strtoll(argv[i], NULL, 10);
+      uint64_t b = 0;
+      rc = dev ? clockmesh_device_to_global(&cm, (uint32_t)strtoul(argv[3], NULL, 10), t, &g, &b)
+               : clockmesh_to_global(&cm, t, &g, &b);
+      if (rc != CLOCKMESH_OK) g = 0, b = 0;
+      printf("%d %lld %llu\n", rc, (long long)g, (unsigned long long)b);
+    }
     return 0;
   }
   if (strcmp(argv[1], "stress") == 0 && argc > 3) return stress(&cm, atol(argv[3]));

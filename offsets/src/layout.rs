@@ -7,10 +7,9 @@
 
 /// `"CLKMOFS1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CLKMOFS1");
-/// Layout version; readers refuse any other value (fail closed).
-pub const VERSION: u32 = 1;
-/// Whole file, one page.
-pub const FILE_LEN: usize = 4096;
+/// Layout version; readers refuse any other value (fail closed). Version 2
+/// added the record checksum and the ring of recent records.
+pub const VERSION: u32 = 2;
 pub const HEADER_LEN: usize = 64;
 /// Byte offset of the seqlock sequence word; the record payload follows it.
 pub const SEQ_OFFSET: usize = 64;
@@ -26,6 +25,48 @@ pub const RECORD_END: usize = DEVICES_OFFSET + MAX_DEVICES * DEVICE_ENTRY_LEN;
 pub const PAYLOAD_WORDS: usize = (RECORD_END - PAYLOAD_OFFSET) / 8;
 /// Payload words that hold everything `to_global` needs (bytes 72..160).
 pub const CORE_WORDS: usize = (160 - PAYLOAD_OFFSET) / 8;
+/// BLAKE2b-64 of the payload bytes 72..1216 ([`crate::checksum`]).
+pub const RECORD_CHECKSUM_OFFSET: usize = RECORD_END;
+/// Records ever appended to the ring (0: none); the newest is record
+/// number `head`, in slot `(head - 1) % RING_SLOTS`.
+pub const RING_HEAD_OFFSET: usize = RECORD_END + 8;
+/// The ring of recent records starts on the second page.
+pub const RING_OFFSET: usize = 4096;
+/// Records the ring keeps: 256 × the 4 s default window = 1024 s (17 min)
+/// of stamps that `to_global` can still map at their own time.
+pub const RING_SLOTS: usize = 256;
+pub const SLOT_LEN: usize = 128;
+/// Slot words: 0 the record number, 1..=11 the record's core words (as
+/// payload words 0..=10), 12 BLAKE2b-64 of words 0..=11, 13..16 reserved.
+pub const SLOT_WORDS: usize = SLOT_LEN / 8;
+pub const SLOT_CHECKSUM_WORD: usize = 1 + CORE_WORDS;
+/// Whole file: page 0 (header, current record) and the ring.
+pub const FILE_LEN: usize = RING_OFFSET + RING_SLOTS * SLOT_LEN;
+
+/// Index of `anchor_local_ns` among the core words (a ring scan loads it
+/// alone until it finds the record that covers a stamp).
+pub const CORE_ANCHOR_WORD: usize = 6;
+
+/// Byte offset of the slot that holds record number `n` (n ≥ 1).
+pub fn slot_offset(n: u64) -> usize {
+    RING_OFFSET + (n.wrapping_sub(1) % RING_SLOTS as u64) as usize * SLOT_LEN
+}
+
+/// A ring slot for record number `n` with the record's core words.
+pub fn encode_slot(n: u64, core: &[u64]) -> [u64; SLOT_WORDS] {
+    let mut s = [0u64; SLOT_WORDS];
+    s[0] = n;
+    s[1..SLOT_CHECKSUM_WORD].copy_from_slice(&core[..CORE_WORDS]);
+    s[SLOT_CHECKSUM_WORD] = crate::checksum::of_words(&s[..SLOT_CHECKSUM_WORD]);
+    s
+}
+
+/// Whether slot words hold record number `n`, untorn.
+pub fn slot_is_intact(s: &[u64; SLOT_WORDS], n: u64) -> bool {
+    n != 0
+        && s[0] == n
+        && s[SLOT_CHECKSUM_WORD] == crate::checksum::of_words(&s[..SLOT_CHECKSUM_WORD])
+}
 
 /// Record status flags (payload byte 72, low half of word 0).
 pub mod flags {
@@ -144,7 +185,7 @@ mod w {
     pub const REFERENCE: usize = 3; // 96
     pub const UPDATED_AT: usize = 4; // 104
     pub const VALID_UNTIL: usize = 5; // 112
-    pub const ANCHOR: usize = 6; // 120
+    pub const ANCHOR: usize = super::CORE_ANCHOR_WORD; // 120
     pub const OFFSET: usize = 7; // 128
     pub const DRIFT: usize = 8; // 136
     pub const BOUND: usize = 9; // 144
@@ -237,6 +278,11 @@ pub fn decode_node(p: &[u64]) -> NodeMap {
     }
 }
 
+/// The estimator window from the core words.
+pub fn decode_window(p: &[u64]) -> u64 {
+    p[w::WINDOW]
+}
+
 /// The agent restart counter from the core words.
 pub fn decode_epoch(p: &[u64]) -> u64 {
     p[w::EPOCH]
@@ -255,20 +301,27 @@ pub fn header_words(created_ns: i64) -> [u64; HEADER_LEN / 8] {
     h[2] = FILE_LEN as u64 | ((MAX_DEVICES as u64) << 32);
     h[3] = DEVICE_ENTRY_LEN as u64 | ((SEQ_OFFSET as u64) << 32);
     h[4] = created_ns as u64;
+    h[5] = RING_OFFSET as u64 | ((RING_SLOTS as u64) << 32);
+    h[6] = SLOT_LEN as u64;
     h
 }
 
-/// Header problems a reader must refuse.
-pub fn check_header(magic: u64, version_word: u64) -> Result<(), super::PublishError> {
-    if magic != MAGIC {
+/// Header problems a reader must refuse: magic, then version (a v1 file
+/// is `BadVersion`), then the geometry this reader was built for.
+pub fn check_header(h: &[u64; HEADER_LEN / 8]) -> Result<(), super::PublishError> {
+    if h[0] != MAGIC {
         return Err(super::PublishError::BadFormat("wrong magic"));
     }
-    let version = version_word as u32;
+    let version = h[1] as u32;
     if version != VERSION {
         return Err(super::PublishError::BadVersion {
             found: version,
             expected: VERSION,
         });
+    }
+    let expected = header_words(0);
+    if h[1..4] != expected[1..4] || h[5..7] != expected[5..7] {
+        return Err(super::PublishError::BadFormat("unexpected file geometry"));
     }
     Ok(())
 }
@@ -411,6 +464,12 @@ mod tests {
         assert_eq!(RECORD_END, 1216);
         assert_eq!(PAYLOAD_WORDS, 143);
         assert_eq!(CORE_WORDS, 11);
+        assert_eq!(RING_HEAD_OFFSET, 1224);
+        assert_eq!(FILE_LEN, 36_864);
+        assert_eq!(SLOT_CHECKSUM_WORD, 12);
+        assert_eq!(slot_offset(1), 4096);
+        assert_eq!(slot_offset(256), 4096 + 255 * 128);
+        assert_eq!(slot_offset(257), 4096);
         assert_eq!(&MAGIC.to_le_bytes(), b"CLKMOFS1");
     }
 

@@ -6,8 +6,10 @@
 //!   with a seqlock: readers never see a torn record and never block the
 //!   writer. Created atomically (temp file + rename). On restart the last
 //!   record stays readable but is flagged stale until fresh data arrives.
-//! - [`OffsetsReader`]: the Rust reader; `to_global` fails closed (missing,
-//!   bad format/version, no data, stale), like fbclock's `DATA_STALE`.
+//! - [`OffsetsReader`]: the Rust reader; `to_global` places a stamp with the
+//!   ring record that covers it, at its own time, and fails closed
+//!   (missing, bad format/version, no data, stale, too old), like fbclock's
+//!   `DATA_STALE`.
 //! - [`history`]: per-window results as JSON lines, for offline trace merge.
 //! - [`HostMap`]: a host's time-varying map local → global from anchors
 //!   (history entries, or a hook's start and stop records);
@@ -17,6 +19,7 @@
 //! (`hook/include/clockmesh.h`) and the Python reader (`python/clockmesh`)
 //! implement the same spec.
 
+pub mod checksum;
 pub mod device_map;
 pub mod history;
 pub mod host_map;
@@ -30,7 +33,7 @@ pub use host_map::{Anchor, GlobalTime, HostMap, Segment};
 pub use layout::{
     DeviceKind, DeviceMap, KernelClocks, MAX_DEVICES, NodeMap, Record, device_flags, flags,
 };
-pub use reader::{ClockStatus, Now, OffsetsReader, Snapshot};
+pub use reader::{ClockStatus, Now, OffsetsReader, Snapshot, device_host_time};
 pub use writer::{OffsetsWriter, sample_kernel_clocks};
 
 /// Where the agent publishes by default.
@@ -57,6 +60,15 @@ pub enum PublishError {
     },
     #[error("offsets record kept changing during the read (writer too busy)")]
     Busy,
+    #[error(
+        "stamp {local_ns} ns is older than the oldest record the offsets file keeps (anchored at {oldest_anchor_ns} ns)"
+    )]
+    TooOld {
+        local_ns: i64,
+        oldest_anchor_ns: i64,
+    },
+    #[error("offsets record has no map for device {0}")]
+    NoDevice(u32),
     #[error("record has {0} device maps, at most {MAX_DEVICES} fit")]
     TooManyDevices(usize),
     #[error("offsets file is locked by another writer (another agent running?)")]

@@ -20,7 +20,22 @@ use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
-use super::layout::{FILE_LEN, PAYLOAD_OFFSET, SEQ_OFFSET};
+use super::layout::{FILE_LEN, HEADER_LEN, SEQ_OFFSET};
+
+/// The header words of `file`, read with `pread` before anything is
+/// mapped, so a file of another version is told apart from a short one.
+pub fn read_header(file: &File) -> io::Result<[u64; HEADER_LEN / 8]> {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut bytes, 0)?;
+    let mut h = [0u64; HEADER_LEN / 8];
+    for (i, w) in h.iter_mut().enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
+        *w = u64::from_le_bytes(b);
+    }
+    Ok(h)
+}
 
 /// A `FILE_LEN`-byte shared mapping of the offsets file.
 pub struct Mapping {
@@ -90,37 +105,44 @@ impl Mapping {
         self.word(byte_offset).store(value, Ordering::Relaxed);
     }
 
-    pub fn seq(&self) -> u64 {
-        self.word(SEQ_OFFSET).load(Ordering::Acquire)
-    }
-
-    /// Seqlock write of the payload words. Never blocks.
-    pub fn seq_write(&self, payload: &[u64]) {
+    /// Seqlock write of word runs `(byte offset, words)`, all inside one
+    /// write of the sequence. Never blocks.
+    pub fn seq_write(&self, parts: &[(usize, &[u64])]) {
         let seq = self.word(SEQ_OFFSET);
         let s = seq.load(Ordering::Relaxed);
         // An odd value left by a killed writer is made odd-in-progress again.
         let odd = s | 1;
         seq.store(odd, Ordering::Relaxed);
         fence(Ordering::Release);
-        for (i, v) in payload.iter().enumerate() {
-            self.store(PAYLOAD_OFFSET + 8 * i, *v);
+        for (offset, words) in parts {
+            for (i, v) in words.iter().enumerate() {
+                self.store(offset + 8 * i, *v);
+            }
         }
         seq.store(odd + 1, Ordering::Release);
     }
 
-    /// One seqlock read attempt of the first `out.len()` payload words.
-    /// Returns false if a write overlapped (the copy must be discarded).
-    pub fn seq_try_read(&self, out: &mut [u64]) -> bool {
+    /// One seqlock read attempt: `copy` loads the words it needs (relaxed
+    /// loads through [`Mapping::load`]); its result is returned only when
+    /// no write overlapped. Whatever `copy` computes from a torn copy is
+    /// discarded, so it must only index within the file (it cannot fault:
+    /// `load` checks bounds).
+    pub fn seq_try_read<R>(&self, copy: impl FnOnce(&Self) -> R) -> Option<R> {
         let seq = self.word(SEQ_OFFSET);
         let s1 = seq.load(Ordering::Acquire);
         if s1 & 1 == 1 {
-            return false;
+            return None;
         }
-        for (i, v) in out.iter_mut().enumerate() {
-            *v = self.load(PAYLOAD_OFFSET + 8 * i);
-        }
+        let r = copy(self);
         fence(Ordering::Acquire);
-        seq.load(Ordering::Relaxed) == s1
+        (seq.load(Ordering::Relaxed) == s1).then_some(r)
+    }
+
+    /// Copies `out.len()` words from `byte_offset` (inside a seqlock read).
+    pub fn load_words(&self, byte_offset: usize, out: &mut [u64]) {
+        for (i, v) in out.iter_mut().enumerate() {
+            *v = self.load(byte_offset + 8 * i);
+        }
     }
 }
 

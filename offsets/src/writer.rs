@@ -4,8 +4,12 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::layout::{self, FILE_LEN, HEADER_LEN, MAX_DEVICES, PAYLOAD_WORDS, Record, flags};
-use super::shm::Mapping;
+use super::checksum;
+use super::layout::{
+    self, CORE_WORDS, FILE_LEN, HEADER_LEN, MAX_DEVICES, PAYLOAD_OFFSET, PAYLOAD_WORDS,
+    RECORD_CHECKSUM_OFFSET, RING_HEAD_OFFSET, RING_SLOTS, Record, SLOT_WORDS, flags,
+};
+use super::shm::{self, Mapping};
 use super::{PublishError, realtime_now_ns};
 
 /// Owns the offsets file; one per node (enforced with an exclusive lock).
@@ -20,8 +24,9 @@ pub struct OffsetsWriter {
 
 impl OffsetsWriter {
     /// Opens the file for publication, creating it atomically if missing or
-    /// unreadable. An existing valid record is kept, marked
-    /// [`flags::STALE`], and the agent epoch is incremented.
+    /// unreadable (another layout version included: a v1 file is replaced).
+    /// An existing valid record is kept, marked [`flags::STALE`], and the
+    /// agent epoch is incremented; the ring's intact records are kept.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, PublishError> {
         let path = path.as_ref().to_path_buf();
         let io_err = |error| PublishError::Io {
@@ -70,30 +75,73 @@ impl OffsetsWriter {
     }
 
     /// Publishes a record (seqlock write; never blocks). The record's
-    /// `epoch` is overwritten with this writer's epoch.
+    /// `epoch` is overwritten with this writer's epoch. It becomes the
+    /// current record and the newest of the ring: a new ring entry when its
+    /// map (window, node map, epoch) differs from the newest one, else the
+    /// newest entry is updated in place (flags, validity), so republishing
+    /// a window with new device maps does not use up the ring.
     pub fn publish(&self, record: &Record) -> Result<(), PublishError> {
         if record.devices.len() > MAX_DEVICES {
             return Err(PublishError::TooManyDevices(record.devices.len()));
         }
         let mut r = record.clone();
         r.epoch = self.epoch;
-        self.map.seq_write(&layout::encode(&r));
+        self.write(&r);
         Ok(())
     }
 
-    /// Flags the current record stale (e.g. the estimator lost sync).
+    /// Flags the current record (and the newest ring entry, the same map)
+    /// stale, e.g. when the estimator lost sync. Older ring entries keep
+    /// serving stamps of their own spans.
     pub fn mark_stale(&self) {
         let mut r = self.current();
         r.flags |= flags::STALE;
-        self.map.seq_write(&layout::encode(&r));
+        self.write(&r);
     }
 
     /// The record as currently published.
     pub fn current(&self) -> Record {
         let mut p = [0u64; PAYLOAD_WORDS];
         // Only this writer stores, so one attempt is consistent.
-        let _ = self.map.seq_try_read(&mut p);
+        let _ = self
+            .map
+            .seq_try_read(|m| m.load_words(PAYLOAD_OFFSET, &mut p));
         layout::decode(&p)
+    }
+
+    /// Records in the ring now (at most [`RING_SLOTS`]).
+    pub fn ring_len(&self) -> usize {
+        let head = self.map.load(RING_HEAD_OFFSET);
+        (1..=head)
+            .rev()
+            .take(RING_SLOTS)
+            .take_while(|&n| self.map.load(layout::slot_offset(n)) == n)
+            .count()
+    }
+
+    fn write(&self, r: &Record) {
+        let payload = layout::encode(r);
+        let sum = checksum::of_words(&payload);
+        let head = self.map.load(RING_HEAD_OFFSET);
+        let mut newest = [0u64; SLOT_WORDS];
+        if head != 0 {
+            self.map.load_words(layout::slot_offset(head), &mut newest);
+        }
+        let core = &payload[..CORE_WORDS];
+        let newest_core = &newest[1..=CORE_WORDS];
+        let same_map = head != 0
+            && newest[0] == head
+            && layout::decode_window(newest_core) == r.window
+            && layout::decode_epoch(newest_core) == r.epoch
+            && layout::decode_node(newest_core) == r.node;
+        let n = if same_map { head } else { head + 1 };
+        let slot = layout::encode_slot(n, core);
+        self.map.seq_write(&[
+            (PAYLOAD_OFFSET, &payload),
+            (RECORD_CHECKSUM_OFFSET, &[sum]),
+            (layout::slot_offset(n), &slot),
+            (RING_HEAD_OFFSET, &[n]),
+        ]);
     }
 }
 
@@ -102,10 +150,8 @@ fn existing_file_is_usable(path: &Path) -> bool {
     let Ok(file) = File::open(path) else {
         return false;
     };
-    let Ok(map) = Mapping::map(&file, false) else {
-        return false;
-    };
-    layout::check_header(map.load(0), map.load(8)).is_ok()
+    shm::read_header(&file).is_ok_and(|h| layout::check_header(&h).is_ok())
+        && file.metadata().is_ok_and(|m| m.len() >= FILE_LEN as u64)
 }
 
 /// Writes a fresh file (header, empty record) beside `path` and renames it
@@ -125,11 +171,23 @@ fn create_atomically(path: &Path) -> std::io::Result<()> {
 }
 
 /// On (re)start: keep the last record but flag it stale; a record that a
-/// killed writer left half-written (odd sequence) is dropped instead.
+/// killed writer left half-written (odd sequence, or a checksum that does
+/// not match) is dropped instead. Ring entries that are not intact (torn,
+/// or out of place) are cleared and the head moved to the newest intact
+/// one, which is flagged stale like the current record.
 /// Returns the new epoch and whether a torn record was dropped.
 fn restart_record(map: &Mapping) -> (u64, bool) {
     let mut p = [0u64; PAYLOAD_WORDS];
-    let consistent = map.seq() & 1 == 0 && map.seq_try_read(&mut p);
+    let mut sum = 0;
+    let read = map
+        .seq_try_read(|m| {
+            m.load_words(PAYLOAD_OFFSET, &mut p);
+            sum = m.load(RECORD_CHECKSUM_OFFSET);
+        })
+        .is_some();
+    // A file never written holds zeros (no checksum yet): empty, not torn.
+    let never_written = sum == 0 && p.iter().all(|&w| w == 0);
+    let consistent = read && (never_written || sum == checksum::of_words(&p));
     let mut r = layout::decode(&p);
     if !consistent {
         r = Record {
@@ -141,7 +199,41 @@ fn restart_record(map: &Mapping) -> (u64, bool) {
         r.flags |= flags::STALE;
     }
     r.epoch = r.epoch.wrapping_add(1);
-    map.seq_write(&layout::encode(&r));
+    let payload = layout::encode(&r);
+
+    // The ring: only this process writes now (it holds the lock).
+    let head = map.load(RING_HEAD_OFFSET);
+    let mut newest = 0;
+    let mut slots = vec![[0u64; SLOT_WORDS]; RING_SLOTS];
+    for (i, s) in slots.iter_mut().enumerate() {
+        map.load_words(layout::RING_OFFSET + i * layout::SLOT_LEN, s);
+        let n = s[0];
+        let in_place =
+            n != 0 && layout::slot_offset(n) == layout::RING_OFFSET + i * layout::SLOT_LEN;
+        let live = n <= head && head - n < RING_SLOTS as u64;
+        if in_place && live && layout::slot_is_intact(s, n) {
+            newest = newest.max(n);
+        } else {
+            *s = [0; SLOT_WORDS];
+        }
+    }
+    let mut parts: Vec<(usize, Vec<u64>)> = Vec::new();
+    for (i, s) in slots.iter().enumerate() {
+        let mut s = *s;
+        if s[0] != 0 && s[0] == newest && s[1] as u32 & flags::VALID != 0 {
+            s[1] |= u64::from(flags::STALE);
+            s = layout::encode_slot(newest, &s[1..=CORE_WORDS]);
+        }
+        parts.push((layout::RING_OFFSET + i * layout::SLOT_LEN, s.to_vec()));
+    }
+    let sum = checksum::of_words(&payload);
+    let mut all: Vec<(usize, &[u64])> = vec![
+        (PAYLOAD_OFFSET, &payload),
+        (RECORD_CHECKSUM_OFFSET, std::slice::from_ref(&sum)),
+    ];
+    all.extend(parts.iter().map(|(o, s)| (*o, s.as_slice())));
+    all.push((RING_HEAD_OFFSET, std::slice::from_ref(&newest)));
+    map.seq_write(&all);
     (r.epoch, !consistent)
 }
 

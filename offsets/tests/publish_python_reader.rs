@@ -36,9 +36,9 @@ print(s.window, s.epoch, s.offset_ns, s.realtime_minus_boottime_ns, len(s.device
 "#;
 
 const CODE: &str = r#"
-import sys, clockmesh
+import sys, time, clockmesh
 try:
-    clockmesh.OffsetsReader(sys.argv[1]).to_global(0)
+    clockmesh.OffsetsReader(sys.argv[1]).to_global(time.time_ns())
     print("ok")
 except clockmesh.ClockmeshError as e:
     print(type(e).__name__, e.code)

@@ -157,6 +157,59 @@ fn rust_readers_never_see_a_torn_record() {
     assert!(written > 1000, "writer published only {written} records");
 }
 
+/// The ring under the same busy writer: every record a scan returns is
+/// one the writer published (each pattern record is a function of its
+/// anchor 5k), numbered consecutively, and `to_global` of a late stamp
+/// gives the map of the newest record some scan saw.
+#[test]
+fn ring_scans_never_see_a_torn_record() {
+    let path = scratch("ring-stress");
+    let scans = stress_reads(!cfg!(debug_assertions)) / 500;
+    with_busy_writer(&path, || {
+        let reader = OffsetsReader::open(&path).unwrap();
+        let (mut ok, mut busy, mut changes, mut last) = (0u64, 0u64, 0u64, 0i64);
+        let since = std::time::Instant::now();
+        // Until enough scans overlapped with writes (the writer thread may
+        // get little CPU on a loaded machine), for at most 20 s.
+        while ok < scans || (changes <= 10 && since.elapsed() < Duration::from_secs(20)) {
+            let ring = match reader.ring() {
+                Ok(r) => r,
+                Err(PublishError::Busy) => {
+                    busy += 1;
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            ok += 1;
+            for w in ring.windows(2) {
+                assert_eq!(w[0].0 + 1, w[1].0, "ring numbers not consecutive");
+            }
+            for (_, snap) in &ring {
+                let k = (snap.node.anchor_local_ns / 5) as u64;
+                assert_eq!(snap.node, pattern(k).node, "torn ring record");
+            }
+            let newest = ring.last().unwrap().1.node.anchor_local_ns;
+            if newest != last {
+                changes += 1;
+                last = newest;
+            }
+            // A stamp every record covers: the newest record's map.
+            let t = i64::MAX / 4;
+            if let Ok((g, b)) = reader.to_global(t) {
+                let found = (0..4096u64).any(|d| {
+                    let k = (newest / 5) as u64 + d;
+                    pattern(k).node.to_global(t) == (g, b)
+                });
+                assert!(found, "to_global gave a map no record has");
+            }
+        }
+        assert!(changes > 10, "ring scans saw only {changes} changes");
+        // A whole-ring scan is long next to this writer's 10 µs period
+        // (the agent publishes every few seconds): some fail closed.
+        assert!(busy < ok, "{busy} busy scans for {ok}");
+    });
+}
+
 fn compile_c_reader(out_dir: &Path) -> PathBuf {
     let exe = out_dir.join("c_reader_check");
     let status = Command::new("cc")
@@ -301,13 +354,13 @@ fn both_readers_fail_closed_and_agree_on_the_map() {
 
     // Unknown version (byte 8) and wrong magic (byte 0).
     let mut bytes = std::fs::read(&path).unwrap();
-    bytes[8] = 2;
+    bytes[8] = 3;
     std::fs::write(&path, &bytes).unwrap();
     assert!(matches!(
         OffsetsReader::open(&path),
         Err(PublishError::BadVersion {
-            found: 2,
-            expected: 1
+            found: 3,
+            expected: 2
         })
     ));
     assert_eq!(c_code(&exe, &path), -3);
@@ -373,7 +426,10 @@ fn killed_writer_leaves_a_readable_stale_file() {
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    assert!(reader.to_global(0).is_ok(), "fresh while the writer runs");
+    assert!(
+        reader.to_global(realtime_now_ns()).is_ok(),
+        "fresh while the writer runs"
+    );
     child.kill().unwrap(); // SIGKILL: no cleanup in the writer
     child.wait().unwrap();
 
@@ -382,7 +438,7 @@ fn killed_writer_leaves_a_readable_stale_file() {
     assert_eq!(last.node.offset_ns, -777);
     std::thread::sleep(Duration::from_millis(350));
     assert!(matches!(
-        reader.to_global(0),
+        reader.to_global(realtime_now_ns()),
         Err(PublishError::Stale { .. })
     ));
 

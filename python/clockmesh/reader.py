@@ -1,7 +1,19 @@
-"""Seqlock reader of the clockmesh offsets file (docs/offsets-format.md)."""
+"""Seqlock reader of the clockmesh offsets file, layout version 2
+(docs/offsets-format.md).
+
+Python has no memory fences, so on a weakly ordered CPU (aarch64) an
+unchanged even sequence word does not prove that a copy is one record. The
+writer stores a BLAKE2b-64 checksum with every record (the current record
+and each ring slot); this reader copies the bytes it needs with one slice of
+the mapping, checks the sequence word around the copy, and checks every
+record it uses against its checksum: a torn copy (a record half old, half
+new) fails the checksum whatever the ordering, and is read again (then
+``Busy``), never returned.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import struct
@@ -11,11 +23,17 @@ from typing import List, Optional, Tuple
 
 DEFAULT_PATH = "/run/clockmesh/offsets"
 MAGIC = struct.unpack("<Q", b"CLKMOFS1")[0]
-VERSION = 1
-FILE_LEN = 4096
+VERSION = 2
+HEADER_LEN = 64
 SEQ_OFFSET = 64
 PAYLOAD_OFFSET = 72
 RECORD_END = 1216
+RECORD_CHECKSUM_OFFSET = 1216  # BLAKE2b-64 of bytes 72..1216
+RING_HEAD_OFFSET = 1224  # records ever appended to the ring
+RING_OFFSET = 4096
+RING_SLOTS = 256  # 256 x the 4 s default window: 17 minutes
+SLOT_LEN = 128  # number, 11 core words, BLAKE2b-64 of bytes 0..96, reserved
+FILE_LEN = RING_OFFSET + RING_SLOTS * SLOT_LEN  # 36864
 MAX_DEVICES = 16
 SPIN_ATTEMPTS = 64
 BUSY_TIMEOUT_NS = 50_000_000
@@ -87,6 +105,27 @@ class Busy(ClockmeshError):
     code = -6
 
 
+class NoDevice(ClockmeshError):
+    """No map for that device in the record (C: CLOCKMESH_E_NOT_FOUND)."""
+
+    code = -8
+
+
+class TooOld(ClockmeshError):
+    """The stamp is older than the oldest record the file keeps."""
+
+    code = -10
+
+
+class _Torn(Exception):
+    """A copy that fails its checksum: read again."""
+
+
+def checksum(data: bytes) -> int:
+    """The writer's per-record checksum: BLAKE2b-64, little-endian."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
 @dataclass(frozen=True)
 class DeviceMap:
     device_id: int
@@ -143,6 +182,40 @@ def _i64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+def _sat_i64(v: int) -> int:
+    return max(_I64_MIN, min(_I64_MAX, v))
+
+
+def _sat_u64(v: int) -> int:
+    return max(0, min((1 << 64) - 1, v))
+
+
+def _check_header(h: bytes, path: str) -> None:
+    """Magic, then version (a v1 file is BadVersion), then geometry."""
+    if len(h) < HEADER_LEN:
+        raise BadFormat(f"{path}: too short for an offsets file")
+    w = struct.unpack_from("<8Q", h)
+    if w[0] != MAGIC:
+        raise BadFormat(f"{path}: not a clockmesh offsets file")
+    if w[1] & 0xFFFFFFFF != VERSION:
+        raise BadVersion(f"{path}: layout version {w[1] & 0xFFFFFFFF}, expected {VERSION}")
+    geometry = (
+        VERSION | (HEADER_LEN << 32),
+        FILE_LEN | (MAX_DEVICES << 32),
+        64 | (SEQ_OFFSET << 32),
+        RING_OFFSET | (RING_SLOTS << 32),
+        SLOT_LEN,
+    )
+    if (w[1], w[2], w[3], w[5], w[6]) != geometry:
+        raise BadFormat(f"{path}: unexpected offsets file geometry")
+
+
+def device_to_host(d: DeviceMap, device_ns: int) -> int:
+    """Host CLOCK_REALTIME of a device clock reading (Rust DeviceMap::to_host)."""
+    age = device_ns - d.device_anchor_ns
+    return _sat_i64(device_ns + d.offset_ns + _trunc_div(d.drift_ps_per_s * age, _PS_PER_S))
+
+
 _WORDS = (RECORD_END - PAYLOAD_OFFSET) // 8
 
 
@@ -188,28 +261,34 @@ class OffsetsReader:
 
     def __init__(self, path: Optional[str] = None):
         self.path = path or os.environ.get("CLOCKMESH_OFFSETS_PATH", DEFAULT_PATH)
+        self._mm = None
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             raise Missing(f"{self.path}: no offsets file (is the clockmesh agent running?)") from None
         try:
+            _check_header(os.pread(fd, HEADER_LEN, 0), self.path)
             if os.fstat(fd).st_size < FILE_LEN:
                 raise BadFormat(f"{self.path}: too short for an offsets file")
             self._mm = mmap.mmap(fd, FILE_LEN, mmap.MAP_SHARED, mmap.PROT_READ)
         finally:
             os.close(fd)
-        magic, version_word = struct.unpack_from("<QQ", self._mm, 0)
-        if magic != MAGIC:
-            self.close()
-            raise BadFormat(f"{self.path}: not a clockmesh offsets file")
-        if version_word & 0xFFFFFFFF != VERSION:
-            self.close()
-            raise BadVersion(f"{self.path}: layout version {version_word & 0xFFFFFFFF}, expected {VERSION}")
+
+    @classmethod
+    def _from_buffer(cls, buf, path: str = "<buffer>") -> "OffsetsReader":
+        """A reader over any object whose slices give bytes (tests inject
+        torn copies this way); the header is checked as for a file."""
+        r = cls.__new__(cls)
+        r.path = path
+        _check_header(bytes(buf[0:HEADER_LEN]), path)
+        r._mm = buf
+        return r
 
     def close(self) -> None:
         mm = getattr(self, "_mm", None)
         if mm is not None:
-            mm.close()
+            if hasattr(mm, "close"):
+                mm.close()
             self._mm = None
 
     def __enter__(self) -> "OffsetsReader":
@@ -218,22 +297,27 @@ class OffsetsReader:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def read_snapshot(self) -> Snapshot:
-        """The whole record (not checked for freshness), via the seqlock.
+    def _consistent(self, lo: int, hi: int, parse):
+        """``parse`` of one copy of bytes lo..hi taken under the seqlock.
 
-        CPython copies the payload with one memcpy between two 8-byte loads
-        of the sequence word; on x86-64 (TSO) loads are not reordered, so an
-        unchanged even sequence proves the copy is one record.
+        The copy is one slice (one memcpy); the sequence word is read
+        before and after it. On x86-64 (TSO) an unchanged even sequence
+        proves the copy is one state of the file; on weakly ordered CPUs it
+        does not, so ``parse`` checks every record it uses against its
+        checksum and raises _Torn on a mismatch: the copy is taken again.
         """
-        unpack_seq = struct.Struct("<Q").unpack_from
+        mm = self._mm
         attempt, deadline = 0, None
         while True:
-            (s1,) = unpack_seq(self._mm, SEQ_OFFSET)
+            s1 = int.from_bytes(mm[SEQ_OFFSET : SEQ_OFFSET + 8], "little")
             if not s1 & 1:
-                payload = self._mm[PAYLOAD_OFFSET:RECORD_END]
-                (s2,) = unpack_seq(self._mm, SEQ_OFFSET)
+                blob = bytes(mm[lo:hi])
+                s2 = int.from_bytes(mm[SEQ_OFFSET : SEQ_OFFSET + 8], "little")
                 if s1 == s2:
-                    return _decode(struct.unpack(f"<{_WORDS}Q", payload))
+                    try:
+                        return parse(blob)
+                    except _Torn:
+                        pass
             attempt += 1
             if attempt >= SPIN_ATTEMPTS:
                 now = time.monotonic_ns()
@@ -241,6 +325,18 @@ class OffsetsReader:
                 if now > deadline:
                     raise Busy("offsets record kept changing during the read")
                 time.sleep(20e-6)
+
+    def read_snapshot(self) -> Snapshot:
+        """The whole current record (not checked for freshness)."""
+
+        def parse(blob: bytes) -> Snapshot:
+            payload, (stored,) = blob[:-8], struct.unpack_from("<Q", blob, len(blob) - 8)
+            # A file never written holds zeros and no checksum yet.
+            if stored != checksum(payload) and (stored or any(payload)):
+                raise _Torn()
+            return _decode(struct.unpack(f"<{_WORDS}Q", payload))
+
+        return self._consistent(PAYLOAD_OFFSET, RECORD_CHECKSUM_OFFSET + 8, parse)
 
     def now(self) -> Now:
         """Global time now: [global - bound, global + bound] at this
@@ -253,10 +349,71 @@ class OffsetsReader:
         if status == CLOCK_UNKNOWN:
             return Now(_I64_MIN, _I64_MAX, status, snap.epoch)
         global_ns, bound_ns = snap.apply(now)
-        return Now(global_ns - bound_ns, global_ns + bound_ns, status, snap.epoch)
+        return Now(_sat_i64(global_ns - bound_ns), _sat_i64(global_ns + bound_ns), status, snap.epoch)
+
+    def _pick(self, t: int):
+        """("found", core words) of the newest ring record anchored at or
+        before t, ("empty", None) or ("too_old", oldest anchor)."""
+
+        def parse(blob: bytes):
+            base = SEQ_OFFSET
+            (head,) = struct.unpack_from("<Q", blob, RING_HEAD_OFFSET - base)
+            oldest = None
+            n, k = head, 0
+            while n >= 1 and k < RING_SLOTS:
+                off = RING_OFFSET + ((n - 1) % RING_SLOTS) * SLOT_LEN - base
+                words = struct.unpack_from("<13Q", blob, off)
+                intact = words[12] == checksum(blob[off : off + 96])
+                if words[0] != n:
+                    # The newest slot always holds record `head`; below it a
+                    # cleared (zero) or intact other slot ends the ring.
+                    if n == head or not (intact or not any(words)):
+                        raise _Torn()
+                    break
+                if not intact:
+                    raise _Torn()
+                anchor = _i64(words[7])
+                if anchor <= t:
+                    return "found", words[1:12]
+                oldest = anchor
+                n, k = n - 1, k + 1
+            return ("empty", None) if oldest is None else ("too_old", oldest)
+
+        return self._consistent(SEQ_OFFSET, FILE_LEN, parse)
 
     def to_global(self, local_ns: int) -> Tuple[int, int]:
-        """(global_ns, bound_ns) for a local CLOCK_REALTIME stamp; fails closed."""
+        """(global_ns, bound_ns) for a local CLOCK_REALTIME stamp, judged at
+        the stamp's own time with the newest ring record anchored at or
+        before it; fails closed: NoData, Stale (record flagged stale, or
+        the stamp past its validity), TooOld (older than every record)."""
+        kind, v = self._pick(local_ns)
+        if kind == "empty":
+            raise NoData("no estimate published yet")
+        if kind == "too_old":
+            raise TooOld(f"stamp {local_ns} is older than the oldest record the file keeps (anchored at {v})")
+        flags, valid_until = v[0] & 0xFFFFFFFF, _i64(v[5])
+        if not flags & F_VALID:
+            raise NoData("no estimate published yet")
+        if flags & F_STALE or local_ns > valid_until:
+            raise Stale(f"offsets stale at {local_ns} (valid until {valid_until}, flags {flags:#x})")
+        age = local_ns - _i64(v[6])
+        drift = _trunc_div(_i64(v[8]) * age, _PS_PER_S)
+        growth = -(-v[10] * abs(age) // _PS_PER_S)
+        return _sat_i64(local_ns + _i64(v[7]) + drift), _sat_u64(v[9] + growth)
+
+    def device_to_global(self, device_id: int, device_ns: int) -> Tuple[int, int]:
+        """(global_ns, bound_ns) of a GPU clock reading of device
+        ``device_id``: the current record's device map gives the host time,
+        judged at that time (NoDevice, NoData, Stale), then ``to_global``;
+        the bound adds the device map's bound_ns."""
         snap = self.read_snapshot()
-        snap.check_fresh()
-        return snap.apply(local_ns)
+        d = next((d for d in snap.devices if d.device_id == device_id), None)
+        if d is None:
+            raise NoDevice(f"no map for device {device_id}")
+        if not d.flags & DEV_F_VALID:
+            raise NoData(f"device {device_id} map not valid")
+        host_ns = device_to_host(d, device_ns)
+        if host_ns > d.valid_until_ns:
+            raise Stale(f"device {device_id} map stale at {host_ns} (valid until {d.valid_until_ns})")
+        global_ns, bound_ns = self.to_global(host_ns)
+        return global_ns, _sat_u64(bound_ns + d.bound_ns)

@@ -13,7 +13,7 @@ sys.path.insert(0, str(HERE))
 
 import clockmesh  # noqa: E402
 from clockmesh import OffsetsReader, jax_profiler, xspace  # noqa: E402
-from offsets_fixture import write_offsets  # noqa: E402
+from offsets_fixture import edit_offsets, write_offsets  # noqa: E402
 from xplane_proto import xspace_class  # noqa: E402
 
 
@@ -48,6 +48,11 @@ class Reader(unittest.TestCase):
         pathlib.Path(self.path).write_bytes(data)
         with self.assertRaises(clockmesh.BadVersion):
             clockmesh.OffsetsReader(self.path)
+        # A layout v1 file (one 4096-byte page) is refused: fail closed.
+        data[8] = 1
+        pathlib.Path(self.path).write_bytes(data[:4096])
+        with self.assertRaises(clockmesh.BadVersion):
+            clockmesh.OffsetsReader(self.path)
 
     def test_map_matches_the_spec_arithmetic(self):
         now = time.time_ns()
@@ -57,8 +62,10 @@ class Reader(unittest.TestCase):
             g, b = r.to_global(now + 1_000_000_300)
             self.assertEqual(g, now + 1_000_000_300 - 1000 - 1500)
             self.assertEqual(b, 40)
-            g, _ = r.to_global(now - 1_000_000_300)
-            self.assertEqual(g, now - 1_000_000_300 - 1000 + 1500)
+            # Before the only record's anchor: older than the ring keeps.
+            with self.assertRaises(clockmesh.reader.TooOld):
+                r.to_global(now - 1_000_000_300)
+            self.assertEqual(r.read_snapshot().apply(now - 1_000_000_300)[0], now - 1_000_000_300 - 1000 + 1500)
 
 
 class XSpaceEdit(unittest.TestCase):
@@ -97,20 +104,22 @@ class XSpaceEdit(unittest.TestCase):
 
 def set_bound_growth(path, growth_ps_per_s):
     """Sets the record's bound_growth_ps_per_s (payload word 10, docs/offsets-format.md)."""
-    with open(path, "r+b") as f:
-        f.seek((9 + 10) * 8)
-        f.write(struct.pack("<Q", growth_ps_per_s))
+
+    def edit(w):
+        w[9 + 10] = growth_ps_per_s
+
+    edit_offsets(path, edit)
 
 
 def device_entry(path, slot, device_id, offset_ns, valid_until_ns):
     """Adds a valid CUDA device map in slot ``slot`` (the count word too)."""
-    with open(path, "r+b") as f:
-        f.seek(9 * 8)
-        (w0,) = struct.unpack("<Q", f.read(8))
-        f.seek(9 * 8)
-        f.write(struct.pack("<Q", (w0 & 0xFFFFFFFF) | ((slot + 1) << 32)))
-        f.seek((9 + 15 + 8 * slot) * 8)
-        f.write(struct.pack("<Qqqqqq", device_id | (1 << 32) | (1 << 48), 100, offset_ns, 0, 7, valid_until_ns))
+
+    def edit(w):
+        w[9] = (w[9] & 0xFFFFFFFF) | ((slot + 1) << 32)
+        b = 9 + 15 + 8 * slot
+        w[b : b + 6] = struct.unpack("<6Q", struct.pack("<Qqqqqq", device_id | (1 << 32) | (1 << 48), 100, offset_ns, 0, 7, valid_until_ns))
+
+    edit_offsets(path, edit)
 
 
 class OneVariable(unittest.TestCase):

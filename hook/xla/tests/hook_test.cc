@@ -4,7 +4,8 @@
 //
 // The offsets files are written here straight from docs/offsets-format.md
 // (an independent implementation of the layout); agreement of the C reader
-// with the Rust writer is tested in agent/tests/publish_seqlock.rs.
+// with the Rust writer is tested in offsets/tests/publish_seqlock.rs and
+// offsets/tests/publish_ring.rs.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -36,15 +37,19 @@ struct Device {
   uint64_t bound_ns;
 };
 
-// Writes an offsets file per docs/offsets-format.md (version 1).
+// Writes an offsets file per docs/offsets-format.md (version 2; the hook
+// reads the current record only, and the C reader does not check the
+// checksums, so the ring is left empty and the checksum 0).
 static void WriteOffsets(const std::string& path, uint32_t flags, int64_t valid_until, int64_t anchor,
                          int64_t offset, int64_t drift_ps_per_s, uint64_t bound,
-                         const std::vector<Device>& devices, uint32_t version = 1) {
-  std::vector<uint64_t> w(4096 / 8, 0);
+                         const std::vector<Device>& devices, uint32_t version = 2) {
+  std::vector<uint64_t> w(CLOCKMESH_FILE_LEN / 8, 0);
   std::memcpy(&w[0], "CLKMOFS1", 8);
   w[1] = version | (64ull << 32);
-  w[2] = 4096 | (16ull << 32);
+  w[2] = CLOCKMESH_FILE_LEN | (16ull << 32);
   w[3] = 64 | (64ull << 32);
+  w[5] = CLOCKMESH_RING_OFFSET | (static_cast<uint64_t>(CLOCKMESH_RING_SLOTS) << 32);
+  w[6] = CLOCKMESH_SLOT_LEN;
   w[8] = 2;  // seq: even, one completed write
   uint64_t* p = &w[9];
   p[0] = flags | (static_cast<uint64_t>(devices.size()) << 32);
@@ -181,10 +186,11 @@ static void TestFailsClosed(const std::string& dir) {
     uint32_t version;
     int expected;
   } cases[] = {
-      {"expired", CLOCKMESH_F_VALID, now - 1, 1, CLOCKMESH_E_STALE},
-      {"flagged stale", CLOCKMESH_F_VALID | CLOCKMESH_F_STALE, now + 60000000000LL, 1, CLOCKMESH_E_STALE},
-      {"no data", 0, now + 60000000000LL, 1, CLOCKMESH_E_NO_DATA},
-      {"bad version", CLOCKMESH_F_VALID, now + 60000000000LL, 2, CLOCKMESH_E_BAD_VERSION},
+      {"expired", CLOCKMESH_F_VALID, now - 1, 2, CLOCKMESH_E_STALE},
+      {"flagged stale", CLOCKMESH_F_VALID | CLOCKMESH_F_STALE, now + 60000000000LL, 2, CLOCKMESH_E_STALE},
+      {"no data", 0, now + 60000000000LL, 2, CLOCKMESH_E_NO_DATA},
+      {"layout v1", CLOCKMESH_F_VALID, now + 60000000000LL, 1, CLOCKMESH_E_BAD_VERSION},
+      {"bad version", CLOCKMESH_F_VALID, now + 60000000000LL, 3, CLOCKMESH_E_BAD_VERSION},
   };
   for (const Case& c : cases) {
     WriteOffsets(path, c.flags, c.valid_until, now, 5, 0, 1, {}, c.version);

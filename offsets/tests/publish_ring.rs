@@ -1,0 +1,464 @@
+//! Layout v2: the ring of recent records. The Rust, C
+//! (hook/include/clockmesh.h) and Python (python/clockmesh/reader.py)
+//! readers place stamps inside, between, before and after the ring's
+//! records written by the Rust writer, and GPU stamps through the device
+//! maps, and must give the same answer — the same error codes included —
+//! as the rule of docs/offsets-format.md computed here from the records.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clockmesh_offsets::layout::{FILE_LEN, RING_SLOTS, VERSION};
+use clockmesh_offsets::{
+    DeviceKind, DeviceMap, NodeMap, OffsetsReader, OffsetsWriter, PublishError, Record,
+    device_flags, flags, realtime_now_ns,
+};
+
+const S: i64 = 1_000_000_000;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("clockmesh-ring-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("offsets")
+}
+
+fn hook_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../hook")
+}
+
+fn compile_c_reader(out_dir: &Path) -> PathBuf {
+    let exe = out_dir.join("c_reader_check");
+    let status = Command::new("cc")
+        .args([
+            "-O2",
+            "-std=c11",
+            "-D_GNU_SOURCE",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+        ])
+        .arg(hook_dir().join("include"))
+        .arg(hook_dir().join("tests/c_reader_check.c"))
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc failed");
+    exe
+}
+
+/// The C and Python readers' codes for the Rust errors.
+fn code(r: &Result<(i64, u64), PublishError>) -> String {
+    match r {
+        Ok((g, b)) => format!("0 {g} {b}"),
+        Err(e) => {
+            let c = match e {
+                PublishError::Missing { .. } => -1,
+                PublishError::BadFormat(_) => -2,
+                PublishError::BadVersion { .. } => -3,
+                PublishError::NoData => -4,
+                PublishError::Stale { .. } => -5,
+                PublishError::Busy => -6,
+                PublishError::NoDevice(_) => -8,
+                PublishError::TooOld { .. } => -10,
+                other => panic!("unexpected {other}"),
+            };
+            format!("{c} 0 0")
+        }
+    }
+}
+
+const PY: &str = r#"
+import sys, clockmesh
+from clockmesh import reader
+mode, path = sys.argv[1], sys.argv[2]
+try:
+    r = clockmesh.OffsetsReader(path)
+except clockmesh.ClockmeshError as e:
+    print(e.code, 0, 0); sys.exit(0)
+args = [int(a) for a in sys.argv[3:]]
+dev = args.pop(0) if mode == "dev" else None
+for t in args:
+    try:
+        g, b = r.to_global(t) if dev is None else r.device_to_global(dev, t)
+        print(0, g, b)
+    except clockmesh.ClockmeshError as e:
+        print(e.code, 0, 0)
+"#;
+
+fn python_lines(mode: &str, path: &Path, args: &[String]) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let py = Command::new("python3")
+        .arg("-c")
+        .arg(PY)
+        .arg(mode)
+        .arg(path)
+        .args(args)
+        .env("PYTHONPATH", root.join("python"))
+        .output()
+        .unwrap();
+    assert!(
+        py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    lines(&py.stdout)
+}
+
+fn lines(b: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(b)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// One line per stamp from each of C and Python: (C, Python).
+fn others(exe: &Path, path: &Path, mode: &str, args: &[i64]) -> (Vec<String>, Vec<String>) {
+    let args: Vec<String> = args.iter().map(i64::to_string).collect();
+    let c = Command::new(exe)
+        .arg(mode)
+        .arg(path)
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    (lines(&c.stdout), python_lines(mode, path, &args))
+}
+
+fn record(window: u64, anchor: i64, valid_until: i64, offset: i64) -> Record {
+    Record {
+        flags: flags::VALID,
+        window,
+        updated_at_ns: anchor,
+        valid_until_ns: valid_until,
+        node: NodeMap {
+            anchor_local_ns: anchor,
+            offset_ns: offset,
+            drift_ps_per_s: -1_500_000 + 700_001 * window as i64,
+            bound_ns: 30 + window,
+            bound_growth_ps_per_s: 2_500 * window,
+        },
+        ..Record::default()
+    }
+}
+
+/// The rule of docs/offsets-format.md over the records published (oldest
+/// first, at most RING_SLOTS kept).
+fn model(published: &[Record], t: i64) -> Result<(i64, u64), PublishError> {
+    let kept = &published[published.len().saturating_sub(RING_SLOTS)..];
+    let Some(r) = kept.iter().rev().find(|r| r.node.anchor_local_ns <= t) else {
+        return Err(if kept.is_empty() {
+            PublishError::NoData
+        } else {
+            PublishError::TooOld {
+                local_ns: t,
+                oldest_anchor_ns: kept[0].node.anchor_local_ns,
+            }
+        });
+    };
+    if r.flags & flags::VALID == 0 {
+        return Err(PublishError::NoData);
+    }
+    if r.flags & flags::STALE != 0 || t > r.valid_until_ns {
+        return Err(PublishError::Stale {
+            valid_until_ns: r.valid_until_ns,
+            now_ns: t,
+            flags: r.flags,
+        });
+    }
+    Ok(r.node.to_global(t))
+}
+
+/// Every stamp through the three readers and the model; all must agree.
+fn agree(exe: &Path, path: &Path, published: &[Record], stamps: &[i64]) -> Vec<String> {
+    let reader = OffsetsReader::open(path).unwrap();
+    let rust: Vec<String> = stamps.iter().map(|&t| code(&reader.to_global(t))).collect();
+    let expected: Vec<String> = stamps.iter().map(|&t| code(&model(published, t))).collect();
+    let (c, py) = others(exe, path, "ring", stamps);
+    for (i, t) in stamps.iter().enumerate() {
+        assert_eq!(rust[i], expected[i], "Rust vs the rule at {t}");
+        assert_eq!(c[i], rust[i], "C vs Rust at {t}");
+        assert_eq!(py[i], rust[i], "Python vs Rust at {t}");
+    }
+    rust
+}
+
+#[test]
+fn three_readers_agree_inside_between_before_and_after_the_rings_records() {
+    let path = scratch("agree");
+    let exe = compile_c_reader(path.parent().unwrap());
+    let writer = OffsetsWriter::open(&path).unwrap();
+    let now = realtime_now_ns();
+    let base = now - 600 * S;
+    // Six records 4 s apart, each valid 3 s: a 1 s gap after each; a
+    // holdover one; the newest anchored now, valid an hour.
+    let mut published = Vec::new();
+    for k in 0..6u64 {
+        let a = base + 4 * S * k as i64;
+        let mut r = record(k + 1, a, a + 3 * S, -1_000 * (k as i64 + 1) + 7);
+        if k == 3 {
+            r.flags |= flags::HOLDOVER;
+        }
+        published.push(r);
+    }
+    published.push(record(7, now, now + 3_600 * S, 123_456));
+    // Nothing published yet: no data for any stamp.
+    agree(&exe, &path, &published[..0], &[now, base]);
+    for r in &published {
+        writer.publish(r).unwrap();
+    }
+    let mut stamps = vec![base - 1, base - 3_600 * S, i64::MIN, i64::MAX];
+    for r in &published {
+        let (a, v) = (r.node.anchor_local_ns, r.valid_until_ns);
+        // At the anchor, inside (odd ns for the rounding), at and just past
+        // the validity, between this record and the next.
+        stamps.extend([a, a + S + 123_457, a - 1, v, v + 1, a + 3 * S + S / 2]);
+    }
+    stamps.push(now + 3_600 * S + 1); // after the newest record's validity
+    let lines = agree(&exe, &path, &published, &stamps);
+    for (want, what) in [
+        ("0 ", "inside"),
+        ("-5 ", "between / after"),
+        ("-10 ", "before"),
+    ] {
+        assert!(lines.iter().any(|l| l.starts_with(want)), "no {what} case");
+    }
+    // Judged at the stamp's time, not now: the oldest record expired
+    // ten minutes ago but still maps its own stamps.
+    let reader = OffsetsReader::open(&path).unwrap();
+    assert!(reader.to_global(base + S).is_ok());
+    assert!(matches!(
+        reader.to_global(base - 1),
+        Err(PublishError::TooOld { oldest_anchor_ns, .. }) if oldest_anchor_ns == base
+    ));
+
+    // Republishing the newest window (new device maps) updates it in place.
+    assert_eq!(writer.ring_len(), published.len());
+    let mut again = published.last().unwrap().clone();
+    again.devices = vec![DeviceMap {
+        device_id: 1,
+        flags: device_flags::VALID,
+        valid_until_ns: i64::MAX,
+        ..DeviceMap::default()
+    }];
+    writer.publish(&again).unwrap();
+    assert_eq!(writer.ring_len(), published.len());
+
+    // Marked stale: the newest record refuses its stamps, older ones serve theirs.
+    writer.mark_stale();
+    published.last_mut().unwrap().flags |= flags::STALE;
+    agree(&exe, &path, &published, &stamps);
+    assert!(matches!(
+        reader.to_global(now + S),
+        Err(PublishError::Stale { .. })
+    ));
+
+    // An agent restart keeps the ring (its newest record stale, epoch + 1).
+    drop(writer);
+    let writer = OffsetsWriter::open(&path).unwrap();
+    assert_eq!(writer.ring_len(), published.len());
+    agree(&exe, &path, &published, &stamps);
+    let fresh = record(8, now + S, now + 3_600 * S, -42);
+    writer.publish(&fresh).unwrap();
+    published.push(fresh);
+    agree(&exe, &path, &published, &stamps);
+}
+
+#[test]
+fn the_ring_keeps_the_last_256_records_and_refuses_older_stamps() {
+    let path = scratch("wrap");
+    let exe = compile_c_reader(path.parent().unwrap());
+    let writer = OffsetsWriter::open(&path).unwrap();
+    let now = realtime_now_ns();
+    // 300 windows of 4 s (the default), each valid 12 s: the last 256 cover
+    // 1024 s (17 min) of stamps.
+    let first = now - 300 * 4 * S;
+    let published: Vec<Record> = (0..300)
+        .map(|k| {
+            let a = first + 4 * S * k;
+            record(k as u64 + 1, a, a + 12 * S, -5_000 + k)
+        })
+        .collect();
+    for r in &published {
+        writer.publish(r).unwrap();
+    }
+    assert_eq!(writer.ring_len(), RING_SLOTS);
+    let oldest_kept = published[300 - RING_SLOTS].node.anchor_local_ns;
+    assert!(now - oldest_kept >= 10 * 60 * S, "covers ≥ 10 min");
+    let stamps: Vec<i64> = [
+        first + 10 * 4 * S + S,   // record 11: dropped from the ring
+        oldest_kept - S,          // just before the oldest kept record
+        oldest_kept - 1,          // ditto
+        oldest_kept,              // the oldest kept record
+        oldest_kept + 5 * S,      // overlap: the next record is newer
+        now - 17 * S,             // an older record still valid
+        now,                      // the newest
+        now - 4 * S + 12 * S + 1, // past the newest record's validity
+    ]
+    .to_vec();
+    let lines = agree(&exe, &path, &published, &stamps);
+    assert_eq!(&lines[0][..4], "-10 ");
+    assert_eq!(&lines[2][..4], "-10 ");
+    assert_eq!(&lines[3][..2], "0 ");
+    assert_eq!(&lines[7][..3], "-5 ");
+}
+
+#[test]
+fn device_stamps_agree_in_the_three_readers() {
+    let path = scratch("devices");
+    let exe = compile_c_reader(path.parent().unwrap());
+    let writer = OffsetsWriter::open(&path).unwrap();
+    let now = realtime_now_ns();
+    let older = record(1, now - 60 * S, now - 50 * S, 900);
+    let mut newest = record(2, now - 40 * S, now + 3_600 * S, -77_777);
+    let device = |id: u32, flags: u16, valid_until_ns: i64| DeviceMap {
+        device_id: id,
+        kind: DeviceKind::Cuda,
+        flags,
+        // Device clock ~ host time − 5 ms, drifting −3 µs/s.
+        device_anchor_ns: now - 5_000_000,
+        offset_ns: 5_000_123,
+        drift_ps_per_s: -3_000_000,
+        bound_ns: 250,
+        valid_until_ns,
+    };
+    newest.devices = vec![
+        device(0, device_flags::VALID, now + 600 * S),
+        device(3, 0, now + 600 * S),
+        device(5, device_flags::VALID, now - 30 * S),
+    ];
+    writer.publish(&older).unwrap();
+    writer.publish(&newest).unwrap();
+    let reader = OffsetsReader::open(&path).unwrap();
+    let d0 = newest.devices[0];
+    let stamps = [
+        now - 5_000_000,           // the device anchor
+        now + 2 * S + 333,         // inside the newest record
+        now - 55 * S,              // host time in the older record
+        now - 45 * S,              // between: past the older record's validity
+        now - 120 * S,             // before every record
+        now + 601 * S,             // past the device map's validity
+        d0.valid_until_ns - 5 * S, // just inside it
+    ];
+    for (id, expect) in [(0u32, None), (3, Some(-4)), (5, Some(-5)), (9, Some(-8))] {
+        let rust: Vec<String> = stamps
+            .iter()
+            .map(|&d| code(&reader.device_to_global(id, d)))
+            .collect();
+        let mut args = vec![i64::from(id)];
+        args.extend(stamps);
+        let (c, py) = others(&exe, &path, "dev", &args);
+        assert_eq!(c, rust, "C vs Rust, device {id}");
+        assert_eq!(py, rust, "Python vs Rust, device {id}");
+        if let Some(code) = expect {
+            assert!(
+                rust.iter().any(|l| l.starts_with(&format!("{code} "))),
+                "device {id}: {rust:?}"
+            );
+        }
+    }
+    // Device 0 by hand: DeviceMap::to_host, then the node map of the record
+    // that covers that host time, bounds added.
+    let by_hand = |d: i64| -> Result<(i64, u64), PublishError> {
+        let host = d0.to_host(d);
+        if host > d0.valid_until_ns {
+            return Err(PublishError::Stale {
+                valid_until_ns: d0.valid_until_ns,
+                now_ns: host,
+                flags: 1,
+            });
+        }
+        let (g, b) = model(&[older.clone(), newest.clone()], host)?;
+        Ok((g, b + d0.bound_ns))
+    };
+    let rust: Vec<String> = stamps
+        .iter()
+        .map(|&d| code(&reader.device_to_global(0, d)))
+        .collect();
+    let hand: Vec<String> = stamps.iter().map(|&d| code(&by_hand(d))).collect();
+    assert_eq!(rust, hand);
+    for want in ["0 ", "-5 ", "-10 "] {
+        assert!(rust.iter().any(|l| l.starts_with(want)), "{want}: {rust:?}");
+    }
+}
+
+#[test]
+fn v1_files_are_refused_by_every_reader_and_replaced_by_the_writer() {
+    let path = scratch("v1");
+    let exe = compile_c_reader(path.parent().unwrap());
+    // A layout v1 file: one 4096-byte page, version 1.
+    let mut v1 = vec![0u8; 4096];
+    v1[..8].copy_from_slice(b"CLKMOFS1");
+    v1[8..16].copy_from_slice(&(1u64 | (64 << 32)).to_le_bytes());
+    v1[16..24].copy_from_slice(&(4096u64 | (16 << 32)).to_le_bytes());
+    v1[64..72].copy_from_slice(&2u64.to_le_bytes());
+    v1[72..76].copy_from_slice(&flags::VALID.to_le_bytes());
+    std::fs::write(&path, &v1).unwrap();
+    assert!(matches!(
+        OffsetsReader::open(&path),
+        Err(PublishError::BadVersion {
+            found: 1,
+            expected: VERSION
+        })
+    ));
+    let py = python_lines("ring", &path, &[realtime_now_ns().to_string()]);
+    assert_eq!(py, vec!["-3 0 0".to_string()]);
+    let out = Command::new(&exe).arg("code").arg(&path).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("-3 "));
+
+    let writer = OffsetsWriter::open(&path).unwrap();
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        FILE_LEN as u64,
+        "replaced by a v2 file"
+    );
+    assert!(matches!(
+        OffsetsReader::open(&path)
+            .unwrap()
+            .to_global(realtime_now_ns()),
+        Err(PublishError::NoData)
+    ));
+    drop(writer);
+}
+
+#[test]
+fn a_restarted_writer_clears_torn_ring_records_and_drops_a_torn_current_record() {
+    use clockmesh_offsets::layout::{RECORD_END, slot_offset};
+    let path = scratch("torn-restart");
+    let exe = compile_c_reader(path.parent().unwrap());
+    let now = realtime_now_ns();
+    let mut published: Vec<Record> = (0..3)
+        .map(|k| record(k as u64 + 1, now - (30 - 10 * k) * S, now + 3_600 * S, k))
+        .collect();
+    let writer = OffsetsWriter::open(&path).unwrap();
+    for r in &published {
+        writer.publish(r).unwrap();
+    }
+    drop(writer);
+    // As if a writer died writing record 3: its slot and the current
+    // record's payload hold a mix (one word changed, checksums stale).
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[slot_offset(3) + 64] ^= 0x40; // offset_ns of record 3
+    bytes[RECORD_END - 8] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let writer = OffsetsWriter::open(&path).unwrap();
+    assert!(writer.dropped_torn_record());
+    assert_eq!(writer.ring_len(), 2);
+    let reader = OffsetsReader::open(&path).unwrap();
+    assert_eq!(reader.read_record().unwrap().flags, 0, "no data");
+    // Record 3 is gone; record 2 (now the newest, flagged stale) and
+    // record 1 remain.
+    published.pop();
+    published.last_mut().unwrap().flags |= flags::STALE;
+    let stamps = [now - 25 * S, now - 15 * S, now - 5 * S, now - 40 * S];
+    agree(&exe, &path, &published, &stamps);
+    // The next record gets number 3 again, in the cleared slot.
+    let fresh = record(9, now, now + 3_600 * S, 99);
+    writer.publish(&fresh).unwrap();
+    published.push(fresh);
+    assert_eq!(writer.ring_len(), 3);
+    agree(&exe, &path, &published, &[now - 25 * S, now + S]);
+}
