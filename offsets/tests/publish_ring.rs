@@ -462,3 +462,33 @@ fn a_restarted_writer_clears_torn_ring_records_and_drops_a_torn_current_record()
     assert_eq!(writer.ring_len(), 3);
     agree(&exe, &path, &published, &[now - 25 * S, now + S]);
 }
+
+#[test]
+fn rust_reader_serves_stamps_older_than_the_ring_from_the_history() {
+    use clockmesh_offsets::{Anchor, HostMap};
+    let path = scratch("history");
+    let now = realtime_now_ns();
+    let writer = OffsetsWriter::open(&path).unwrap();
+    writer
+        .publish(&record(1, now, now + 3_600 * S, 10))
+        .unwrap();
+    // An anchor of the agent's history an hour ago, offset 500 ± 20 ns.
+    let history = HostMap::new(vec![Anchor {
+        at_ns: now - 3_600 * S,
+        offset_ns: 500,
+        drift_ppb: 0.0,
+        bound_ns: 20,
+        bound_growth_ppb: 0.0,
+    }])
+    .unwrap();
+    let plain = OffsetsReader::open(&path).unwrap();
+    let with = OffsetsReader::open(&path).unwrap().with_history(history);
+    let old = now - 3_600 * S;
+    assert!(matches!(
+        plain.to_global(old),
+        Err(PublishError::TooOld { .. })
+    ));
+    assert_eq!(with.to_global(old).unwrap(), (old + 500, 20));
+    // Stamps the ring covers still come from the ring.
+    assert_eq!(with.to_global(now).unwrap(), plain.to_global(now).unwrap());
+}
