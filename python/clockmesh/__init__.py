@@ -9,7 +9,8 @@ fresh.
 
     from clockmesh import OffsetsReader
     with OffsetsReader() as r:
-        global_ns, bound_ns = r.to_global(time.time_ns())
+        global_ns, bound_ns = r.to_global(time.time_ns())   # judged at the stamp's time
+        g, b = r.device_to_global(0, gpu_stamp_ns)         # a GPU's stamp
         now = r.now()   # [earliest_ns, latest_ns], status (CLOCK_*), epoch
 
 ``clockmesh.jax_profiler.trace`` wraps ``jax.profiler`` tracing and records
@@ -29,10 +30,12 @@ from .reader import (
     DeviceMap,
     Missing,
     NoData,
+    NoDevice,
     Now,
     OffsetsReader,
     Snapshot,
     Stale,
+    TooOld,
 )
 
 __all__ = [
@@ -48,8 +51,10 @@ __all__ = [
     "DeviceMap",
     "Missing",
     "NoData",
+    "NoDevice",
     "Now",
     "OffsetsReader",
     "Snapshot",
     "Stale",
+    "TooOld",
 ]
