@@ -104,7 +104,6 @@ fn edge_line(from: usize, to: usize, k: u64, anchor_ns: i64) -> EdgeLine {
         span_ns: WINDOW_NS,
     };
     EdgeLine {
-        kind: "edge",
         window: k,
         node: NODES[from].into(),
         from: NODES[from].into(),
@@ -119,7 +118,7 @@ fn edge_line(from: usize, to: usize, k: u64, anchor_ns: i64) -> EdgeLine {
         spacing_rejected: 0,
         impure: 52,
         history_windows: 2,
-        stamps: "software",
+        stamps: "software".into(),
         purity_tolerance_ns: 10_000,
         fit: (k != 3).then_some(fit),
         error: (k == 3).then(|| "too few pure pairs".into()),

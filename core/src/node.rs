@@ -1038,7 +1038,6 @@ fn edge_line(
 ) -> EdgeLine {
     let o = &h.outcome;
     EdgeLine {
-        kind: "edge",
         window: k,
         node: me.to_owned(),
         from: me.to_owned(),
@@ -1053,7 +1052,7 @@ fn edge_line(
         spacing_rejected: o.forward.spacing_rejected + o.backward.spacing_rejected,
         impure: o.forward.impure + o.backward.impure,
         history_windows: h.windows,
-        stamps: h.stamps.as_str(),
+        stamps: h.stamps.as_str().into(),
         purity_tolerance_ns: h.stamps.purity_tolerance_ns(),
         fit: fit.map(FitLine::from),
         error: o.fit.as_ref().err().map(|e| e.to_string()),

@@ -45,11 +45,11 @@ pub struct Timings {
     pub solves: u64,
 }
 
-/// One JSONL line per edge fit.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One JSONL line per edge fit (`"type": "edge"`; written by the agent,
+/// read back by `clockmesh report`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "edge")]
 pub struct EdgeLine {
-    #[serde(rename = "type")]
-    pub kind: &'static str,
     pub window: u64,
     pub node: String,
     pub from: String,
@@ -67,7 +67,7 @@ pub struct EdgeLine {
     /// Windows of probes the fit spans (its history).
     pub history_windows: usize,
     /// `nic` or `software`: the stamps the fit used, which set its purity.
-    pub stamps: &'static str,
+    pub stamps: String,
     pub purity_tolerance_ns: i64,
     pub fit: Option<FitLine>,
     pub error: Option<String>,
@@ -75,7 +75,7 @@ pub struct EdgeLine {
 
 /// The fit of an edge line: `clock_to − clock_from = offset_ns + offset_frac_ns
 /// + drift_ppb·(t − anchor_ns)/1e9`, `t` on the `from` clock.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FitLine {
     pub anchor_ns: i64,
     pub offset_ns: i64,
@@ -89,6 +89,16 @@ pub struct FitLine {
     pub backward_points: u32,
     pub trimmed: u32,
     pub span_ns: i64,
+}
+
+impl EdgeLine {
+    /// Pure first packets over complete probes, both directions; `None`
+    /// without probes.
+    pub fn pure_ratio(&self) -> Option<f64> {
+        let probes = self.probes_forward + self.probes_backward;
+        let pure = self.pure_forward + self.pure_backward;
+        (probes > 0).then(|| pure as f64 / probes as f64)
+    }
 }
 
 impl From<&pb::EdgeFit> for FitLine {

@@ -5,7 +5,7 @@
 //! timeline so far) and adds them to everything it solves: the timeline
 //! continues, running at the rate it ran at the hand-over. Pure: no I/O.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use clockmesh_proto::clockmesh as pb;
 
@@ -63,11 +63,11 @@ impl Carry {
     }
 }
 
-/// The JSONL line a new leader writes when it takes the timeline over.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// The JSONL line a new leader writes when it takes the timeline over
+/// (`"type": "handover"`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "handover")]
 pub struct HandOverLine {
-    #[serde(rename = "type")]
-    pub kind: &'static str,
     /// The first window the new leader solves.
     pub window: u64,
     pub reference: String,
@@ -95,7 +95,6 @@ impl HandOverLine {
 
     pub fn new(window: u64, reference: &str, carry: Option<&Carry>) -> Self {
         HandOverLine {
-            kind: "handover",
             window,
             reference: reference.to_owned(),
             previous_reference: carry.map(|c| c.from.clone()),
@@ -139,6 +138,12 @@ mod tests {
         assert_eq!(r.drift_ppb, 2_010.0);
         let line = HandOverLine::new(3, "new", Some(&c));
         assert_eq!(line.carry(), Some(c));
+        let json = serde_json::to_string(&line).unwrap();
+        assert!(
+            json.starts_with(r#"{"type":"handover","window":3,"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<HandOverLine>(&json).unwrap(), line);
         assert_eq!(HandOverLine::new(3, "new", None).carry(), None);
     }
 

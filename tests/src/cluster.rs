@@ -358,7 +358,7 @@ impl Cluster {
         let h = self.carry_of(new)?;
         let local = h.carried_anchor_ns? + self.cfg.window_s as i64 * 1_000_000_000;
         let t = local - self.skews[new].at(local);
-        let new_timeline = self.skews[new].at(t) as f64 + h.carried_offset_at(local);
+        let new_timeline = self.skews[new].at(t) as f64 + carried_offset_at(&h, local);
         let old_timeline = self.skews[old].at(t) as f64;
         Some((new_timeline - old_timeline, h.carried_bound_ns?))
     }
@@ -392,7 +392,7 @@ impl Cluster {
         let reference_local = t + self.skews[r].at(t);
         let carried = self
             .carry_of(r)
-            .map_or(0.0, |h| h.carried_offset_at(reference_local));
+            .map_or(0.0, |h| carried_offset_at(&h, reference_local));
         let truth = (self.skews[r].at(t) - self.skews[i].at(t)) as f64 + carried;
         let estimated = l.offset_ns;
         Checked {
@@ -469,28 +469,20 @@ pub fn jsonl_records<T: for<'de> Deserialize<'de>>(path: &Path, kind: &str) -> V
         .collect()
 }
 
-/// A `"type": "handover"` line: a new leader continued the global timeline
-/// by adding its own last offset (global − local) and drift.
-#[derive(Clone, Debug, Deserialize)]
-pub struct HandOver {
-    pub window: u64,
-    pub reference: String,
-    pub previous_reference: Option<String>,
-    pub carried_anchor_ns: Option<i64>,
-    pub carried_offset_ns: Option<i64>,
-    pub carried_drift_ppb: Option<f64>,
-    pub carried_bound_ns: Option<u64>,
-}
+/// A `"type": "handover"` line (the agent's own type): a new leader
+/// continued the global timeline by adding its own last offset (global −
+/// local) and drift.
+pub use clockmesh_core::timeline::HandOverLine as HandOver;
 
-impl HandOver {
-    /// The carried offset at the new leader's local time `local_ns`.
-    pub fn carried_offset_at(&self, local_ns: i64) -> f64 {
-        let (Some(anchor), Some(offset)) = (self.carried_anchor_ns, self.carried_offset_ns) else {
-            return 0.0;
-        };
-        let drift = self.carried_drift_ppb.unwrap_or(0.0);
-        offset as f64 + drift * 1e-9 * (local_ns - anchor) as f64
-    }
+/// The carried offset at the new leader's local time `local_ns`, computed
+/// here from the line's fields rather than by the core's `Carry`, so a
+/// wrong formula there cannot pass both sides of the check.
+pub fn carried_offset_at(h: &HandOver, local_ns: i64) -> f64 {
+    let (Some(anchor), Some(offset)) = (h.carried_anchor_ns, h.carried_offset_ns) else {
+        return 0.0;
+    };
+    let drift = h.carried_drift_ppb.unwrap_or(0.0);
+    offset as f64 + drift * 1e-9 * (local_ns - anchor) as f64
 }
 
 /// p-quantile (0..=1) of `v` by nearest rank; `None` when empty.

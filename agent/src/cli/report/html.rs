@@ -729,7 +729,7 @@ fn handover_section(ctx: &Ctx) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::report::lines::EdgeFit;
+    use clockmesh_core::report::FitLine as EdgeFit;
 
     fn node(host: &str, window: u64, offset_ns: i64, bound_ns: u64) -> HistoryEntry {
         HistoryEntry {
@@ -758,8 +758,9 @@ mod tests {
                 anchor_ns: 1_000_000_000_000 + window as i64 * 4_000_000_000,
                 min_rtt_ns: 41_000.5,
                 bound_ns: 90.0,
+                ..EdgeFit::default()
             }),
-            error: None,
+            ..Edge::default()
         }
     }
 

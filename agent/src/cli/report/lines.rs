@@ -1,70 +1,13 @@
-//! The agent's JSONL history, parsed for the report: node and device lines
-//! through their own types (`clockmesh_offsets::history`), edge and
-//! hand-over lines through read views of `clockmesh_core::report::EdgeLine`
-//! and `clockmesh_core::timeline::HandOverLine`. Those two are written, never
-//! read, by the agent (`Serialize` only, with `&'static str` fields), so the
-//! views below name the fields the report uses; a unit test serializes the
-//! real types and reads them back here, so the two cannot drift apart.
-//! No I/O: the caller reads the files.
+//! The agent's JSONL history, parsed for the report through the types the
+//! agent writes: node and device lines (`clockmesh_offsets::history`),
+//! edge lines (`clockmesh_core::report::EdgeLine`) and hand-over lines
+//! (`clockmesh_core::timeline::HandOverLine`). No I/O: the caller reads
+//! the files.
 
 use clockmesh::publish::history::{DeviceHistoryEntry, HistoryEntry};
+pub use clockmesh_core::report::EdgeLine as Edge;
+pub use clockmesh_core::timeline::HandOverLine as HandOver;
 use serde::Deserialize;
-
-/// An edge line (`"type": "edge"`): one out-edge's fit for one window.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub struct Edge {
-    pub window: u64,
-    pub from: String,
-    pub to: String,
-    pub probes_forward: usize,
-    pub probes_backward: usize,
-    pub pure_forward: usize,
-    pub pure_backward: usize,
-    pub stamps: String,
-    pub fit: Option<EdgeFit>,
-    pub error: Option<String>,
-}
-
-/// The parts of an edge line's fit the report shows.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub struct EdgeFit {
-    /// On the `from` node's clock.
-    pub anchor_ns: i64,
-    pub min_rtt_ns: f64,
-    pub bound_ns: f64,
-}
-
-impl Edge {
-    /// Pure first packets over complete probes, both directions; `None`
-    /// without probes.
-    pub fn pure_ratio(&self) -> Option<f64> {
-        let probes = self.probes_forward + self.probes_backward;
-        let pure = self.pure_forward + self.pure_backward;
-        (probes > 0).then(|| pure as f64 / probes as f64)
-    }
-}
-
-/// A hand-over line (`"type": "handover"`): a new leader took the global
-/// timeline over, carrying its own last offset (global − local) and drift.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub struct HandOver {
-    pub window: u64,
-    pub reference: String,
-    pub previous_reference: Option<String>,
-    pub carried_anchor_ns: Option<i64>,
-    pub carried_offset_ns: Option<i64>,
-    pub carried_drift_ppb: Option<f64>,
-}
-
-impl HandOver {
-    /// The carried offset at the new leader's local time `local_ns`, if
-    /// it carried one.
-    pub fn carried_offset_at(&self, local_ns: i64) -> Option<f64> {
-        let (anchor, offset) = (self.carried_anchor_ns?, self.carried_offset_ns?);
-        let drift = self.carried_drift_ppb.unwrap_or(0.0);
-        Some(offset as f64 + drift * 1e-9 * (local_ns - anchor) as f64)
-    }
-}
 
 /// Every line of one or more history files, in file order.
 #[derive(Clone, Debug, Default)]
@@ -187,7 +130,6 @@ mod tests {
 
     fn edge_line() -> EdgeLine {
         EdgeLine {
-            kind: "edge",
             window: 7,
             node: "a".into(),
             from: "a".into(),
@@ -202,7 +144,7 @@ mod tests {
             spacing_rejected: 0,
             impure: 20,
             history_windows: 2,
-            stamps: "software",
+            stamps: "software".into(),
             purity_tolerance_ns: 10_000,
             fit: Some(FitLine {
                 anchor_ns: 5,
@@ -254,7 +196,7 @@ mod tests {
         assert_eq!((e.from.as_str(), e.to.as_str(), e.window), ("a", "b", 7));
         assert_eq!(e.fit.as_ref().unwrap().min_rtt_ns, 41_000.5);
         assert_eq!(e.pure_ratio(), Some(0.5));
-        assert_eq!(h.handovers[0].carried_offset_at(1_000_000_001), Some(5.0));
+        assert_eq!(h.handovers[0].carry().unwrap().offset_at(1_000_000_001), 5);
         assert_eq!(h.other, 1);
         h.check_reportable("h.jsonl").unwrap();
     }

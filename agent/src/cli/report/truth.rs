@@ -98,9 +98,9 @@ impl Truth {
         let t = local - node.at(local);
         let reference_local = t + reference.at(t);
         let carried = carry(handovers, reference_name, line.window)
-            .and_then(|h| h.carried_offset_at(reference_local))
-            .unwrap_or(0.0);
-        Some((reference.at(t) - node.at(t)) as f64 + carried)
+            .and_then(HandOver::carry)
+            .map_or(0, |c| c.offset_at(reference_local));
+        Some((reference.at(t) - node.at(t)) as f64 + carried as f64)
     }
 }
 
@@ -154,6 +154,7 @@ mod tests {
             carried_anchor_ns: Some(0),
             carried_offset_ns: Some(40),
             carried_drift_ppb: Some(0.0),
+            carried_bound_ns: Some(3),
         };
         let hs = [h];
         assert_eq!(truth.offset_ns(&line("n", -500, 4), &hs), Some(1500.0));
