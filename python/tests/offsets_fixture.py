@@ -58,3 +58,13 @@ def edit_offsets(path, edit):
     seal(words)
     with open(path, "wb") as f:
         f.write(struct.pack(f"<{len(words)}Q", *words))
+
+
+def set_bound_growth(path, growth_ps_per_s):
+    """Sets the record's bound_growth_ps_per_s (payload word 10,
+    docs/offsets-format.md) and reseals the file."""
+
+    def edit(w):
+        w[9 + 10] = growth_ps_per_s
+
+    edit_offsets(path, edit)

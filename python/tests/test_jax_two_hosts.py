@@ -12,7 +12,6 @@ import json
 import os
 import pathlib
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ import unittest
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from offsets_fixture import write_offsets  # noqa: E402
+from offsets_fixture import set_bound_growth, write_offsets  # noqa: E402
 from xplane_proto import xspace_class  # noqa: E402
 
 SKEW = 250_000_000  # hostB's clock is 250 ms ahead
@@ -30,13 +29,6 @@ GLOBAL_MINUS_REAL = 1_000  # the global timeline is 1 µs ahead of the shared re
 OFFSETS = {"hostA": GLOBAL_MINUS_REAL, "hostB": GLOBAL_MINUS_REAL - SKEW}
 SKEWS = {"hostA": 0, "hostB": SKEW}
 BOUND_NS, GROWTH_PS_PER_S = 100, 1_000_000  # the records' bound grows 1 µs/s
-
-
-def set_bound_growth(path, growth_ps_per_s):
-    """Sets the record's bound_growth_ps_per_s (payload word 10, docs/offsets-format.md)."""
-    with open(path, "r+b") as f:
-        f.seek((9 + 10) * 8)
-        f.write(struct.pack("<Q", growth_ps_per_s))
 
 
 def bound_at(at_ns, anchor_ns):

@@ -13,7 +13,7 @@ sys.path.insert(0, str(HERE))
 
 import clockmesh  # noqa: E402
 from clockmesh import OffsetsReader, jax_profiler, xspace  # noqa: E402
-from offsets_fixture import edit_offsets, write_offsets  # noqa: E402
+from offsets_fixture import edit_offsets, set_bound_growth, write_offsets  # noqa: E402
 from xplane_proto import xspace_class  # noqa: E402
 
 
@@ -100,15 +100,6 @@ class XSpaceEdit(unittest.TestCase):
         out = jax_profiler.annotate_xspace(raw, os.path.join(d, "missing"))
         self.assertNotIn("clock_offset_ns", xspace.task_env_stats(out))
         self.assertTrue(xspace.task_env_stats(out)["clock_status"].startswith("Missing"))
-
-
-def set_bound_growth(path, growth_ps_per_s):
-    """Sets the record's bound_growth_ps_per_s (payload word 10, docs/offsets-format.md)."""
-
-    def edit(w):
-        w[9 + 10] = growth_ps_per_s
-
-    edit_offsets(path, edit)
 
 
 def device_entry(path, slot, device_id, offset_ns, valid_until_ns):
