@@ -298,6 +298,103 @@ impl Segment {
     }
 }
 
+impl Segment {
+    /// This piece seen from `base_ps` (a trace line's start), for stamps
+    /// given as i64 ps after it; `None` when the anchor is too far away
+    /// for that.
+    pub fn near(&self, base_ps: i128) -> Option<NearSegment> {
+        let clamp = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+        Some(NearSegment {
+            // Clamped bounds only ever refuse a stamp the piece holds (it
+            // then goes the long way), never take one it does not.
+            lo: clamp(self.from_ps.saturating_sub(base_ps)),
+            hi: clamp(self.until_ps.saturating_sub(base_ps)),
+            from_anchor: i64::try_from(base_ps.checked_sub(self.anchor_ps)?).ok()?,
+            offset_ps: self.offset_ps,
+            span_ps: self.span_ps,
+            inv_span: self.inv_span,
+            change_ps: self.change_ps,
+            drift: self.drift,
+            bound_ns: self.bound_ns,
+            bound_change_ns: self.bound_change_ns,
+            growth: self.growth,
+        })
+    }
+}
+
+/// A [`Segment`] seen from a base time, evaluated in i64 and f64 only:
+/// for stamps it [`contains`](Self::contains), [`Self::eval`] gives
+/// exactly [`Segment::offset_at_ps`]'s results (the same f64 expressions
+/// on the same exact distances), or `None` where those leave i64.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NearSegment {
+    /// Stamps `lo <= rel < hi` (ps after the base) are in the piece.
+    lo: i64,
+    hi: i64,
+    /// Base − anchor, ps.
+    from_anchor: i64,
+    offset_ps: i128,
+    span_ps: f64,
+    inv_span: f64,
+    change_ps: f64,
+    drift: f64,
+    bound_ns: f64,
+    bound_change_ns: f64,
+    growth: f64,
+}
+
+impl NearSegment {
+    /// The offset (global − local, ps) at the piece's anchor.
+    pub fn anchor_offset_ps(&self) -> i128 {
+        self.offset_ps
+    }
+
+    /// Whether the stamp `rel` ps after the base is in this piece.
+    #[inline]
+    pub fn contains(&self, rel: i64) -> bool {
+        self.lo <= rel && rel < self.hi
+    }
+
+    /// For a stamp `rel` ps after the base that the piece
+    /// [`contains`](Self::contains): the offset's step from the anchor's
+    /// (ps; the offset is [`Self::anchor_offset_ps`] plus it) and, when
+    /// `BOUND`, the bound in ns *before* rounding up (NaN counts as 0; the
+    /// largest of several rounds up to the largest rounded one). `None`
+    /// where [`Segment::offset_at_ps`] would leave i64.
+    #[inline]
+    pub fn eval<const BOUND: bool>(&self, rel: i64) -> Option<(i64, f64)> {
+        let from = self.from_anchor.checked_add(rel)? as f64;
+        let (v, bound) = if self.span_ps > 0.0 {
+            let frac = from * self.inv_span;
+            let bound = if BOUND {
+                let nearest = from.min(self.span_ps - from);
+                self.bound_ns + self.bound_change_ns * frac + self.growth * nearest
+            } else {
+                0.0
+            };
+            (self.change_ps * frac + 1e-6, bound)
+        } else {
+            let bound = if BOUND {
+                self.bound_ns + self.growth * from.abs()
+            } else {
+                0.0
+            };
+            (self.drift * from + 0.5, bound)
+        };
+        // `floor_i128`'s i64 arm.
+        if v.is_nan() || v.abs() >= 9.0e18 {
+            return None;
+        }
+        let n = v as i64;
+        Some((if (n as f64) > v { n - 1 } else { n }, bound))
+    }
+}
+
+/// Rounds a bound from [`NearSegment::eval`] up, as [`Segment`] does.
+pub fn round_bound_ns(bound: f64) -> u64 {
+    ceil_u64(bound)
+}
+
 /// i128 → f64 through i64 when it fits (one instruction; the i128
 /// conversion is a library call, and this is on every event's path).
 fn as_f64(v: i128) -> f64 {
@@ -446,6 +543,55 @@ mod tests {
             .unwrap();
         assert_eq!(map.worst_bound(0, 1_000_000), brute);
         assert_eq!(map.worst_bound(-1_000_000, -1_000_000), 10 + 1000);
+    }
+
+    #[test]
+    fn a_near_segment_evaluates_as_its_segment() {
+        let mut a = anchor(0, 1_000, 10);
+        a.bound_growth_ppb = 1e6;
+        a.drift_ppb = -50_000.0;
+        let mut b = anchor(4_000_000_000, -199_000, 250);
+        b.drift_ppb = 1e3;
+        b.bound_growth_ppb = 3.5;
+        let map = HostMap::new(vec![a, b]).unwrap();
+        let bases = [
+            -7_000_000_000_123i128,
+            0,
+            1_999_999_999_999,
+            9_000_000_000_000,
+        ];
+        let mut taken = 0;
+        for base in bases {
+            for rel in (-60..60)
+                .map(|k| k * 211_111_111_111)
+                .chain([i64::MIN, i64::MAX, -1, 0, 1])
+            {
+                let t = base + i128::from(rel);
+                let seg = map.segment(t);
+                let near = seg.near(base).unwrap();
+                // Clamped to i64, the piece may refuse the last stamp
+                // (which then goes the long way), never take a foreign one.
+                assert!(near.contains(rel) || rel == i64::MAX, "{base} {rel}");
+                for other in [map.segment(base), map.segment(-1), map.segment(i128::MAX)] {
+                    let view = other.near(base).unwrap();
+                    if view.contains(rel) || rel != i64::MAX {
+                        assert_eq!(view.contains(rel), other.contains(t), "{base} {rel}");
+                    }
+                }
+                let (offset, bound) = seg.offset_at_ps(t);
+                let got = near.eval::<true>(rel);
+                let step_only = near.eval::<false>(rel);
+                assert_eq!(got.map(|g| g.0), step_only.map(|g| g.0));
+                if let Some((step, b)) = got {
+                    assert_eq!(near.anchor_offset_ps() + i128::from(step), offset);
+                    assert_eq!(round_bound_ns(b), bound, "{base} {rel}");
+                    taken += 1;
+                }
+            }
+        }
+        assert!(taken > 400, "{taken}");
+        // Too far from its anchor for i64: no near view.
+        assert!(map.segment(0).near(i128::from(i64::MAX) * 2).is_none());
     }
 
     #[test]

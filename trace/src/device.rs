@@ -30,6 +30,7 @@ use super::wire::{LEN, SliceReader, VARINT, WireReader, put_varint, varint_len};
 use super::{FileError, TraceError};
 use clockmesh_offsets::device_map::HOST_REALTIME;
 use clockmesh_offsets::history::{DeviceHistoryEntry, DeviceMapIndex, DeviceMaps};
+use clockmesh_offsets::host_map::{NearSegment, round_bound_ns};
 use clockmesh_offsets::{GlobalTime, HostMap, PublishedDeviceMap, Segment};
 
 /// `--device-clock [HOST:]PLANE=DEVICE`: PLANE's timestamps are raw
@@ -594,6 +595,129 @@ fn place_event(
     Ok((a, b, (offset, duration)))
 }
 
+/// Places one line's events. Host-clock planes go through the piece of
+/// the host map that held last, seen from the line's start in i64 and
+/// f64 ([`NearSegment`]): the same values as [`Timeline::span`], without
+/// its i128 conversions, and with the bounds (walk A only, `BOUND`) kept
+/// unrounded until the line's end. Device planes, and whatever leaves
+/// i64, go through [`Timeline::span`].
+#[derive(Clone)]
+struct LinePlacer<'t, 'a> {
+    tl: &'t Timeline<'a>,
+    line_ps: i128,
+    /// Host-clock planes: the piece used last, from `line_ps`.
+    piece: Option<NearSegment>,
+    /// `line_ps` + the piece's anchor offset − the origin.
+    base_ps: i128,
+    /// Worst unrounded bound of the times placed through `piece`.
+    worst: f64,
+}
+
+impl<'t, 'a> LinePlacer<'t, 'a> {
+    fn new(tl: &'t Timeline<'a>, line_ps: i128) -> Self {
+        Self {
+            tl,
+            line_ps,
+            piece: None,
+            base_ps: 0,
+            worst: f64::NEG_INFINITY,
+        }
+    }
+
+    /// A timed event relative to a line starting at `new_ts_ps`: its
+    /// placed start (ps after the origin) and its new offset and duration,
+    /// as [`place_event`]. With `BOUND`, the bounds go into `tally` (or
+    /// [`Self::worst`], folded in by [`Self::finish`]).
+    #[inline]
+    fn event<const BOUND: bool>(
+        &mut self,
+        t: &EventTimes,
+        (new_ts_ns, new_ts_ps): (i64, i128),
+        tally: &mut Tally,
+    ) -> Result<(i128, (i64, i64)), Unmapped> {
+        if self.tl.maps.is_some() {
+            let (a, b, times) = place_event(t, self.line_ps, new_ts_ns, self.tl)?;
+            if BOUND {
+                tally.add(a);
+                tally.add(b);
+            }
+            return Ok((a.ps, times));
+        }
+        let a = self.host::<BOUND>(t.offset_ps, tally)?;
+        let b = match t.offset_ps.checked_add(t.duration_ps) {
+            Some(end) => self.host::<BOUND>(end, tally)?,
+            None => {
+                self.host_wide::<BOUND>(i128::from(t.offset_ps) + i128::from(t.duration_ps), tally)?
+            }
+        };
+        let s = self.line_ps + i128::from(t.offset_ps);
+        Ok((a, (to_i64(a - new_ts_ps, s)?, to_i64(b - a, s)?)))
+    }
+
+    /// A host-clock time `rel` ps after the line start → ps after the origin.
+    #[inline]
+    fn host<const BOUND: bool>(&mut self, rel: i64, tally: &mut Tally) -> Result<i128, Unmapped> {
+        if let Some(p) = &self.piece
+            && p.contains(rel)
+            && let Some((step, bound)) = p.eval::<BOUND>(rel)
+        {
+            if BOUND {
+                self.worst = self.worst.max(bound);
+            }
+            return Ok(self.base_ps + i128::from(rel) + i128::from(step));
+        }
+        self.host_next::<BOUND>(rel, tally)
+    }
+
+    /// [`Self::host`] outside the piece: the next piece, else the long way.
+    #[inline(never)]
+    fn host_next<const BOUND: bool>(
+        &mut self,
+        rel: i64,
+        tally: &mut Tally,
+    ) -> Result<i128, Unmapped> {
+        let seg = self.tl.node.segment(self.line_ps + i128::from(rel));
+        self.piece = seg.near(self.line_ps);
+        if let Some(p) = &self.piece {
+            self.base_ps = self.line_ps + p.anchor_offset_ps() - self.tl.origin_ps;
+            if p.contains(rel)
+                && let Some((step, bound)) = p.eval::<BOUND>(rel)
+            {
+                if BOUND {
+                    self.worst = self.worst.max(bound);
+                }
+                return Ok(self.base_ps + i128::from(rel) + i128::from(step));
+            }
+        }
+        self.host_wide::<BOUND>(i128::from(rel), tally)
+    }
+
+    /// The long way: [`Timeline::place`].
+    #[inline(never)]
+    fn host_wide<const BOUND: bool>(
+        &mut self,
+        rel: i128,
+        tally: &mut Tally,
+    ) -> Result<i128, Unmapped> {
+        let p = self.tl.place(None, self.line_ps + rel)?;
+        if BOUND {
+            tally.add(p);
+        }
+        Ok(p.ps)
+    }
+
+    /// Folds the bounds kept unrounded into `tally`.
+    fn finish(&self, tally: &mut Tally) {
+        if self.worst > f64::NEG_INFINITY {
+            tally.add(Placed {
+                ps: 0,
+                bound_ns: round_bound_ns(self.worst),
+                node_bound_known: self.tl.node.bound_known(),
+            });
+        }
+    }
+}
+
 /// What planning decided for one mapped line.
 #[derive(Clone, Debug)]
 struct LinePlan {
@@ -657,6 +781,8 @@ fn plan_line(
     let (mut earliest, mut timed, mut line_dur) = (i128::MAX, 0u64, None);
     let (mut dur_fields, mut dur_bytes, mut delta, mut counted) = (0u64, 0u64, 0i64, true);
     let mut line_tally = Tally::default();
+    let mut placer = LinePlacer::new(tl, line_ps);
+    let guess = (guess_ts, i128::from(guess_ts) * 1000);
     while r.pos() < end {
         let (field, wire) = r.read_key()?;
         match (field, wire) {
@@ -668,18 +794,14 @@ fn plan_line(
             }
             (xline::EVENTS, LEN) => {
                 let n = r.read_len(end)?;
-                let base = r.pos();
-                r.read_into(n, buf)?;
-                let t = event_times(buf, base)?;
+                let t = read_event(r, n, buf, event_times)??;
                 if t.aggregated {
                     continue;
                 }
-                let (a, b, (offset, duration)) = place_event(&t, line_ps, guess_ts, tl)?;
-                earliest = earliest.min(a.ps);
-                line_tally.add(a);
-                line_tally.add(b);
+                let (a, (offset, duration)) = placer.event::<true>(&t, guess, &mut line_tally)?;
+                earliest = earliest.min(a);
                 timed += 1;
-                counted &= a.ps >= placed_start.ps;
+                counted &= a >= placed_start.ps;
                 let new_n = new_event_len(n, &t, offset, duration);
                 delta += (varint_len(new_n) + new_n) as i64 - (varint_len(n) + n) as i64;
             }
@@ -689,6 +811,7 @@ fn plan_line(
     if timed == 0 {
         return Ok(None);
     }
+    placer.finish(&mut line_tally);
     let (start, line_end) = tl.span(line_ps, line_ps + i128::from(line_dur.unwrap_or(0)))?;
     line_tally.add(start);
     let new_ts = i64::try_from(earliest.min(start.ps).div_euclid(1000))
@@ -727,31 +850,41 @@ fn to_i64(ps: i128, device_ps: i128) -> Result<i64, Unmapped> {
 }
 
 /// Copies `[from, r.pos())` again (just parsed, still buffered).
-fn recopy(r: &mut WireReader, from: u64, out: &mut dyn Write) -> Result<(), TraceError> {
+fn recopy(r: &mut WireReader, from: u64, out: &mut Vec<u8>) -> Result<(), TraceError> {
     let n = r.pos() - from;
     r.seek_to(from)?;
-    r.copy_to(n, &mut &mut *out)
+    r.copy_to(n, out)
 }
 
-fn put(out: &mut dyn Write, mut value: u64) -> Result<(), TraceError> {
-    // On the stack: this runs for line fields of every placed line.
-    let mut b = [0u8; 10];
-    let mut n = 0;
-    while value >= 0x80 {
-        b[n] = (value as u8) | 0x80;
-        value >>= 7;
-        n += 1;
+/// Calls `f` on the next `n` bytes (one event) and the file position of
+/// the first, parsed in the reader's buffer (`buf` for one larger than it).
+#[inline]
+fn read_event<R>(
+    r: &mut WireReader,
+    n: u64,
+    buf: &mut Vec<u8>,
+    f: impl FnOnce(&[u8], u64) -> R,
+) -> Result<R, TraceError> {
+    let base = r.pos();
+    if let Some(bytes) = r.peek(n)? {
+        let out = f(bytes, base);
+        r.consume(n);
+        return Ok(out);
     }
-    b[n] = value as u8;
-    out.write_all(&b[..=n]).map_err(TraceError::io)
+    r.read_into(n, buf)?;
+    Ok(f(buf, base))
 }
 
-/// Reusable event buffers of the writing walks: one event in, one out.
+/// Reusable buffers of the writing walks: an event larger than the
+/// reader's buffer, and the output collected for one write.
 #[derive(Default)]
 struct Scratch {
     event: Vec<u8>,
     encoded: Vec<u8>,
 }
+
+/// Output collected before one write (a few events' worth).
+const WRITE_CHUNK: usize = 64 << 10;
 
 /// Walk C (and B, into a counter): writes the line's new content. Other
 /// fields, unknown ones included, are copied byte for byte.
@@ -765,68 +898,75 @@ fn write_line(
     r.seek_to(plan.start)?;
     let end = plan.start + plan.len;
     let line_ps = tl.line_start_ps(plan.old_ts_ns);
+    let mut placer = LinePlacer::new(tl, line_ps);
+    let new_ts = (plan.new_ts_ns, i128::from(plan.new_ts_ns) * 1000);
+    let mut unused = Tally::default();
+    let Scratch { event, encoded } = scratch;
+    let enc = encoded;
+    enc.clear();
     if !plan.has_ts {
-        put(out, u64::from(fields::key(xline::TIMESTAMP_NS, VARINT)))?;
-        put(out, plan.new_ts_ns as u64)?;
+        put_varint(enc, u64::from(fields::key(xline::TIMESTAMP_NS, VARINT)));
+        put_varint(enc, plan.new_ts_ns as u64);
     }
     while r.pos() < end {
+        if enc.len() >= WRITE_CHUNK {
+            out.write_all(enc).map_err(TraceError::io)?;
+            enc.clear();
+        }
         let from = r.pos();
         let (field, wire) = r.read_key()?;
         match (field, wire, plan.new_duration_ps) {
             (xline::TIMESTAMP_NS, VARINT, _) => {
-                recopy(r, from, out)?;
+                recopy(r, from, enc)?;
                 r.read_varint()?;
-                put(out, plan.new_ts_ns as u64)?;
+                put_varint(enc, plan.new_ts_ns as u64);
             }
             (xline::DURATION_PS, VARINT, Some(dur)) => {
-                recopy(r, from, out)?;
+                recopy(r, from, enc)?;
                 r.read_varint()?;
-                put(out, dur as u64)?;
+                put_varint(enc, dur as u64);
             }
             (xline::EVENTS, LEN, _) => {
-                // The key goes out with the event: one write per event.
-                scratch.encoded.clear();
                 if r.pos() - from == 1 {
-                    scratch.encoded.push(fields::key(xline::EVENTS, LEN));
+                    enc.push(fields::key(xline::EVENTS, LEN));
                 } else {
-                    recopy(r, from, out)?;
+                    recopy(r, from, enc)?;
                 }
                 let n = r.read_len(end)?;
-                let base = r.pos();
-                r.read_into(n, &mut scratch.event)?;
-                write_event(base, line_ps, plan.new_ts_ns, tl, scratch, out)?;
+                read_event(r, n, event, |bytes, base| {
+                    write_event(bytes, base, new_ts, &mut placer, &mut unused, enc)
+                })??;
             }
             _ => {
                 r.skip_value(wire, end)?;
-                recopy(r, from, out)?;
+                recopy(r, from, enc)?;
             }
         }
     }
+    out.write_all(enc).map_err(TraceError::io)?;
+    enc.clear();
     Ok(())
 }
 
-/// Writes one event (length prefix included, bytes in `scratch.event`,
-/// after whatever `scratch.encoded` holds) with its offset and duration
-/// placed relative to the new line start.
+/// Appends one event (length prefix included) with its offset and
+/// duration placed relative to the new line start.
+#[inline]
 fn write_event(
+    bytes: &[u8],
     base: u64,
-    line_ps: i128,
-    new_ts_ns: i64,
-    tl: &Timeline<'_>,
-    scratch: &mut Scratch,
-    out: &mut dyn Write,
+    new_ts: (i64, i128),
+    placer: &mut LinePlacer<'_, '_>,
+    unused: &mut Tally,
+    enc: &mut Vec<u8>,
 ) -> Result<(), WalkError> {
-    let bytes = &scratch.event;
     let t = event_times(bytes, base)?;
-    let enc = &mut scratch.encoded;
     if t.aggregated {
         put_varint(enc, bytes.len() as u64);
         enc.extend_from_slice(bytes);
     } else {
-        let (_, _, times) = place_event(&t, line_ps, new_ts_ns, tl)?;
+        let (_, times) = placer.event::<false>(&t, new_ts, unused)?;
         encode_event(bytes, base, &t, times, enc)?;
     }
-    out.write_all(enc).map_err(TraceError::io)?;
     Ok(())
 }
 
@@ -1231,6 +1371,208 @@ mod tests {
             "unknown event field lost"
         );
         assert_eq!(space.planes[1].name, "Task Environment");
+    }
+
+    /// A host clock drifting at −50 ppm with anchors 4 s apart whose
+    /// offsets, bounds and bound growth all differ.
+    fn drifting_map() -> HostMap {
+        let a = |k: i64, offset_ns, bound_ns, bound_growth_ppb| clockmesh_offsets::Anchor {
+            at_ns: S + k * 4_000_000_000,
+            offset_ns,
+            drift_ppb: -50_000.0,
+            bound_ns,
+            bound_growth_ppb,
+        };
+        HostMap::new(vec![
+            a(-1, -123_000_000, 100, 10.0),
+            a(0, -123_000_201, 150, 20.0),
+            a(1, -123_000_399, 90, 0.0),
+            a(2, -123_000_602, 300, 1e3),
+        ])
+        .unwrap()
+    }
+
+    /// The line placer's i64 path, its next-piece and long-way fallbacks
+    /// and its deferred bound rounding give `place_event`'s values, errors
+    /// and worst bound exactly.
+    #[test]
+    fn the_line_placer_agrees_with_place_event_everywhere() {
+        let wild = clockmesh_offsets::Anchor {
+            at_ns: S,
+            offset_ns: 7,
+            drift_ppb: 10.0,
+            bound_ns: 5,
+            bound_growth_ppb: f64::INFINITY, // NaN bound at the anchor itself
+        };
+        let maps = [
+            drifting_map(),
+            HostMap::new(vec![wild]).unwrap(),
+            drifting_map().without_bound(),
+        ];
+        let s4 = 4_000_000_000_000i64; // one window, ps
+        let mut offsets = vec![0, 1, -1, 999, s4 - 1, s4, -s4, 1 << 62, -(1 << 62)];
+        offsets.extend([i64::MAX, i64::MIN, i64::MAX - 5, i64::MIN + 5]);
+        // Back and forth across the pieces, in uneven steps.
+        offsets.extend((0..200).map(|k| (k * 7_919 % 200 - 60) * 123_456_789_011));
+        let durations = [0, 1, -5, 2 * s4 + 3, i64::MAX, i64::MIN];
+        for map in maps {
+            let tl = Timeline::host(Arc::new(map), Some(S), S - 5);
+            for line_ts in [0, 3_999_999_999, -2_000_000_000_000, S + 17] {
+                let line_ps = tl.line_start_ps(line_ts);
+                let new_ts_ns = line_ts - 7;
+                let new_ts = (new_ts_ns, i128::from(new_ts_ns) * 1000);
+                let mut placer = LinePlacer::new(&tl, line_ps);
+                let mut unbound = LinePlacer::new(&tl, line_ps);
+                let (mut fast, mut slow, mut none) =
+                    (Tally::default(), Tally::default(), Tally::default());
+                let mut ok = 0;
+                for &offset_ps in &offsets {
+                    for &duration_ps in &durations {
+                        let t = EventTimes {
+                            offset_ps,
+                            duration_ps,
+                            ..EventTimes::default()
+                        };
+                        let want = place_event(&t, line_ps, new_ts_ns, &tl);
+                        let at = format!("line {line_ts}, event {offset_ps} + {duration_ps}");
+                        let got = unbound.event::<false>(&t, new_ts, &mut none);
+                        assert_eq!(got.is_ok(), want.is_ok(), "{at}");
+                        match want {
+                            Ok((a, b, times)) => {
+                                assert_eq!(got.unwrap(), (a.ps, times), "{at}");
+                                let got = placer.event::<true>(&t, new_ts, &mut fast).unwrap();
+                                assert_eq!(got, (a.ps, times), "{at}");
+                                slow.add(a);
+                                slow.add(b);
+                                ok += 1;
+                            }
+                            // A refused event fails the merge: its bounds
+                            // never count, so try it on a copy.
+                            Err(_) => {
+                                let mut copy = placer.clone();
+                                assert!(
+                                    copy.event::<true>(&t, new_ts, &mut Tally::default())
+                                        .is_err()
+                                );
+                            }
+                        }
+                    }
+                }
+                assert!(ok > 1000, "{ok}");
+                placer.finish(&mut fast);
+                assert_eq!(fast.worst_bound_ns, slow.worst_bound_ns, "line {line_ts}");
+                assert_eq!(fast.node_bound_known, slow.node_bound_known);
+            }
+        }
+    }
+
+    /// A drifting host-clock line longer than the write chunk and the
+    /// reader's buffer, with an event larger than that buffer: every
+    /// event lands where the host map puts its start and end, and every
+    /// other byte is kept.
+    #[test]
+    fn a_long_drifting_line_with_an_event_larger_than_the_buffer() {
+        let step = 123_456_789; // ps: 100k events span 12.3 s, four pieces
+        let mut events: Vec<XEvent> = (0..100_000i64)
+            .map(|k| event((k % 3 != 0).then_some(k * step), k % 1_000 * 997))
+            .collect();
+        let big = vec![0x5a; 1_300_000];
+        events[50_000].stats.push(clockmesh_proto::xplane::XStat {
+            metadata_id: 1,
+            value: Some(clockmesh_proto::xplane::x_stat::Value::BytesValue(
+                big.clone(),
+            )),
+        });
+        let line = XLine {
+            id: 1,
+            timestamp_ns: 2_000_000_000,
+            duration_ps: 12_400_000_000_000,
+            events,
+            ..Default::default()
+        };
+        let plane = XPlane {
+            id: 1,
+            name: "/host:CPU".into(),
+            lines: vec![line.clone()],
+            ..Default::default()
+        };
+        let spec = SynthSpec {
+            start_ns: S,
+            ..SynthSpec::default()
+        };
+        let space = XSpace {
+            planes: vec![plane, task_env_plane(&spec)],
+            ..Default::default()
+        };
+        let input = space.encode_to_vec();
+        let dir = std::env::temp_dir().join(format!("cm-long-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("h.xplane.pb");
+        std::fs::write(&path, &input).unwrap();
+        let scan = scan_file(&path).unwrap();
+        let map = Arc::new(drifting_map());
+        let mut place = HostPlacement {
+            host: "h".into(),
+            input: path.clone(),
+            output: "h.xplane.pb".into(),
+            start_ns: S,
+            stop_ns: None,
+            offset_ns: 0,
+            source: crate::OffsetSource::Flag,
+            map: map.clone(),
+            shift_ns: 0,
+            lines_absolute: 0,
+            events_placed: 0,
+            plane_bounds: vec![None; scan.planes.len()],
+            device_planes: Vec::new(),
+        };
+        let origin = S - 200_000_000;
+        let entries = [];
+        let maps = DeviceMapIndex::new(&entries);
+        let ctx = DeviceContext {
+            maps: &maps,
+            origin_ns: origin,
+        };
+        let mut dev = plan_host(&scan, &mut place, &ctx).unwrap();
+        assert_eq!(place.events_placed, 100_000);
+        let (edits, _) = host_edits_except(&scan, &mut place, origin, |i| dev.is_mapped(i));
+        let plan = Plan::new(edits, dev.regions(), scan.frames());
+        let mut r = WireReader::new(File::open(&path).unwrap()).unwrap();
+        let mut out = Vec::new();
+        rewrite_with(&mut r, &plan, &mut dev, &mut out, &mut |_| {}).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(out.len() as u64, plan.output_len(input.len() as u64));
+
+        let placed =
+            |local_ps: i128| map.to_global_ps(local_ps).global_ps - i128::from(origin) * 1000;
+        let line_ps = i128::from(S + line.timestamp_ns) * 1000;
+        let got = &XSpace::decode(out.as_slice()).unwrap().planes[0].lines[0];
+        let new_ps = i128::from(got.timestamp_ns) * 1000;
+        assert_eq!(new_ps, placed(line_ps).div_euclid(1000) * 1000);
+        assert_eq!(
+            i128::from(got.duration_ps),
+            placed(line_ps + 12_400_000_000_000) - new_ps
+        );
+        let mut stretched = 0;
+        for (old, new) in line.events.iter().zip(&got.events) {
+            // An offset of 0 absent before stays absent.
+            let o = match new.data {
+                Some(x_event::Data::OffsetPs(o)) => o,
+                None => 0,
+                other => panic!("{other:?}"),
+            };
+            let old_offset = match old.data {
+                Some(x_event::Data::OffsetPs(o)) => o,
+                _ => 0,
+            };
+            let start = line_ps + i128::from(old_offset);
+            let end = start + i128::from(old.duration_ps);
+            assert_eq!(new_ps + i128::from(o), placed(start));
+            assert_eq!(i128::from(new.duration_ps), placed(end) - placed(start));
+            stretched += usize::from(new.duration_ps != old.duration_ps);
+            assert_eq!((new.metadata_id, &new.stats), (old.metadata_id, &old.stats));
+        }
+        assert!(stretched > 1_000, "{stretched}");
     }
 
     #[test]

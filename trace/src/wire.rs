@@ -69,6 +69,7 @@ impl WireReader {
         Ok(self.tail)
     }
 
+    #[inline]
     pub fn read_varint(&mut self) -> Result<u64, TraceError> {
         // Keys, ids and small values are one byte: the common case.
         if let Some(&b) = self.buf[self.head..self.tail].first()
@@ -105,12 +106,14 @@ impl WireReader {
     }
 
     /// Reads a field key; returns (field number, wire type).
+    #[inline]
     pub fn read_key(&mut self) -> Result<(u32, u8), TraceError> {
         let at = self.pos;
         split_key(self.read_varint()?, at)
     }
 
     /// Reads a length prefix and checks the content fits in `[pos, end)`.
+    #[inline]
     pub fn read_len(&mut self, end: u64) -> Result<u64, TraceError> {
         let at = self.pos;
         let n = self.read_varint()?;
@@ -217,6 +220,35 @@ impl WireReader {
             ));
         }
         self.skip(n)
+    }
+
+    /// The next `n` bytes, buffered, without consuming them ([`Self::consume`]
+    /// does): one event to parse in place. `None` when `n` exceeds the
+    /// buffer ([`Self::read_into`] then).
+    #[inline]
+    pub fn peek(&mut self, n: u64) -> Result<Option<&[u8]>, TraceError> {
+        if n > self.len - self.pos {
+            return Err(TraceError::truncated(self.pos));
+        }
+        if n > BUF_LEN as u64 {
+            return Ok(None);
+        }
+        let n = n as usize;
+        if self.tail - self.head < n {
+            self.fill(n)?;
+            if self.tail - self.head < n {
+                return Err(TraceError::truncated(self.pos));
+            }
+        }
+        Ok(Some(&self.buf[self.head..self.head + n]))
+    }
+
+    /// Consumes `n` bytes that [`Self::peek`] returned.
+    #[inline]
+    pub fn consume(&mut self, n: u64) {
+        debug_assert!(n <= (self.tail - self.head) as u64);
+        self.head += n as usize;
+        self.pos += n;
     }
 
     /// Reads `n` bytes into `out` (cleared first, capacity reused): one small
@@ -339,15 +371,18 @@ pub struct SliceReader<'a> {
 }
 
 impl<'a> SliceReader<'a> {
+    #[inline]
     pub fn new(bytes: &'a [u8], base: u64) -> Self {
         Self { bytes, at: 0, base }
     }
 
     /// Offset in the slice.
+    #[inline]
     pub fn at(&self) -> usize {
         self.at
     }
 
+    #[inline]
     pub fn is_done(&self) -> bool {
         self.at >= self.bytes.len()
     }
@@ -356,6 +391,7 @@ impl<'a> SliceReader<'a> {
         self.base + self.at as u64
     }
 
+    #[inline]
     pub fn read_varint(&mut self) -> Result<u64, TraceError> {
         let rest = &self.bytes[self.at..];
         if let Some(&b) = rest.first()
@@ -385,6 +421,7 @@ impl<'a> SliceReader<'a> {
     }
 
     /// A field key: (field number, wire type), checked as [`WireReader::read_key`].
+    #[inline]
     pub fn read_key(&mut self) -> Result<(u32, u8), TraceError> {
         // One-byte keys (fields 1-15) cannot be field 0 or out of range.
         if let Some(&b) = self.bytes.get(self.at)
@@ -399,6 +436,7 @@ impl<'a> SliceReader<'a> {
     }
 
     /// Skips a value of wire type `wire`, which must end inside the slice.
+    #[inline]
     pub fn skip_value(&mut self, wire: u8) -> Result<(), TraceError> {
         let n = match wire {
             VARINT => return self.read_varint().map(drop),
@@ -434,11 +472,13 @@ fn split_key(key: u64, at: u64) -> Result<(u32, u8), TraceError> {
 }
 
 /// Encoded length of a varint.
+#[inline]
 pub fn varint_len(v: u64) -> u64 {
     u64::from((64 - (v | 1).leading_zeros()).div_ceil(7))
 }
 
 /// Appends `v` as a varint.
+#[inline]
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
