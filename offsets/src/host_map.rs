@@ -381,12 +381,13 @@ impl NearSegment {
             };
             (self.drift * from + 0.5, bound)
         };
-        // `floor_i128`'s i64 arm.
-        if v.is_nan() || v.abs() >= 9.0e18 {
-            return None;
+        // `floor_i128`'s i64 arm (NaN fails the test).
+        if v.abs() < 9.0e18 {
+            let n = v as i64;
+            Some((if (n as f64) > v { n - 1 } else { n }, bound))
+        } else {
+            None
         }
-        let n = v as i64;
-        Some((if (n as f64) > v { n - 1 } else { n }, bound))
     }
 }
 

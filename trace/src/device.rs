@@ -661,8 +661,9 @@ impl<'t, 'a> LinePlacer<'t, 'a> {
             && p.contains(rel)
             && let Some((step, bound)) = p.eval::<BOUND>(rel)
         {
-            if BOUND {
-                self.worst = self.worst.max(bound);
+            // NaN (a bound of 0) never counts, as with `f64::max`.
+            if BOUND && bound > self.worst {
+                self.worst = bound;
             }
             return Ok(self.base_ps + i128::from(rel) + i128::from(step));
         }
@@ -683,8 +684,8 @@ impl<'t, 'a> LinePlacer<'t, 'a> {
             if p.contains(rel)
                 && let Some((step, bound)) = p.eval::<BOUND>(rel)
             {
-                if BOUND {
-                    self.worst = self.worst.max(bound);
+                if BOUND && bound > self.worst {
+                    self.worst = bound;
                 }
                 return Ok(self.base_ps + i128::from(rel) + i128::from(step));
             }
