@@ -354,7 +354,10 @@ mod tests {
         let text = s(&o);
         assert!(text.contains("+12.000 ppb ± 0.250 ppb"), "{text}");
         assert!(text.contains("RMS offset   : 37 ns"), "{text}");
-        assert!(text.contains("Hops         : 2 probe-graph edges to n0"), "{text}");
+        assert!(
+            text.contains("Hops         : 2 probe-graph edges to n0"),
+            "{text}"
+        );
         o.hops = 0;
         o.rms_update_ns = None;
         let text = s(&o);

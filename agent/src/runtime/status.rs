@@ -113,7 +113,8 @@ impl UpdateRms {
                 if self.squares.len() == Self::KEEP {
                     self.squares.pop_front();
                 }
-                self.squares.push_back((new.offset_ns as f64 - predicted).powi(2));
+                self.squares
+                    .push_back((new.offset_ns as f64 - predicted).powi(2));
             }
             _ => self.squares.clear(),
         }
