@@ -5,7 +5,10 @@
 //! maps, and must give the same answer — the same error codes included —
 //! as the rule of docs/offsets-format.md computed here from the records.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::{compile_c_reader, scratch};
+
+use std::path::Path;
 use std::process::Command;
 
 use clockmesh_offsets::layout::{FILE_LEN, RING_SLOTS, VERSION};
@@ -15,39 +18,6 @@ use clockmesh_offsets::{
 };
 
 const S: i64 = 1_000_000_000;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("clockmesh-ring-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("offsets")
-}
-
-fn hook_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../hook")
-}
-
-fn compile_c_reader(out_dir: &Path) -> PathBuf {
-    let exe = out_dir.join("c_reader_check");
-    let status = Command::new("cc")
-        .args([
-            "-O2",
-            "-std=c11",
-            "-D_GNU_SOURCE",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-I",
-        ])
-        .arg(hook_dir().join("include"))
-        .arg(hook_dir().join("tests/c_reader_check.c"))
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc failed");
-    exe
-}
 
 /// The C and Python readers' codes for the Rust errors.
 fn code(r: &Result<(i64, u64), PublishError>) -> String {
@@ -187,7 +157,7 @@ fn agree(exe: &Path, path: &Path, published: &[Record], stamps: &[i64]) -> Vec<S
 
 #[test]
 fn three_readers_agree_inside_between_before_and_after_the_rings_records() {
-    let path = scratch("agree");
+    let path = scratch("ring", "agree");
     let exe = compile_c_reader(path.parent().unwrap());
     let writer = OffsetsWriter::open(&path).unwrap();
     let now = realtime_now_ns();
@@ -268,7 +238,7 @@ fn three_readers_agree_inside_between_before_and_after_the_rings_records() {
 
 #[test]
 fn the_ring_keeps_the_last_256_records_and_refuses_older_stamps() {
-    let path = scratch("wrap");
+    let path = scratch("ring", "wrap");
     let exe = compile_c_reader(path.parent().unwrap());
     let writer = OffsetsWriter::open(&path).unwrap();
     let now = realtime_now_ns();
@@ -307,7 +277,7 @@ fn the_ring_keeps_the_last_256_records_and_refuses_older_stamps() {
 
 #[test]
 fn device_stamps_agree_in_the_three_readers() {
-    let path = scratch("devices");
+    let path = scratch("ring", "devices");
     let exe = compile_c_reader(path.parent().unwrap());
     let writer = OffsetsWriter::open(&path).unwrap();
     let now = realtime_now_ns();
@@ -386,7 +356,7 @@ fn device_stamps_agree_in_the_three_readers() {
 
 #[test]
 fn v1_files_are_refused_by_every_reader_and_replaced_by_the_writer() {
-    let path = scratch("v1");
+    let path = scratch("ring", "v1");
     let exe = compile_c_reader(path.parent().unwrap());
     // A layout v1 file: one 4096-byte page, version 1.
     let mut v1 = vec![0u8; 4096];
@@ -426,7 +396,7 @@ fn v1_files_are_refused_by_every_reader_and_replaced_by_the_writer() {
 #[test]
 fn a_restarted_writer_clears_torn_ring_records_and_drops_a_torn_current_record() {
     use clockmesh_offsets::layout::{RECORD_END, slot_offset};
-    let path = scratch("torn-restart");
+    let path = scratch("ring", "torn-restart");
     let exe = compile_c_reader(path.parent().unwrap());
     let now = realtime_now_ns();
     let mut published: Vec<Record> = (0..3)
@@ -466,7 +436,7 @@ fn a_restarted_writer_clears_torn_ring_records_and_drops_a_torn_current_record()
 #[test]
 fn rust_reader_serves_stamps_older_than_the_ring_from_the_history() {
     use clockmesh_offsets::{Anchor, HostMap};
-    let path = scratch("history");
+    let path = scratch("ring", "history");
     let now = realtime_now_ns();
     let writer = OffsetsWriter::open(&path).unwrap();
     writer

@@ -8,7 +8,10 @@
 //! publish_seqlock`, ~5 s), 10^6 in debug builds (unoptimized reads are 60x
 //! slower). CLOCKMESH_STRESS_READS overrides both.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::{compile_c_reader, scratch};
+
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -24,17 +27,6 @@ fn stress_reads(optimized: bool) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if optimized { 10_000_000 } else { 1_000_000 })
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("clockmesh-pub-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("offsets")
-}
-
-fn hook_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../hook")
 }
 
 /// Every field is a function of the window `k`, so a copy mixing two records
@@ -114,7 +106,7 @@ fn with_busy_writer(path: &Path, readers: impl FnOnce()) -> u64 {
 
 #[test]
 fn rust_readers_never_see_a_torn_record() {
-    let path = scratch("rust-stress");
+    let path = scratch("pub", "rust-stress");
     let per_thread = stress_reads(!cfg!(debug_assertions)) / 2;
     let written = with_busy_writer(&path, || {
         let threads: Vec<_> = (0..2)
@@ -163,7 +155,7 @@ fn rust_readers_never_see_a_torn_record() {
 /// gives the map of the newest record some scan saw.
 #[test]
 fn ring_scans_never_see_a_torn_record() {
-    let path = scratch("ring-stress");
+    let path = scratch("pub", "ring-stress");
     let scans = stress_reads(!cfg!(debug_assertions)) / 500;
     with_busy_writer(&path, || {
         let reader = OffsetsReader::open(&path).unwrap();
@@ -210,31 +202,9 @@ fn ring_scans_never_see_a_torn_record() {
     });
 }
 
-fn compile_c_reader(out_dir: &Path) -> PathBuf {
-    let exe = out_dir.join("c_reader_check");
-    let status = Command::new("cc")
-        .args([
-            "-O2",
-            "-std=c11",
-            "-D_GNU_SOURCE",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-I",
-        ])
-        .arg(hook_dir().join("include"))
-        .arg(hook_dir().join("tests/c_reader_check.c"))
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc failed");
-    exe
-}
-
 #[test]
 fn c_reader_never_sees_a_torn_record() {
-    let path = scratch("c-stress");
+    let path = scratch("pub", "c-stress");
     let exe = compile_c_reader(path.parent().unwrap());
     let reads = stress_reads(true).to_string();
     let mut output = None;
@@ -296,7 +266,7 @@ fn fresh_record(offset_ns: i64) -> Record {
 
 #[test]
 fn both_readers_fail_closed_and_agree_on_the_map() {
-    let path = scratch("codes");
+    let path = scratch("pub", "codes");
     let exe = compile_c_reader(path.parent().unwrap());
 
     // Missing.
@@ -411,7 +381,7 @@ fn child_writer_publishes_until_killed() {
 
 #[test]
 fn killed_writer_leaves_a_readable_stale_file() {
-    let path = scratch("killed");
+    let path = scratch("pub", "killed");
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "child_writer_publishes_until_killed"])
         .env("CLOCKMESH_CHILD_OFFSETS", &path)
@@ -477,7 +447,7 @@ fn c_now(exe: &Path, path: &Path) -> (i32, u64, i64, i64) {
 #[test]
 fn now_is_an_interval_with_the_clock_state_in_both_readers() {
     use clockmesh_offsets::ClockStatus;
-    let path = scratch("now");
+    let path = scratch("pub", "now");
     let exe = compile_c_reader(path.parent().unwrap());
     let writer = OffsetsWriter::open(&path).unwrap();
     let reader = OffsetsReader::open(&path).unwrap();
