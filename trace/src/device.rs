@@ -1299,6 +1299,25 @@ mod tests {
         }
     }
 
+    /// Host "h" of the file at `path`, placed through `map`, nothing done yet.
+    fn test_placement(path: &std::path::Path, scan: &Scan, map: Arc<HostMap>) -> HostPlacement {
+        HostPlacement {
+            host: "h".into(),
+            input: path.to_path_buf(),
+            output: "h.xplane.pb".into(),
+            start_ns: S,
+            stop_ns: None,
+            offset_ns: 0,
+            source: crate::OffsetSource::Flag,
+            map,
+            shift_ns: 0,
+            lines_absolute: 0,
+            events_placed: 0,
+            plane_bounds: vec![None; scan.planes.len()],
+            device_planes: Vec::new(),
+        }
+    }
+
     #[test]
     fn device_line_rewrite_resizes_varints_and_keeps_everything_else() {
         let (input, unknown) = trace_bytes();
@@ -1310,18 +1329,6 @@ mod tests {
         let entries = [map()];
         let maps = DeviceMapIndex::new(&entries);
         let mut place = HostPlacement {
-            host: "h".into(),
-            input: path.clone(),
-            output: "h.xplane.pb".into(),
-            start_ns: S,
-            stop_ns: None,
-            offset_ns: 0,
-            source: crate::OffsetSource::Flag,
-            map: Arc::new(HostMap::fixed(0)),
-            shift_ns: 0,
-            lines_absolute: 0,
-            events_placed: 0,
-            plane_bounds: vec![None; scan.planes.len()],
             device_planes: vec![DevicePlaneReport {
                 plane_index: 0,
                 plane: "dev".into(),
@@ -1333,6 +1340,7 @@ mod tests {
                 worst_bound_ns: 0,
                 node_bound_known: true,
             }],
+            ..test_placement(&path, &scan, Arc::new(HostMap::fixed(0)))
         };
         let ctx = DeviceContext {
             maps: &maps,
@@ -1512,21 +1520,7 @@ mod tests {
         std::fs::write(&path, &input).unwrap();
         let scan = scan_file(&path).unwrap();
         let map = Arc::new(drifting_map());
-        let mut place = HostPlacement {
-            host: "h".into(),
-            input: path.clone(),
-            output: "h.xplane.pb".into(),
-            start_ns: S,
-            stop_ns: None,
-            offset_ns: 0,
-            source: crate::OffsetSource::Flag,
-            map: map.clone(),
-            shift_ns: 0,
-            lines_absolute: 0,
-            events_placed: 0,
-            plane_bounds: vec![None; scan.planes.len()],
-            device_planes: Vec::new(),
-        };
+        let mut place = test_placement(&path, &scan, map.clone());
         let origin = S - 200_000_000;
         let entries = [];
         let maps = DeviceMapIndex::new(&entries);
