@@ -362,14 +362,18 @@ fn check_dom(dom: &str, w: &Written) {
             )
         })
         .collect();
+    // A node point: its node, window and anchor.
+    let point_key = |c: &BTreeMap<String, String>| {
+        key(
+            &field(c, "data-node"),
+            num(c, "data-window") as u64,
+            num(c, "data-t-ns"),
+        )
+    };
     let mut got: Vec<_> = of("pt offset")
         .iter()
         .map(|c| {
-            let k = key(
-                &field(c, "data-node"),
-                num(c, "data-window") as u64,
-                num(c, "data-t-ns"),
-            );
+            let k = point_key(c);
             (k, num(c, "data-offset-ns"), num(c, "data-bound-ns"))
         })
         .collect();
@@ -380,14 +384,7 @@ fn check_dom(dom: &str, w: &Written) {
 
     let drifts: BTreeMap<_, f64> = of("pt drift")
         .iter()
-        .map(|c| {
-            let k = key(
-                &field(c, "data-node"),
-                num(c, "data-window") as u64,
-                num(c, "data-t-ns"),
-            );
-            (k, c["data-drift-ppb"].parse().unwrap())
-        })
+        .map(|c| (point_key(c), c["data-drift-ppb"].parse().unwrap()))
         .collect();
     assert_eq!(drifts.len(), w.nodes.len());
     for n in &w.nodes {
