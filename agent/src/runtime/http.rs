@@ -233,4 +233,31 @@ mod tests {
             .unwrap();
         assert!(out.starts_with("HTTP/1.1"), "{out}");
     }
+
+    #[tokio::test]
+    async fn clients_that_never_send_are_dropped_after_the_io_timeout() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, Arc::new(Mutex::new(Status::default()))));
+        // Every slot held by a client that never sends a request.
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        // Served once the silent ones time out: nobody freed a slot.
+        tokio::time::timeout(IO_TIMEOUT * 2, c.read_to_string(&mut out))
+            .await
+            .expect("a slow client held its slot past the I/O timeout")
+            .unwrap();
+        assert!(out.starts_with("HTTP/1.1"), "{out}");
+        let mut byte = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(1), idle[0].read(&mut byte))
+            .await
+            .expect("the silent client's connection is closed")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "closed without an answer");
+    }
 }
