@@ -118,11 +118,14 @@ impl WireReader {
         let at = self.pos;
         let n = self.read_varint()?;
         if n > end.saturating_sub(self.pos) {
-            return Err(if end >= self.len && self.pos + n > self.len {
-                TraceError::truncated(at)
-            } else {
-                TraceError::malformed(at, "length runs past the enclosing message")
-            });
+            // `n` comes from the file: up to u64::MAX.
+            return Err(
+                if end >= self.len && self.pos.saturating_add(n) > self.len {
+                    TraceError::truncated(at)
+                } else {
+                    TraceError::malformed(at, "length runs past the enclosing message")
+                },
+            );
         }
         Ok(n)
     }
@@ -498,5 +501,20 @@ mod tests {
             put_varint(&mut b, v);
             assert_eq!(varint_len(v), b.len() as u64, "{v}");
         }
+    }
+
+    /// Found by the xplane_rewrite fuzz target: a length of u64::MAX made
+    /// the truncation check overflow.
+    #[test]
+    fn a_huge_length_is_an_error_not_an_overflow() {
+        let mut bytes = Vec::new();
+        put_varint(&mut bytes, u64::MAX);
+        bytes.extend_from_slice(b"abc");
+        let path = std::env::temp_dir().join(format!("cm-wire-len-{}", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let mut r = WireReader::new(File::open(&path).unwrap()).unwrap();
+        let err = r.read_len(bytes.len() as u64).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(err.to_string().contains("truncated"), "{err}");
     }
 }
