@@ -381,13 +381,19 @@ impl NearSegment {
             };
             (self.drift * from + 0.5, bound)
         };
-        // `floor_i128`'s i64 arm (NaN fails the test).
-        if v.abs() < 9.0e18 {
-            let n = v as i64;
-            Some((if (n as f64) > v { n - 1 } else { n }, bound))
-        } else {
-            None
-        }
+        floor_i64(v).map(|step| (step, bound))
+    }
+}
+
+/// ⌊v⌋ when it is well inside i64 (one conversion instead of the i128
+/// library call); `None` otherwise, NaN included.
+#[inline]
+fn floor_i64(v: f64) -> Option<i64> {
+    if v.abs() < 9.0e18 {
+        let n = v as i64;
+        Some(if (n as f64) > v { n - 1 } else { n })
+    } else {
+        None
     }
 }
 
@@ -417,11 +423,10 @@ fn floor_i128(v: f64) -> i128 {
     if v.is_nan() {
         return 0;
     }
-    if v.abs() < 9.0e18 {
-        let n = v as i64;
-        return i128::from(if (n as f64) > v { n - 1 } else { n });
+    match floor_i64(v) {
+        Some(n) => i128::from(n),
+        None => v as i128,
     }
-    v as i128
 }
 
 /// `ceil` without the libm call (no SSE4.1 on the baseline target).
