@@ -657,17 +657,22 @@ impl<'t, 'a> LinePlacer<'t, 'a> {
     /// A host-clock time `rel` ps after the line start → ps after the origin.
     #[inline]
     fn host<const BOUND: bool>(&mut self, rel: i64, tally: &mut Tally) -> Result<i128, Unmapped> {
-        if let Some(p) = &self.piece
-            && p.contains(rel)
-            && let Some((step, bound)) = p.eval::<BOUND>(rel)
-        {
-            // NaN (a bound of 0) never counts, as with `f64::max`.
-            if BOUND && bound > self.worst {
-                self.worst = bound;
-            }
-            return Ok(self.base_ps + i128::from(rel) + i128::from(step));
+        match self.in_piece::<BOUND>(rel) {
+            Some(ps) => Ok(ps),
+            None => self.host_next::<BOUND>(rel, tally),
         }
-        self.host_next::<BOUND>(rel, tally)
+    }
+
+    /// `rel` through the current piece, if it holds there in i64.
+    #[inline]
+    fn in_piece<const BOUND: bool>(&mut self, rel: i64) -> Option<i128> {
+        let p = self.piece.as_ref().filter(|p| p.contains(rel))?;
+        let (step, bound) = p.eval::<BOUND>(rel)?;
+        // NaN (a bound of 0) never counts, as with `f64::max`.
+        if BOUND && bound > self.worst {
+            self.worst = bound;
+        }
+        Some(self.base_ps + i128::from(rel) + i128::from(step))
     }
 
     /// [`Self::host`] outside the piece: the next piece, else the long way.
@@ -681,16 +686,11 @@ impl<'t, 'a> LinePlacer<'t, 'a> {
         self.piece = seg.near(self.line_ps);
         if let Some(p) = &self.piece {
             self.base_ps = self.line_ps + p.anchor_offset_ps() - self.tl.origin_ps;
-            if p.contains(rel)
-                && let Some((step, bound)) = p.eval::<BOUND>(rel)
-            {
-                if BOUND && bound > self.worst {
-                    self.worst = bound;
-                }
-                return Ok(self.base_ps + i128::from(rel) + i128::from(step));
-            }
         }
-        self.host_wide::<BOUND>(i128::from(rel), tally)
+        match self.in_piece::<BOUND>(rel) {
+            Some(ps) => Ok(ps),
+            None => self.host_wide::<BOUND>(i128::from(rel), tally),
+        }
     }
 
     /// The long way: [`Timeline::place`].
