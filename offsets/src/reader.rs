@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use super::host_map::HostMap;
 use super::layout::{
-    self, CORE_ANCHOR_WORD, CORE_WORDS, DeviceMap, NodeMap, PAYLOAD_OFFSET, PAYLOAD_WORDS,
-    RING_HEAD_OFFSET, RING_SLOTS, Record, flags,
+    self, CORE_ANCHOR_WORD, CORE_WORDS, DeviceMap, NodeMap, PAYLOAD_OFFSET, PAYLOAD_WORDS, Record,
+    flags,
 };
 use super::shm::{self, Mapping};
 use super::{PublishError, realtime_now_ns};
@@ -39,13 +39,8 @@ enum Pick {
 /// The newest ring record anchored at or before `t` (inside a seqlock
 /// read: only the anchors are loaded until the record is found).
 fn pick(m: &Mapping, t: i64) -> Pick {
-    let head = m.load(RING_HEAD_OFFSET);
     let mut oldest_anchor_ns = None;
-    for n in (1..=head).rev().take(RING_SLOTS) {
-        let base = layout::slot_offset(n);
-        if m.load(base) != n {
-            break; // cleared by a restarted writer: the ring ends here
-        }
+    for (_, base) in m.ring_slots() {
         let anchor = m.load(base + 8 * (1 + CORE_ANCHOR_WORD)) as i64;
         if anchor <= t {
             let mut core = [0u64; CORE_WORDS];
@@ -288,13 +283,8 @@ impl OffsetsReader {
     /// Records the ring holds now (for tools and tests).
     pub fn ring(&self) -> Result<Vec<(u64, Snapshot)>, PublishError> {
         self.read(|m| {
-            let head = m.load(RING_HEAD_OFFSET);
             let mut out = Vec::new();
-            for n in (1..=head).rev().take(RING_SLOTS) {
-                let base = layout::slot_offset(n);
-                if m.load(base) != n {
-                    break;
-                }
+            for (n, base) in m.ring_slots() {
                 let mut core = [0u64; CORE_WORDS];
                 m.load_words(base + 8, &mut core);
                 let (flags, valid_until_ns) = layout::decode_status(&core);

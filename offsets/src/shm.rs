@@ -100,6 +100,18 @@ impl Mapping {
         self.word(byte_offset).load(Ordering::Relaxed)
     }
 
+    /// The ring's live records, newest first: (record number, slot byte
+    /// offset), up to the first slot that holds another number (never
+    /// written, overwritten, or cleared by a restarted writer).
+    pub fn ring_slots(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
+        let head = self.load(super::layout::RING_HEAD_OFFSET);
+        (1..=head)
+            .rev()
+            .take(super::layout::RING_SLOTS)
+            .map(|n| (n, super::layout::slot_offset(n)))
+            .take_while(|&(n, base)| self.load(base) == n)
+    }
+
     /// Only valid on a writable mapping (the writer's).
     pub fn store(&self, byte_offset: usize, value: u64) {
         self.word(byte_offset).store(value, Ordering::Relaxed);

@@ -111,12 +111,7 @@ impl OffsetsWriter {
 
     /// Records in the ring now (at most [`RING_SLOTS`]).
     pub fn ring_len(&self) -> usize {
-        let head = self.map.load(RING_HEAD_OFFSET);
-        (1..=head)
-            .rev()
-            .take(RING_SLOTS)
-            .take_while(|&n| self.map.load(layout::slot_offset(n)) == n)
-            .count()
+        self.map.ring_slots().count()
     }
 
     fn write(&self, r: &Record) {
