@@ -22,7 +22,9 @@
 //!    run), each step timed.
 //!
 //! The root lives in `<target>/fresh-check` and is removed afterwards
-//! (`--keep` keeps it for a look; the next run removes it first).
+//! (`--keep` keeps it for a look; the next run removes it first). The check
+//! refuses to start with less than [`NEEDS_GIB`] free there, and prints how
+//! much disk it used at most. `CARGO_INCREMENTAL`, when set, is passed in.
 
 use std::{
     env, fs,
@@ -33,8 +35,12 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::{require_root, root, run, setup::require_packages, target_dir};
+use super::{disk, require_root, root, run, setup::require_packages, target_dir};
 
+/// Free space the check needs on the target directory's filesystem: the
+/// root's packages, its build, the test venvs (torch's wheels bring 5 GiB of
+/// CUDA libraries) and pip's cache. Measured peak (the `disk:` line) plus a margin.
+const NEEDS_GIB: f64 = 24.0;
 /// Where the repository is cloned inside the new root.
 const REPO_IN_ROOT: &str = "/work/clockmesh";
 /// The new root's own CARGO_HOME (fresh; its bin/ holds the rustup proxies).
@@ -84,6 +90,13 @@ pub fn fresh_check(options: &Options) -> anyhow::Result<()> {
     let mut steps = Steps::default();
     remove_root(&new_root)?;
     fs::create_dir_all(&base)?;
+    disk::require_free(
+        &base,
+        NEEDS_GIB,
+        "fresh-check",
+        "`cargo clean` frees this checkout's build and test venvs (about 15 GiB after `cargo xtask test`)",
+    )?;
+    let disk = disk::Watch::start(&base)?;
     steps.time("mmdebstrap: minimal bookworm root", || make_root(&new_root))?;
     steps.time("clone the repository (HEAD)", || clone_repo(&new_root))?;
     let result = steps.time("inside the new root (own mount namespace)", || {
@@ -93,6 +106,11 @@ pub fn fresh_check(options: &Options) -> anyhow::Result<()> {
         remove_root(&new_root)?;
     }
     steps.print();
+    println!(
+        "  disk: at most {:.1} GiB in use at once ({:.1} GiB free at the lowest)",
+        disk::gib(disk.peak_use()),
+        disk::gib(disk.lowest_free())
+    );
     result?;
     println!("fresh-check: ok");
     Ok(())
@@ -363,6 +381,10 @@ fn in_root(new_root: &Path, script: &str) -> anyhow::Result<()> {
         .env("CARGO_HOME", CARGO_HOME_IN_ROOT)
         .env("CARGO_TERM_COLOR", "never")
         .env("CI", env::var("CI").unwrap_or_default());
+    // CI builds each tree once: incremental caches would only cost disk.
+    if let Some(incremental) = env::var_os("CARGO_INCREMENTAL") {
+        cmd.env("CARGO_INCREMENTAL", incremental);
+    }
     for (key, value) in env::vars() {
         if key.to_ascii_lowercase().ends_with("_proxy") {
             cmd.env(key, value);

@@ -12,6 +12,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod disk;
 mod fresh;
 mod image;
 mod layering;
