@@ -508,12 +508,19 @@ fn edge_table(pairs: &BTreeMap<(&str, &str), Vec<&Edge>>) -> String {
     s
 }
 
-/// The most recent error of an edge, with its window.
+/// The most recent error of an edge, with its window, and whether the edge
+/// has fitted since: a warm-up window's "no pure points" is history, not a
+/// fault, once later windows fit.
 fn last_error(es: &[&Edge]) -> String {
-    es.iter()
-        .rev()
-        .find_map(|e| Some(format!("{} (window {})", e.error.as_deref()?, e.window)))
-        .unwrap_or_default()
+    let Some(at) = es.iter().rposition(|e| e.error.is_some()) else {
+        return String::new();
+    };
+    let (e, later) = (es[at], &es[at + 1..]);
+    let error = e.error.as_deref().unwrap_or_default();
+    match later.iter().filter(|l| l.fit.is_some()).count() {
+        0 => format!("{error} (window {})", e.window),
+        n => format!("{error} (window {}; {n} fitted since)", e.window),
+    }
 }
 
 fn mean(v: &[f64]) -> Option<f64> {
@@ -863,6 +870,26 @@ mod tests {
         assert_eq!(html.matches("<g class=\"edge\"").count(), 2);
         assert_eq!(html.matches("<g class=\"node\"").count(), 2);
         assert!(html.contains("<tr data-from=\"a\" data-to=\"b\"><td class=\"name\">a</td><td class=\"name\">b</td><td>2</td><td>2</td><td>41.001 µs</td>"), "{html}");
+    }
+
+    #[test]
+    fn an_edge_error_says_whether_the_edge_fitted_since() {
+        let failed = |window| Edge {
+            error: Some("no pure points".into()),
+            fit: None,
+            ..edge("a", "b", window)
+        };
+        let (w1, w2, w3) = (failed(1), edge("a", "b", 2), edge("a", "b", 3));
+        assert_eq!(
+            last_error(&[&w1, &w2, &w3]),
+            "no pure points (window 1; 2 fitted since)"
+        );
+        let w4 = failed(4);
+        assert_eq!(
+            last_error(&[&w1, &w2, &w3, &w4]),
+            "no pure points (window 4)"
+        );
+        assert_eq!(last_error(&[&w2, &w3]), "");
     }
 
     #[test]
