@@ -67,7 +67,8 @@ pub struct RunFigures {
     pub clockmesh_median_bound_ns: f64,
     /// Samples at which clockmesh had no valid record.
     pub clockmesh_unavailable: usize,
-    /// chrony p99 / clockmesh p99 (> 1: clockmesh is more accurate).
+    /// chrony p99 / clockmesh p99 (> 1: clockmesh is more accurate), a
+    /// lower limit when clockmesh's p99 is below the reader's resolution.
     pub p99_ratio: f64,
     /// Which stamps host 1's agent used, by side and source (its `/status`).
     pub clockmesh_stamps: std::collections::BTreeMap<String, u64>,
@@ -144,8 +145,12 @@ fn print_table(runs: &[RunFigures]) {
             );
         }
         println!(
-            "     clockmesh coverage {:.4}, median bound {:.0} ns, unavailable {}; chrony p99 / clockmesh p99 = {:.2}",
-            r.clockmesh_coverage, r.clockmesh_median_bound_ns, r.clockmesh_unavailable, r.p99_ratio
+            "     clockmesh coverage {:.4}, median bound {:.0} ns, unavailable {}; chrony p99 / clockmesh p99 {} {:.2}",
+            r.clockmesh_coverage,
+            r.clockmesh_median_bound_ns,
+            r.clockmesh_unavailable,
+            ratio_relation(r.clockmesh.p99_ns),
+            r.p99_ratio
         );
         println!(
             "     CPU per coded pair: clockmesh {:.1} µs, bare UDP ping-pong of the same datagrams {:.1} µs ({:.2} %), ratio {:.2}",
@@ -229,7 +234,7 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
             / pairs_after.saturating_sub(pairs_before).max(1) as f64,
         pingpong_cpu_us_per_pair: pingpong_cpu * 1e6 / pingpong_pairs,
         pingpong_cpu_percent: pingpong_cpu / elapsed * 100.0,
-        p99_ratio: chrony.p99_ns / clockmesh.p99_ns.max(1e-9),
+        p99_ratio: p99_ratio(chrony.p99_ns, clockmesh.p99_ns),
         clockmesh_coverage: s.covered as f64 / s.clockmesh.len().max(1) as f64,
         clockmesh_median_bound_ns: quantile(&s.bounds, 0.5).unwrap_or(f64::NAN),
         clockmesh_unavailable: s.unavailable,
@@ -237,6 +242,24 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
         chrony,
         clockmesh,
     })
+}
+
+/// The reader's `to_global` gives whole nanoseconds, so a clockmesh p99 of
+/// 0 means "under 1 ns": the ratio is then taken against 1 ns (a lower
+/// limit), not against nothing (a ratio of 10^11 was once printed).
+const READER_RESOLUTION_NS: f64 = 1.0;
+
+fn p99_ratio(chrony_p99_ns: f64, clockmesh_p99_ns: f64) -> f64 {
+    chrony_p99_ns / clockmesh_p99_ns.max(READER_RESOLUTION_NS)
+}
+
+/// `=`, or `≥` where the ratio is a lower limit.
+fn ratio_relation(clockmesh_p99_ns: f64) -> &'static str {
+    if clockmesh_p99_ns < READER_RESOLUTION_NS {
+        "≥"
+    } else {
+        "="
+    }
 }
 
 /// CPU seconds so far: (both chronyds, both agents).
@@ -430,4 +453,17 @@ fn start_load(cluster: &Cluster) -> Load {
         per_10ms: 200,
         drain: Some(cluster.bed.host(1).clone()),
     }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clockmesh_p99_under_the_resolution_gives_a_lower_limit() {
+        assert_eq!(p99_ratio(161.0, 0.0), 161.0);
+        assert_eq!(ratio_relation(0.0), "≥");
+        assert_eq!(p99_ratio(247.0, 7.0), 247.0 / 7.0);
+        assert_eq!(ratio_relation(7.0), "=");
+    }
 }
