@@ -95,7 +95,7 @@ pub fn fresh_check(options: &Options) -> anyhow::Result<()> {
         &base,
         NEEDS_GIB,
         "fresh-check",
-        "`cargo clean` frees this checkout's build and test venvs (about 15 GiB after `cargo xtask test`)",
+        "`cargo clean` frees this checkout's build and test venvs (11-12 GiB measured after `cargo xtask test`)",
     )?;
     let disk = disk::Watch::start(&base)?;
     steps.time("mmdebstrap: minimal bookworm root", || make_root(&new_root))?;

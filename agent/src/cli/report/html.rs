@@ -512,12 +512,16 @@ fn edge_table(pairs: &BTreeMap<(&str, &str), Vec<&Edge>>) -> String {
 /// has fitted since: a warm-up window's "no pure points" is history, not a
 /// fault, once later windows fit.
 fn last_error(es: &[&Edge]) -> String {
-    let Some(at) = es.iter().rposition(|e| e.error.is_some()) else {
+    let Some((at, error)) = es
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, e)| Some((i, e.error.as_deref()?)))
+    else {
         return String::new();
     };
-    let (e, later) = (es[at], &es[at + 1..]);
-    let error = e.error.as_deref().unwrap_or_default();
-    match later.iter().filter(|l| l.fit.is_some()).count() {
+    let e = es[at];
+    match es[at + 1..].iter().filter(|l| l.fit.is_some()).count() {
         0 => format!("{error} (window {})", e.window),
         n => format!("{error} (window {}; {n} fitted since)", e.window),
     }
