@@ -164,6 +164,13 @@ pub const KEYS: &[Key] = &[
         help: "the published offsets file",
     },
     Key {
+        name: "holdover_max_bound_ns",
+        env: &["CLOCKMESH_HOLDOVER_MAX_BOUND_NS"],
+        file_aliases: &[],
+        default: Some("10000"),
+        help: "holdover ceiling written into every offsets record, ns: past a result's validity readers keep answering (state holdover) while its bound, grown at the published rate, is at most this; then stale. 0: stale right past the validity",
+    },
+    Key {
         name: "metrics_addr",
         env: &["CLOCKMESH_METRICS_ADDR"],
         file_aliases: &[],
@@ -405,6 +412,7 @@ pub struct AgentConfig {
     pub tracepoint_stamps: Sourced<TracepointStamps>,
     pub output_dir: Sourced<PathBuf>,
     pub offsets_path: Sourced<PathBuf>,
+    pub holdover_max_bound_ns: Sourced<u64>,
     pub metrics_addr: Sourced<SocketAddr>,
     pub snapshot_period_ms: Sourced<u64>,
     pub gpu_clock: Sourced<GpuClockKind>,
@@ -796,6 +804,11 @@ impl AgentConfig {
                 "offsets_path",
                 "offsets-path",
             )?,
+            holdover_max_bound_ns: required(
+                typed(layers, "holdover_max_bound_ns", int_in(0u64, 1_000_000_000))?,
+                "holdover_max_bound_ns",
+                "holdover-max-bound-ns",
+            )?,
             metrics_addr: metrics_addr(layers)?,
             snapshot_period_ms: required(
                 typed(layers, "snapshot_period_ms", int_in(1u64, 3_600_000))?,
@@ -969,6 +982,45 @@ mod tests {
         let c = AgentConfig::from_layers(&l, "h").unwrap();
         assert!(!c.enabled.value);
         assert_eq!(c.snapshot_period_ms.value, 250);
+    }
+
+    #[test]
+    fn holdover_ceiling_defaults_to_10_us_and_layers_like_every_key() {
+        let mut l = Layers::with_defaults();
+        l.apply_set("interface=eth0").unwrap();
+        let c = AgentConfig::from_layers(&l, "h").unwrap();
+        assert_eq!(
+            (
+                c.holdover_max_bound_ns.value,
+                &c.holdover_max_bound_ns.source
+            ),
+            (10_000, &Source::Default)
+        );
+        l.apply_env(env(&[("CLOCKMESH_HOLDOVER_MAX_BOUND_NS", "0")]));
+        let c = AgentConfig::from_layers(&l, "h").unwrap();
+        assert_eq!(c.holdover_max_bound_ns.value, 0, "0 turns holdover off");
+        l.apply_flag(
+            "holdover_max_bound_ns",
+            "250000".into(),
+            "--holdover-max-bound-ns",
+        )
+        .unwrap();
+        let c = AgentConfig::from_layers(&l, "h").unwrap();
+        assert_eq!(
+            (
+                c.holdover_max_bound_ns.value,
+                &c.holdover_max_bound_ns.source
+            ),
+            (250_000, &Source::Flag("--holdover-max-bound-ns".into()))
+        );
+        l.apply_set("holdover_max_bound_ns=2000000000").unwrap();
+        let err = AgentConfig::from_layers(&l, "h").unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "holdover_max_bound_ns (from flag --set holdover_max_bound_ns): must be between 0 and 1000000000"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

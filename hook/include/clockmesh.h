@@ -6,9 +6,11 @@
  * /run/clockmesh/offsets; layout version 2: docs/offsets-format.md). This
  * header reads it with a seqlock: it never blocks the writer and never
  * returns a torn record. Every error fails closed: no offset is returned
- * unless the data is present, of the expected version, and valid at the
+ * unless the data is present, of the expected version, and answers at the
  * stamp's own time (the file keeps a ring of the last 256 records; a stamp
- * older than all of them is CLOCKMESH_E_TOO_OLD).
+ * older than all of them is CLOCKMESH_E_TOO_OLD). Past a record's validity
+ * it still answers, in holdover, while its bound grown at the published
+ * rate stays within the record's holdover ceiling; then STALE.
  *
  *   clockmesh_t cm;
  *   if (clockmesh_open(&cm, NULL) == CLOCKMESH_OK) {
@@ -56,7 +58,7 @@ enum clockmesh_status {
   CLOCKMESH_E_BAD_FORMAT = -2,  /* wrong magic or too short */
   CLOCKMESH_E_BAD_VERSION = -3, /* layout version this reader does not know */
   CLOCKMESH_E_NO_DATA = -4,     /* agent has not published an estimate yet */
-  CLOCKMESH_E_STALE = -5,       /* flagged stale, or past valid_until */
+  CLOCKMESH_E_STALE = -5,       /* flagged stale, or past valid_until and the holdover ceiling */
   CLOCKMESH_E_BUSY = -6,        /* record kept changing during the read */
   CLOCKMESH_E_IO = -7,          /* open/mmap failed (see errno) */
   CLOCKMESH_E_NOT_FOUND = -8,   /* no such device map */
@@ -110,6 +112,7 @@ typedef struct clockmesh_snapshot {
   int64_t realtime_minus_monotonic_ns;
   int64_t realtime_minus_boottime_ns;
   int64_t kernel_clocks_sampled_at_ns;
+  uint64_t holdover_max_bound_ns; /* past valid_until: holdover while the grown bound <= this (0: never) */
   clockmesh_device_t devices[CLOCKMESH_MAX_DEVICES];
 } clockmesh_snapshot_t;
 
@@ -117,6 +120,9 @@ typedef struct clockmesh_snapshot {
 #define CLOCKMESH__SEQ_WORD 8
 #define CLOCKMESH__PAYLOAD_WORD 9
 #define CLOCKMESH__CORE_WORDS 11
+#define CLOCKMESH__HOLDOVER_WORD 14 /* payload word of holdover_max_bound_ns (byte 184) */
+#define CLOCKMESH__STATE_WORDS 15   /* core words .. the holdover ceiling */
+#define CLOCKMESH__SLOT_HOLDOVER_WORD 13
 #define CLOCKMESH__PAYLOAD_WORDS 143
 #define CLOCKMESH__DEVICE_WORD 15
 #define CLOCKMESH__RING_HEAD_WORD 153 /* byte 1224: records ever appended */
@@ -249,6 +255,7 @@ static inline void clockmesh__decode(const uint64_t *p, int n, clockmesh_snapsho
   s->drift_ps_per_s = (int64_t)p[8];
   s->bound_ns = p[9];
   s->bound_growth_ps_per_s = p[10];
+  if (n > CLOCKMESH__HOLDOVER_WORD) s->holdover_max_bound_ns = p[CLOCKMESH__HOLDOVER_WORD];
   if (n < CLOCKMESH__PAYLOAD_WORDS) {
     s->device_count = 0;
     return;
@@ -298,13 +305,6 @@ static inline int64_t clockmesh_realtime_coarse_ns(void) {
   return clockmesh_realtime_now_ns();
 }
 
-/* Fails closed unless the snapshot holds data that is fresh at now_ns. */
-static inline int clockmesh_check_fresh(const clockmesh_snapshot_t *s, int64_t now_ns) {
-  if (!(s->flags & CLOCKMESH_F_VALID)) return CLOCKMESH_E_NO_DATA;
-  if ((s->flags & CLOCKMESH_F_STALE) || now_ns > s->valid_until_ns) return CLOCKMESH_E_STALE;
-  return CLOCKMESH_OK;
-}
-
 static inline int64_t clockmesh__sat_i64(__int128 v) {
   if (v > (__int128)INT64_MAX) return INT64_MAX;
   if (v < (__int128)INT64_MIN) return INT64_MIN;
@@ -351,9 +351,57 @@ static inline void clockmesh_apply(const clockmesh_snapshot_t *s, int64_t local_
                    s->bound_growth_ps_per_s, local_ns, global_ns, bound_ns);
 }
 
+/* The clock's state, as ClockBound's and fbclock's (same values in the
+ * Rust and Python readers). */
+enum clockmesh_clock_status {
+  CLOCKMESH_CLOCK_UNKNOWN = 0,      /* nothing published yet: no interval */
+  CLOCKMESH_CLOCK_SYNCHRONISED = 1, /* a current solve */
+  CLOCKMESH_CLOCK_HOLDOVER = 2,     /* carried forward without a current solve: the bound grows, up to the ceiling */
+  CLOCKMESH_CLOCK_STALE = 3         /* flagged stale, or past validity and the holdover ceiling: no answer */
+};
+
+/* The state of a record at local time t, the one rule of every reader
+ * (docs/offsets-format.md, "The state of a record"): UNKNOWN without VALID;
+ * STALE when flagged STALE; up to valid_until_ns HOLDOVER if flagged
+ * HOLDOVER, else SYNCHRONISED; past it HOLDOVER while bound_at_t (the bound
+ * grown to t) <= holdover_max_bound_ns, which must be set, with a bound
+ * that grows; then STALE. */
+static inline int clockmesh__state(uint32_t flags, int64_t valid_until_ns, uint64_t growth_ps_per_s,
+                                   uint64_t holdover_max_bound_ns, uint64_t bound_at_t, int64_t t) {
+  if (!(flags & CLOCKMESH_F_VALID)) return CLOCKMESH_CLOCK_UNKNOWN;
+  if (flags & CLOCKMESH_F_STALE) return CLOCKMESH_CLOCK_STALE;
+  if (t <= valid_until_ns) return (flags & CLOCKMESH_F_HOLDOVER) ? CLOCKMESH_CLOCK_HOLDOVER : CLOCKMESH_CLOCK_SYNCHRONISED;
+  if (holdover_max_bound_ns != 0 && growth_ps_per_s != 0 && bound_at_t <= holdover_max_bound_ns)
+    return CLOCKMESH_CLOCK_HOLDOVER;
+  return CLOCKMESH_CLOCK_STALE;
+}
+
+/* The error code of a state: UNKNOWN -> NO_DATA, STALE -> STALE, else OK. */
+static inline int clockmesh__state_rc(int state) {
+  return state == CLOCKMESH_CLOCK_UNKNOWN ? CLOCKMESH_E_NO_DATA
+         : state == CLOCKMESH_CLOCK_STALE ? CLOCKMESH_E_STALE
+                                          : CLOCKMESH_OK;
+}
+
+/* The state of a snapshot's record at local time t (enum clockmesh_clock_status). */
+static inline int clockmesh_snapshot_status(const clockmesh_snapshot_t *s, int64_t t) {
+  uint64_t bound;
+  clockmesh_apply(s, t, NULL, &bound);
+  return clockmesh__state(s->flags, s->valid_until_ns, s->bound_growth_ps_per_s, s->holdover_max_bound_ns,
+                          bound, t);
+}
+
+/* Fails closed unless the snapshot's record answers at now_ns: NO_DATA, or
+ * STALE (flagged, or past valid_until and the holdover ceiling); a record
+ * in holdover is an answer (clockmesh_snapshot_status says which). */
+static inline int clockmesh_check_fresh(const clockmesh_snapshot_t *s, int64_t now_ns) {
+  return clockmesh__state_rc(clockmesh_snapshot_status(s, now_ns));
+}
+
 /* One seqlock attempt of a ring scan: the core words (11) of the newest
- * record anchored at or before t. *found: 1 found, 0 nothing published,
- * -1 every record is anchored after t (too old). 1 if consistent. */
+ * record anchored at or before t and, in core[11], its holdover ceiling.
+ * *found: 1 found, 0 nothing published, -1 every record is anchored after
+ * t (too old). 1 if consistent. */
 static inline int clockmesh__try_pick(const clockmesh_t *cm, int64_t t, uint64_t *core, int *found) {
   const uint64_t *seq = (const uint64_t *)(cm->base + CLOCKMESH__SEQ_WORD);
   uint64_t s1 = __atomic_load_n(seq, __ATOMIC_ACQUIRE), head, n, k;
@@ -367,6 +415,7 @@ static inline int clockmesh__try_pick(const clockmesh_t *cm, int64_t t, uint64_t
     if (clockmesh__load(slot) != n) break; /* cleared by a restarted writer: the ring ends here */
     if ((int64_t)clockmesh__load(slot + 1 + CLOCKMESH__ANCHOR_CORE_WORD) <= t) {
       for (i = 0; i < CLOCKMESH__CORE_WORDS; i++) core[i] = clockmesh__load(slot + 1 + i);
+      core[CLOCKMESH__CORE_WORDS] = clockmesh__load(slot + CLOCKMESH__SLOT_HOLDOVER_WORD);
       *found = 1;
       break;
     }
@@ -396,22 +445,25 @@ done:
 
 /* Maps a local CLOCK_REALTIME stamp onto the global timeline, judged at the
  * stamp's own time ("now" is not read): with the newest ring record
- * anchored at or before the stamp, if that record is valid at the stamp
- * (VALID, not STALE, stamp <= its valid_until_ns). Fails closed (nothing
- * written): NO_DATA, STALE (also a stamp past the newest record's
- * validity), TOO_OLD (anchored before every record the file keeps), BUSY. */
+ * anchored at or before the stamp, if that record answers at the stamp
+ * (state SYNCHRONISED or HOLDOVER: VALID, not STALE, the stamp within its
+ * valid_until_ns or, past it, the bound grown to the stamp within the
+ * record's holdover ceiling). Fails closed (nothing written): NO_DATA,
+ * STALE (also a stamp past the newest record's validity and ceiling),
+ * TOO_OLD (anchored before every record the file keeps), BUSY. */
 static inline int clockmesh_to_global(const clockmesh_t *cm, int64_t local_ns,
                                       int64_t *global_ns, uint64_t *bound_ns) {
-  uint64_t p[CLOCKMESH__CORE_WORDS];
-  uint32_t flags;
+  uint64_t p[CLOCKMESH__CORE_WORDS + 1], bound;
+  int64_t global;
   int rc;
   if (!cm) return CLOCKMESH_E_INVALID;
   rc = clockmesh__pick(cm, local_ns, p);
   if (rc != CLOCKMESH_OK) return rc;
-  flags = (uint32_t)p[0];
-  if (!(flags & CLOCKMESH_F_VALID)) return CLOCKMESH_E_NO_DATA;
-  if ((flags & CLOCKMESH_F_STALE) || local_ns > (int64_t)p[5]) return CLOCKMESH_E_STALE;
-  clockmesh__apply((int64_t)p[6], (int64_t)p[7], (int64_t)p[8], p[9], p[10], local_ns, global_ns, bound_ns);
+  clockmesh__apply((int64_t)p[6], (int64_t)p[7], (int64_t)p[8], p[9], p[10], local_ns, &global, &bound);
+  rc = clockmesh__state_rc(clockmesh__state((uint32_t)p[0], (int64_t)p[5], p[10], p[CLOCKMESH__CORE_WORDS], bound, local_ns));
+  if (rc != CLOCKMESH_OK) return rc;
+  if (global_ns) *global_ns = global;
+  if (bound_ns) *bound_ns = bound;
   return CLOCKMESH_OK;
 }
 
@@ -450,15 +502,6 @@ static inline int clockmesh_device_to_global(const clockmesh_t *cm, uint32_t dev
   return CLOCKMESH_OK;
 }
 
-/* The clock's state, as ClockBound's and fbclock's (same values in the
- * Rust and Python readers). */
-enum clockmesh_clock_status {
-  CLOCKMESH_CLOCK_UNKNOWN = 0,      /* nothing published yet: no interval */
-  CLOCKMESH_CLOCK_SYNCHRONISED = 1, /* a current solve */
-  CLOCKMESH_CLOCK_HOLDOVER = 2,     /* carried forward: the reference was unreachable */
-  CLOCKMESH_CLOCK_STALE = 3         /* past its validity or flagged stale: free-running */
-};
-
 /* Global time now as an interval that holds the true global time:
  * [earliest_ns, latest_ns] = global(now) -/+ bound(now), the bound grown
  * over the record's age. A stale or holdover record still gives its
@@ -470,32 +513,25 @@ typedef struct clockmesh_now {
   uint64_t epoch; /* agent restart counter of the record */
 } clockmesh_now_t;
 
-static inline int clockmesh__clock_status(uint32_t flags, int64_t now_ns, int64_t valid_until_ns) {
-  if (!(flags & CLOCKMESH_F_VALID)) return CLOCKMESH_CLOCK_UNKNOWN;
-  if ((flags & CLOCKMESH_F_STALE) || now_ns > valid_until_ns) return CLOCKMESH_CLOCK_STALE;
-  if (flags & CLOCKMESH_F_HOLDOVER) return CLOCKMESH_CLOCK_HOLDOVER;
-  return CLOCKMESH_CLOCK_SYNCHRONISED;
-}
-
 /* Reads CLOCK_REALTIME and the record; fails only when the file cannot be
  * read (CLOCKMESH_E_BUSY, _INVALID): every state is an answer. */
 static inline int clockmesh_now(const clockmesh_t *cm, clockmesh_now_t *out) {
-  uint64_t p[CLOCKMESH__CORE_WORDS];
+  uint64_t p[CLOCKMESH__STATE_WORDS];
   int64_t now_ns, global_ns;
   uint64_t bound_ns;
   int rc;
   if (!cm || !out) return CLOCKMESH_E_INVALID;
-  rc = clockmesh__read_words(cm, p, CLOCKMESH__CORE_WORDS);
+  rc = clockmesh__read_words(cm, p, CLOCKMESH__STATE_WORDS);
   if (rc != CLOCKMESH_OK) return rc;
   now_ns = clockmesh_realtime_now_ns();
   out->epoch = p[1];
-  out->status = clockmesh__clock_status((uint32_t)p[0], now_ns, (int64_t)p[5]);
+  clockmesh__apply((int64_t)p[6], (int64_t)p[7], (int64_t)p[8], p[9], p[10], now_ns, &global_ns, &bound_ns);
+  out->status = clockmesh__state((uint32_t)p[0], (int64_t)p[5], p[10], p[CLOCKMESH__HOLDOVER_WORD], bound_ns, now_ns);
   if (out->status == CLOCKMESH_CLOCK_UNKNOWN) {
     out->earliest_ns = INT64_MIN;
     out->latest_ns = INT64_MAX;
     return CLOCKMESH_OK;
   }
-  clockmesh__apply((int64_t)p[6], (int64_t)p[7], (int64_t)p[8], p[9], p[10], now_ns, &global_ns, &bound_ns);
   out->earliest_ns = clockmesh__sat_i64((__int128)global_ns - (__int128)bound_ns);
   out->latest_ns = clockmesh__sat_i64((__int128)global_ns + (__int128)bound_ns);
   return CLOCKMESH_OK;

@@ -11,6 +11,9 @@
  *                                   bare clock_gettime(CLOCK_REALTIME) call
  *   c_reader_check now PATH         print "status epoch earliest latest"
  *   c_reader_check ring PATH T...   one line "rc global bound" per local stamp T
+ *   c_reader_check state PATH T...  one line "state rc bound" per local time T: the
+ *                                   current record's clockmesh_snapshot_status,
+ *                                   clockmesh_check_fresh and bound at T
  *   c_reader_check dev PATH ID D... one line "rc global bound" per device stamp D
  *                                   of device ID (clockmesh_device_to_global)
  */
@@ -34,6 +37,7 @@ static int consistent(const clockmesh_snapshot_t *s) {
   if (s->bound_ns != k * 17) return 0;
   if (s->bound_growth_ps_per_s != k * 19) return 0;
   if (s->realtime_minus_monotonic_ns != (int64_t)(k * 23)) return 0;
+  if (s->holdover_max_bound_ns != k * 31) return 0;
   if (s->device_count != k % (CLOCKMESH_MAX_DEVICES + 1)) return 0;
   for (i = 0; i < s->device_count; i++) {
     const clockmesh_device_t *d = &s->devices[i];
@@ -151,6 +155,19 @@ int main(int argc, char **argv) {
                : clockmesh_to_global(&cm, t, &g, &b);
       if (rc != CLOCKMESH_OK) g = 0, b = 0;
       printf("%d %lld %llu\n", rc, (long long)g, (unsigned long long)b);
+    }
+    return 0;
+  }
+  if (strcmp(argv[1], "state") == 0) {
+    clockmesh_snapshot_t s;
+    int i;
+    rc = clockmesh_read_snapshot(&cm, &s);
+    if (rc != CLOCKMESH_OK) return fprintf(stderr, "read: %s\n", clockmesh_strerror(rc)), 2;
+    for (i = 3; i < argc; i++) {
+      int64_t t = strtoll(argv[i], NULL, 10);
+      uint64_t b = 0;
+      clockmesh_apply(&s, t, NULL, &b);
+      printf("%d %d %llu\n", clockmesh_snapshot_status(&s, t), clockmesh_check_fresh(&s, t), (unsigned long long)b);
     }
     return 0;
   }

@@ -37,9 +37,24 @@ pub const RING_OFFSET: usize = 4096;
 pub const RING_SLOTS: usize = 256;
 pub const SLOT_LEN: usize = 128;
 /// Slot words: 0 the record number, 1..=11 the record's core words (as
-/// payload words 0..=10), 12 BLAKE2b-64 of words 0..=11, 13..16 reserved.
+/// payload words 0..=10), 12 BLAKE2b-64 of words 0..=11, 13 the record's
+/// holdover ceiling, 14 BLAKE2b-64 of words 0..=13, 15 reserved.
 pub const SLOT_WORDS: usize = SLOT_LEN / 8;
 pub const SLOT_CHECKSUM_WORD: usize = 1 + CORE_WORDS;
+/// The record's `holdover_max_bound_ns` (payload word
+/// [`HOLDOVER_MAX_BOUND_WORD`]) in its ring slot.
+pub const SLOT_HOLDOVER_WORD: usize = SLOT_CHECKSUM_WORD + 1;
+/// BLAKE2b-64 of slot words 0..=13 (bytes +0..+112): covers the ceiling,
+/// which the first checksum (word 12) does not. 0 together with a 0
+/// ceiling in a slot written before the ceiling existed (bytes +104..+128
+/// were reserved, 0): such a slot has no ceiling.
+pub const SLOT_EXT_CHECKSUM_WORD: usize = SLOT_HOLDOVER_WORD + 1;
+/// Payload word of `holdover_max_bound_ns` (byte 184, reserved in files
+/// written before it existed, so 0 there: no holdover past validity).
+pub const HOLDOVER_MAX_BOUND_WORD: usize = 14;
+/// Payload words a state judgment needs: the core words and, after the
+/// kernel clocks, the holdover ceiling (bytes 72..192).
+pub const STATE_WORDS: usize = HOLDOVER_MAX_BOUND_WORD + 1;
 /// Whole file: page 0 (header, current record) and the ring.
 pub const FILE_LEN: usize = RING_OFFSET + RING_SLOTS * SLOT_LEN;
 
@@ -52,29 +67,37 @@ pub fn slot_offset(n: u64) -> usize {
     RING_OFFSET + (n.wrapping_sub(1) % RING_SLOTS as u64) as usize * SLOT_LEN
 }
 
-/// A ring slot for record number `n` with the record's core words.
-pub fn encode_slot(n: u64, core: &[u64]) -> [u64; SLOT_WORDS] {
+/// A ring slot for record number `n` with the record's core words and
+/// its holdover ceiling.
+pub fn encode_slot(n: u64, core: &[u64], holdover_max_bound_ns: u64) -> [u64; SLOT_WORDS] {
     let mut s = [0u64; SLOT_WORDS];
     s[0] = n;
     s[1..SLOT_CHECKSUM_WORD].copy_from_slice(&core[..CORE_WORDS]);
     s[SLOT_CHECKSUM_WORD] = crate::checksum::of_words(&s[..SLOT_CHECKSUM_WORD]);
+    s[SLOT_HOLDOVER_WORD] = holdover_max_bound_ns;
+    s[SLOT_EXT_CHECKSUM_WORD] = crate::checksum::of_words(&s[..SLOT_EXT_CHECKSUM_WORD]);
     s
 }
 
-/// Whether slot words hold record number `n`, untorn.
+/// Whether slot words hold record number `n`, untorn: both checksums
+/// match (a slot with neither ceiling nor second checksum predates them).
 pub fn slot_is_intact(s: &[u64; SLOT_WORDS], n: u64) -> bool {
+    let ext = s[SLOT_EXT_CHECKSUM_WORD];
     n != 0
         && s[0] == n
         && s[SLOT_CHECKSUM_WORD] == crate::checksum::of_words(&s[..SLOT_CHECKSUM_WORD])
+        && ((ext == 0 && s[SLOT_HOLDOVER_WORD] == 0)
+            || ext == crate::checksum::of_words(&s[..SLOT_EXT_CHECKSUM_WORD]))
 }
 
 /// Record status flags (payload byte 72, low half of word 0).
 pub mod flags {
     /// The record holds an estimate. Without it readers report "no data".
     pub const VALID: u32 = 1 << 0;
-    /// The writer marked the record stale (agent restarted, or lost sync).
+    /// The writer says do not use the record at all (`mark_stale`).
     pub const STALE: u32 = 1 << 1;
-    /// The estimate is extrapolated without fresh probes.
+    /// The estimate is carried forward without a fresh solve: solved while
+    /// the reference was unreachable, or kept by a restarted writer.
     pub const HOLDOVER: u32 = 1 << 2;
     /// This node is the reference of the global timeline.
     pub const REFERENCE: u32 = 1 << 3;
@@ -169,9 +192,16 @@ pub struct Record {
     pub reference_id: u64,
     /// Writer's CLOCK_REALTIME when the record was written.
     pub updated_at_ns: i64,
-    /// Readers fail closed (stale) once CLOCK_REALTIME passes this.
+    /// The end of the record's current span. Past it readers answer in
+    /// holdover while the grown bound stays within `holdover_max_bound_ns`,
+    /// then fail closed (stale).
     pub valid_until_ns: i64,
     pub node: NodeMap,
+    /// Holdover ceiling: past `valid_until_ns` the record still answers
+    /// (state holdover) while its bound grown over the record's age is at
+    /// most this. 0 (or a bound that does not grow): stale right past
+    /// `valid_until_ns`.
+    pub holdover_max_bound_ns: u64,
     pub clocks: KernelClocks,
     /// At most [`MAX_DEVICES`] entries; more are rejected by the writer.
     pub devices: Vec<DeviceMap>,
@@ -193,6 +223,7 @@ mod w {
     pub const RT_MINUS_MONO: usize = 11; // 160
     pub const RT_MINUS_BOOT: usize = 12; // 168
     pub const CLOCKS_AT: usize = 13; // 176
+    pub const HOLDOVER_MAX_BOUND: usize = super::HOLDOVER_MAX_BOUND_WORD; // 184
     pub const DEVICES: usize = 15; // 192
     pub const DEVICE_WORDS: usize = 8;
 }
@@ -218,6 +249,7 @@ pub fn encode(r: &Record) -> Payload {
     p[w::RT_MINUS_MONO] = r.clocks.realtime_minus_monotonic_ns as u64;
     p[w::RT_MINUS_BOOT] = r.clocks.realtime_minus_boottime_ns as u64;
     p[w::CLOCKS_AT] = r.clocks.sampled_at_ns as u64;
+    p[w::HOLDOVER_MAX_BOUND] = r.holdover_max_bound_ns;
     for (i, d) in r.devices.iter().take(MAX_DEVICES).enumerate() {
         let b = w::DEVICES + i * w::DEVICE_WORDS;
         p[b] =
@@ -258,6 +290,7 @@ pub fn decode(p: &Payload) -> Record {
         updated_at_ns: p[w::UPDATED_AT] as i64,
         valid_until_ns: p[w::VALID_UNTIL] as i64,
         node: decode_node(p),
+        holdover_max_bound_ns: p[w::HOLDOVER_MAX_BOUND],
         clocks: KernelClocks {
             realtime_minus_monotonic_ns: p[w::RT_MINUS_MONO] as i64,
             realtime_minus_boottime_ns: p[w::RT_MINUS_BOOT] as i64,
@@ -441,6 +474,7 @@ mod tests {
                 bound_ns: 80,
                 bound_growth_ps_per_s: 1_000,
             },
+            holdover_max_bound_ns: 5_000,
             clocks: KernelClocks {
                 realtime_minus_monotonic_ns: 1_699_999_000_000_000_000,
                 realtime_minus_boottime_ns: 1_699_998_000_000_000_000,
@@ -467,10 +501,39 @@ mod tests {
         assert_eq!(RING_HEAD_OFFSET, 1224);
         assert_eq!(FILE_LEN, 36_864);
         assert_eq!(SLOT_CHECKSUM_WORD, 12);
+        assert_eq!(SLOT_HOLDOVER_WORD, 13);
+        assert_eq!(SLOT_EXT_CHECKSUM_WORD, 14);
+        assert_eq!(PAYLOAD_OFFSET + 8 * HOLDOVER_MAX_BOUND_WORD, 184);
+        assert_eq!(STATE_WORDS, 15);
         assert_eq!(slot_offset(1), 4096);
         assert_eq!(slot_offset(256), 4096 + 255 * 128);
         assert_eq!(slot_offset(257), 4096);
         assert_eq!(&MAGIC.to_le_bytes(), b"CLKMOFS1");
+    }
+
+    #[test]
+    fn a_slot_is_intact_only_with_the_ceiling_it_was_written_with() {
+        let core = encode(&sample());
+        let s = encode_slot(5, &core, 10_000);
+        assert!(slot_is_intact(&s, 5));
+        assert!(!slot_is_intact(&s, 6), "another number");
+        let mut ceiling = s;
+        ceiling[SLOT_HOLDOVER_WORD] = 20_000;
+        assert!(!slot_is_intact(&ceiling, 5), "a ceiling of another record");
+        let mut no_ext = s;
+        no_ext[SLOT_EXT_CHECKSUM_WORD] = 0;
+        assert!(
+            !slot_is_intact(&no_ext, 5),
+            "a ceiling without its checksum"
+        );
+        // Written before the ceiling existed: words 13 and 14 reserved, 0.
+        let mut legacy = s;
+        legacy[SLOT_HOLDOVER_WORD] = 0;
+        legacy[SLOT_EXT_CHECKSUM_WORD] = 0;
+        assert!(slot_is_intact(&legacy, 5));
+        let none = encode_slot(5, &core, 0);
+        assert!(slot_is_intact(&none, 5));
+        assert_ne!(none[SLOT_EXT_CHECKSUM_WORD], 0, "always written");
     }
 
     #[test]

@@ -5,11 +5,13 @@
 //!   little-endian file (default [`DEFAULT_PATH`]), memory-mapped and updated
 //!   with a seqlock: readers never see a torn record and never block the
 //!   writer. Created atomically (temp file + rename). On restart the last
-//!   record stays readable but is flagged stale until fresh data arrives.
+//!   record stays readable, flagged holdover, until fresh data arrives.
 //! - [`OffsetsReader`]: the Rust reader; `to_global` places a stamp with the
 //!   ring record that covers it, at its own time, and fails closed
 //!   (missing, bad format/version, no data, stale, too old), like fbclock's
-//!   `DATA_STALE`.
+//!   `DATA_STALE`. Past a record's validity it answers in holdover, the
+//!   bound growing at the published rate, up to the record's ceiling
+//!   ([`Snapshot::status`]: the one state rule, shared with `now()`).
 //! - [`history`]: per-window results as JSON lines, for offline trace merge.
 //! - [`HostMap`]: a host's time-varying map local → global from anchors
 //!   (history entries, or a hook's start and stop records);

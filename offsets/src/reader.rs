@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use super::host_map::HostMap;
 use super::layout::{
-    self, CORE_ANCHOR_WORD, CORE_WORDS, DeviceMap, NodeMap, PAYLOAD_OFFSET, PAYLOAD_WORDS, Record,
-    flags,
+    self, CORE_ANCHOR_WORD, CORE_WORDS, DeviceMap, HOLDOVER_MAX_BOUND_WORD, NodeMap,
+    PAYLOAD_OFFSET, PAYLOAD_WORDS, Record, SLOT_HOLDOVER_WORD, STATE_WORDS, flags,
 };
 use super::shm::{self, Mapping};
 use super::{PublishError, realtime_now_ns};
@@ -30,8 +30,8 @@ pub struct OffsetsReader {
 enum Pick {
     /// Nothing published yet.
     Empty,
-    /// The core words of the newest record anchored at or before the stamp.
-    Found([u64; CORE_WORDS]),
+    /// The newest record anchored at or before the stamp.
+    Found(Snapshot),
     /// Every record in the ring is anchored after the stamp.
     TooOld { oldest_anchor_ns: i64 },
 }
@@ -43,9 +43,7 @@ fn pick(m: &Mapping, t: i64) -> Pick {
     for (_, base) in m.ring_slots() {
         let anchor = m.load(base + 8 * (1 + CORE_ANCHOR_WORD)) as i64;
         if anchor <= t {
-            let mut core = [0u64; CORE_WORDS];
-            m.load_words(base + 8, &mut core);
-            return Pick::Found(core);
+            return Pick::Found(slot_snapshot(m, base));
         }
         oldest_anchor_ns = Some(anchor);
     }
@@ -55,45 +53,97 @@ fn pick(m: &Mapping, t: i64) -> Pick {
     }
 }
 
-/// `to_global` of a ring record at the stamp's own time.
-fn judge(core: &[u64; CORE_WORDS], t: i64) -> Result<(i64, u64), PublishError> {
-    let (flags, valid_until_ns) = layout::decode_status(core);
-    if flags & flags::VALID == 0 {
-        return Err(PublishError::NoData);
-    }
-    if flags & flags::STALE != 0 || t > valid_until_ns {
-        return Err(PublishError::Stale {
-            valid_until_ns,
-            now_ns: t,
-            flags,
-        });
-    }
-    Ok(layout::decode_node(core).to_global(t))
+/// The record in the ring slot at `base` (inside a seqlock read): its
+/// core words and its holdover ceiling.
+fn slot_snapshot(m: &Mapping, base: usize) -> Snapshot {
+    let mut core = [0u64; CORE_WORDS];
+    m.load_words(base + 8, &mut core);
+    Snapshot::from_words(&core, m.load(base + 8 * SLOT_HOLDOVER_WORD))
 }
 
-/// A consistent copy of the node map with its status, enough for
-/// `to_global`.
+/// A consistent copy of the node map with its status and holdover
+/// ceiling: all that `to_global` and the clock's state need.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub flags: u32,
     pub valid_until_ns: i64,
     pub node: NodeMap,
+    /// Past `valid_until_ns` the record answers in holdover while its
+    /// grown bound is at most this (0: never).
+    pub holdover_max_bound_ns: u64,
 }
 
 impl Snapshot {
-    /// Fails closed unless the record holds fresh data at `now_ns`.
-    pub fn check_fresh(&self, now_ns: i64) -> Result<(), PublishError> {
+    /// From a record's core words and its holdover ceiling.
+    fn from_words(core: &[u64], holdover_max_bound_ns: u64) -> Self {
+        let (flags, valid_until_ns) = layout::decode_status(core);
+        Snapshot {
+            flags,
+            valid_until_ns,
+            node: layout::decode_node(core),
+            holdover_max_bound_ns,
+        }
+    }
+
+    /// The record's state at local time `t` — the one rule of every reader
+    /// (docs/offsets-format.md, "The state of a record"): unknown without
+    /// `VALID`; stale when flagged `STALE`; up to `valid_until_ns`
+    /// holdover if flagged `HOLDOVER`, else synchronised; past it holdover
+    /// while the bound grown to `t` is at most `holdover_max_bound_ns`
+    /// (which must be set, and the bound must grow), then stale.
+    pub fn status(&self, t: i64) -> ClockStatus {
+        self.status_with(t, || self.node.to_global(t).1)
+    }
+
+    /// [`Snapshot::status`] with the bound at `t` computed by `bound_at_t`
+    /// only when it is needed (`now()` has it already).
+    fn status_with(&self, t: i64, bound_at_t: impl FnOnce() -> u64) -> ClockStatus {
         if self.flags & flags::VALID == 0 {
-            return Err(PublishError::NoData);
+            ClockStatus::Unknown
+        } else if self.flags & flags::STALE != 0 {
+            ClockStatus::Stale
+        } else if t <= self.valid_until_ns {
+            if self.flags & flags::HOLDOVER != 0 {
+                ClockStatus::Holdover
+            } else {
+                ClockStatus::Synchronised
+            }
+        } else if self.holdover_max_bound_ns != 0
+            && self.node.bound_growth_ps_per_s != 0
+            && bound_at_t() <= self.holdover_max_bound_ns
+        {
+            ClockStatus::Holdover
+        } else {
+            ClockStatus::Stale
         }
-        if self.flags & flags::STALE != 0 || now_ns > self.valid_until_ns {
-            return Err(PublishError::Stale {
+    }
+
+    /// Fails closed unless the record answers at `now_ns`: `NoData`
+    /// (unknown) or `Stale`; synchronised and holdover are answers.
+    pub fn check_fresh(&self, now_ns: i64) -> Result<(), PublishError> {
+        self.answer(now_ns, self.status(now_ns))
+    }
+
+    /// The error of a state that is no answer.
+    fn answer(&self, t: i64, status: ClockStatus) -> Result<(), PublishError> {
+        match status {
+            ClockStatus::Unknown => Err(PublishError::NoData),
+            ClockStatus::Stale => Err(PublishError::Stale {
                 valid_until_ns: self.valid_until_ns,
-                now_ns,
+                now_ns: t,
                 flags: self.flags,
-            });
+            }),
+            ClockStatus::Synchronised | ClockStatus::Holdover => Ok(()),
         }
-        Ok(())
+    }
+
+    /// `to_global` with this record at the stamp's own time: the map's
+    /// global time and bound if the record answers at `t`
+    /// ([`Snapshot::status`]), else `NoData` / `Stale`.
+    pub fn to_global(&self, t: i64) -> Result<(i64, u64), PublishError> {
+        let (global, bound) = self.node.to_global(t);
+        self.answer(t, self.status_with(t, || bound))?;
+        Ok((global, bound))
     }
 }
 
@@ -106,23 +156,23 @@ pub enum ClockStatus {
     Unknown = 0,
     /// A current solve.
     Synchronised = 1,
-    /// Carried forward: the reference was unreachable.
+    /// Carried forward without a current solve (the reference unreachable,
+    /// no update within the record's validity, or the agent restarted):
+    /// the bound grows at the published rate, up to the record's ceiling.
     Holdover = 2,
-    /// Past its validity or flagged stale: free-running.
+    /// Flagged stale, or past its validity with the grown bound above the
+    /// holdover ceiling: no answer.
     Stale = 3,
 }
 
 impl ClockStatus {
-    /// The state of a record with `flags` valid until `valid_until_ns`, at `now_ns`.
-    pub fn of(flags: u32, now_ns: i64, valid_until_ns: i64) -> Self {
-        if flags & flags::VALID == 0 {
-            Self::Unknown
-        } else if flags & flags::STALE != 0 || now_ns > valid_until_ns {
-            Self::Stale
-        } else if flags & flags::HOLDOVER != 0 {
-            Self::Holdover
-        } else {
-            Self::Synchronised
+    /// The name every tool prints (`clockmesh status`, `/status`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Synchronised => "synchronised",
+            Self::Holdover => "holdover",
+            Self::Stale => "stale",
         }
     }
 }
@@ -142,16 +192,17 @@ pub struct Now {
 impl OffsetsReader {
     /// Global time now: reads CLOCK_REALTIME and the record, and returns
     /// [global − bound, global + bound] at this instant (the bound grown
-    /// over the record's age) with the clock's state. Holdover and stale
-    /// records still give their widening interval; only a file that cannot
-    /// be read is an error.
+    /// over the record's age) with the clock's state
+    /// ([`Snapshot::status`]). Holdover and stale records still give their
+    /// widening interval; only a file that cannot be read is an error.
     pub fn now(&self) -> Result<Now, PublishError> {
-        let mut p = [0u64; CORE_WORDS];
+        let mut p = [0u64; STATE_WORDS];
         self.read_words(PAYLOAD_OFFSET, &mut p)?;
         let now_ns = realtime_now_ns();
-        let (flags, valid_until_ns) = layout::decode_status(&p);
-        let status = ClockStatus::of(flags, now_ns, valid_until_ns);
+        let snapshot = Snapshot::from_words(&p, p[HOLDOVER_MAX_BOUND_WORD]);
         let epoch = layout::decode_epoch(&p);
+        let (global, bound) = snapshot.node.to_global(now_ns);
+        let status = snapshot.status_with(now_ns, || bound);
         if status == ClockStatus::Unknown {
             return Ok(Now {
                 earliest_ns: i64::MIN,
@@ -160,7 +211,6 @@ impl OffsetsReader {
                 epoch,
             });
         }
-        let (global, bound) = layout::decode_node(&p).to_global(now_ns);
         let bound = i64::try_from(bound).unwrap_or(i64::MAX);
         Ok(Now {
             earliest_ns: global.saturating_sub(bound),
@@ -222,29 +272,26 @@ impl OffsetsReader {
         Ok(layout::decode(&p))
     }
 
-    /// The node map and status only (fewer words under the seqlock).
+    /// The node map, status and holdover ceiling of the current record
+    /// (fewer words under the seqlock).
     pub fn snapshot(&self) -> Result<Snapshot, PublishError> {
-        let mut p = [0u64; CORE_WORDS];
+        let mut p = [0u64; STATE_WORDS];
         self.read_words(PAYLOAD_OFFSET, &mut p)?;
-        let (flags, valid_until_ns) = layout::decode_status(&p);
-        Ok(Snapshot {
-            flags,
-            valid_until_ns,
-            node: layout::decode_node(&p),
-        })
+        Ok(Snapshot::from_words(&p, p[HOLDOVER_MAX_BOUND_WORD]))
     }
 
     /// Maps a local CLOCK_REALTIME stamp to `(global_ns, bound_ns)`, judged
-    /// at the stamp's own time: with the newest ring record anchored at or
-    /// before the stamp, if that record is valid at the stamp (`VALID`,
-    /// not `STALE`, stamp ≤ its `valid_until_ns`; "now" is not read). A
-    /// stamp anchored before every record in the ring is
+    /// at the stamp's own time ("now" is not read): with the newest ring
+    /// record anchored at or before the stamp, if that record answers at
+    /// the stamp ([`Snapshot::status`] synchronised or holdover: `VALID`,
+    /// not `STALE`, and the stamp within its validity or its holdover
+    /// ceiling). A stamp anchored before every record in the ring is
     /// [`PublishError::TooOld`] (or served by `with_history`); one past
-    /// the newest record's validity is [`PublishError::Stale`].
+    /// the record's validity and ceiling is [`PublishError::Stale`].
     pub fn to_global(&self, local_ns: i64) -> Result<(i64, u64), PublishError> {
         match self.read(|m| pick(m, local_ns))? {
             Pick::Empty => Err(PublishError::NoData),
-            Pick::Found(core) => judge(&core, local_ns),
+            Pick::Found(snapshot) => snapshot.to_global(local_ns),
             Pick::TooOld { oldest_anchor_ns } => match &self.history {
                 Some(h) => {
                     let g = h.to_global(local_ns);
@@ -285,17 +332,7 @@ impl OffsetsReader {
         self.read(|m| {
             let mut out = Vec::new();
             for (n, base) in m.ring_slots() {
-                let mut core = [0u64; CORE_WORDS];
-                m.load_words(base + 8, &mut core);
-                let (flags, valid_until_ns) = layout::decode_status(&core);
-                out.push((
-                    n,
-                    Snapshot {
-                        flags,
-                        valid_until_ns,
-                        node: layout::decode_node(&core),
-                    },
-                ));
+                out.push((n, slot_snapshot(m, base)));
             }
             out.reverse();
             out

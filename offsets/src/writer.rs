@@ -25,8 +25,12 @@ pub struct OffsetsWriter {
 impl OffsetsWriter {
     /// Opens the file for publication, creating it atomically if missing or
     /// unreadable (another layout version included: a v1 file is replaced).
-    /// An existing valid record is kept, marked [`flags::STALE`], and the
-    /// agent epoch is incremented; the ring's intact records are kept.
+    /// An existing valid record is kept, marked [`flags::HOLDOVER`] (with
+    /// the newest ring record, the same map): readers go on answering
+    /// with it, its bound growing, until its validity and holdover ceiling
+    /// run out or this writer publishes. The agent epoch in the current
+    /// record is incremented, so readers see the restart; the ring's
+    /// intact records are kept.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, PublishError> {
         let path = path.as_ref().to_path_buf();
         let io_err = |error| PublishError::Io {
@@ -91,11 +95,28 @@ impl OffsetsWriter {
     }
 
     /// Flags the current record (and the newest ring entry, the same map)
-    /// stale, e.g. when the estimator lost sync. Older ring entries keep
-    /// serving stamps of their own spans.
+    /// stale: readers refuse it at once, holdover or not (the estimate must
+    /// not be used). Older ring entries keep serving stamps of their own
+    /// spans.
     pub fn mark_stale(&self) {
         let mut r = self.current();
         r.flags |= flags::STALE;
+        self.write(&r);
+    }
+
+    /// Flags the current record (and the newest ring entry, the same map)
+    /// holdover: no update will follow from this writer (the agent is
+    /// stopping). Readers carry it forward while the state rule allows —
+    /// within its validity, then while its grown bound is within its
+    /// holdover ceiling — and a restarted writer keeps it so until its
+    /// first result. Nothing to do without an estimate, or when it is
+    /// flagged holdover already.
+    pub fn mark_holdover(&self) {
+        let mut r = self.current();
+        if r.flags & flags::VALID == 0 || r.flags & flags::HOLDOVER != 0 {
+            return;
+        }
+        r.flags |= flags::HOLDOVER;
         self.write(&r);
     }
 
@@ -130,7 +151,7 @@ impl OffsetsWriter {
             && layout::decode_epoch(newest_core) == r.epoch
             && layout::decode_node(newest_core) == r.node;
         let n = if same_map { head } else { head + 1 };
-        let slot = layout::encode_slot(n, core);
+        let slot = layout::encode_slot(n, core, r.holdover_max_bound_ns);
         self.map.seq_write(&[
             (PAYLOAD_OFFSET, &payload),
             (RECORD_CHECKSUM_OFFSET, &[sum]),
@@ -165,12 +186,15 @@ fn create_atomically(path: &Path) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// On (re)start: keep the last record but flag it stale; a record that a
-/// killed writer left half-written (odd sequence, or a checksum that does
-/// not match) is dropped instead. Ring entries that are not intact (torn,
-/// or out of place) are cleared and the head moved to the newest intact
-/// one, which is flagged stale like the current record.
-/// Returns the new epoch and whether a torn record was dropped.
+/// On (re)start: keep the last record but flag it holdover (readers keep
+/// answering with it while the state rule allows: within its validity,
+/// then its holdover ceiling); a record that a killed writer left
+/// half-written (odd sequence, or a checksum that does not match) is
+/// dropped instead. Ring entries that are not intact (torn, or out of
+/// place) are cleared and the head moved to the newest intact one, which
+/// is flagged holdover like the current record. A record flagged stale
+/// stays stale. Returns the new epoch and whether a torn record was
+/// dropped.
 fn restart_record(map: &Mapping) -> (u64, bool) {
     let mut p = [0u64; PAYLOAD_WORDS];
     let mut sum = 0;
@@ -191,7 +215,7 @@ fn restart_record(map: &Mapping) -> (u64, bool) {
         };
     }
     if r.flags & flags::VALID != 0 {
-        r.flags |= flags::STALE;
+        r.flags |= flags::HOLDOVER;
     }
     r.epoch = r.epoch.wrapping_add(1);
     let payload = layout::encode(&r);
@@ -216,8 +240,8 @@ fn restart_record(map: &Mapping) -> (u64, bool) {
     for (i, s) in slots.iter().enumerate() {
         let mut s = *s;
         if s[0] != 0 && s[0] == newest && s[1] as u32 & flags::VALID != 0 {
-            s[1] |= u64::from(flags::STALE);
-            s = layout::encode_slot(newest, &s[1..=CORE_WORDS]);
+            s[1] |= u64::from(flags::HOLDOVER);
+            s = layout::encode_slot(newest, &s[1..=CORE_WORDS], s[layout::SLOT_HOLDOVER_WORD]);
         }
         parts.push((layout::RING_OFFSET + i * layout::SLOT_LEN, s.to_vec()));
     }

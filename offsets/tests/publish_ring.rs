@@ -3,7 +3,10 @@
 //! readers place stamps inside, between, before and after the ring's
 //! records written by the Rust writer, and GPU stamps through the device
 //! maps, and must give the same answer — the same error codes included —
-//! as the rule of docs/offsets-format.md computed here from the records.
+//! as the rule of docs/offsets-format.md computed here from the records;
+//! they give the same state and bound in holdover (past a record's
+//! validity, within its ceiling) and past the ceiling (stale), and keep
+//! answering across a writer restart.
 
 mod common;
 use common::{compile_c_reader, scratch};
@@ -49,6 +52,18 @@ try:
 except clockmesh.ClockmeshError as e:
     print(e.code, 0, 0); sys.exit(0)
 args = [int(a) for a in sys.argv[3:]]
+if mode == "now":
+    n = r.now()
+    print(n.status, n.epoch); sys.exit(0)
+if mode == "state":
+    s = r.read_snapshot()
+    for t in args:
+        try:
+            s.check_fresh(t); rc = 0
+        except clockmesh.ClockmeshError as e:
+            rc = e.code
+        print(s.status(t), rc, s.apply(t)[1])
+    sys.exit(0)
 dev = args.pop(0) if mode == "dev" else None
 for t in args:
     try:
@@ -131,14 +146,20 @@ fn model(published: &[Record], t: i64) -> Result<(i64, u64), PublishError> {
     if r.flags & flags::VALID == 0 {
         return Err(PublishError::NoData);
     }
-    if r.flags & flags::STALE != 0 || t > r.valid_until_ns {
+    let (global, bound) = r.node.to_global(t);
+    // Past its validity a record holds over while its grown bound stays
+    // within its ceiling (set, and the bound growing).
+    let held = r.holdover_max_bound_ns > 0
+        && r.node.bound_growth_ps_per_s > 0
+        && bound <= r.holdover_max_bound_ns;
+    if r.flags & flags::STALE != 0 || (t > r.valid_until_ns && !held) {
         return Err(PublishError::Stale {
             valid_until_ns: r.valid_until_ns,
             now_ns: t,
             flags: r.flags,
         });
     }
-    Ok(r.node.to_global(t))
+    Ok((global, bound))
 }
 
 /// Every stamp through the three readers and the model; all must agree.
@@ -419,12 +440,16 @@ fn a_restarted_writer_clears_torn_ring_records_and_drops_a_torn_current_record()
     assert_eq!(writer.ring_len(), 2);
     let reader = OffsetsReader::open(&path).unwrap();
     assert_eq!(reader.read_record().unwrap().flags, 0, "no data");
-    // Record 3 is gone; record 2 (now the newest, flagged stale) and
-    // record 1 remain.
+    // Record 3 is gone; record 2 (now the newest, flagged holdover: still
+    // answering) and record 1 remain.
     published.pop();
-    published.last_mut().unwrap().flags |= flags::STALE;
+    published.last_mut().unwrap().flags |= flags::HOLDOVER;
     let stamps = [now - 25 * S, now - 15 * S, now - 5 * S, now - 40 * S];
-    agree(&exe, &path, &published, &stamps);
+    let lines = agree(&exe, &path, &published, &stamps);
+    assert!(
+        lines[1].starts_with("0 ") && lines[2].starts_with("0 "),
+        "{lines:?}"
+    );
     // The next record gets number 3 again, in the cleared slot.
     let fresh = record(9, now, now + 3_600 * S, 99);
     writer.publish(&fresh).unwrap();
@@ -461,4 +486,204 @@ fn rust_reader_serves_stamps_older_than_the_ring_from_the_history() {
     assert_eq!(with.to_global(old).unwrap(), (old + 500, 20));
     // Stamps the ring covers still come from the ring.
     assert_eq!(with.to_global(now).unwrap(), plain.to_global(now).unwrap());
+}
+
+/// A record as the agent writes them: bound 100 ns growing 100 ns/s, valid
+/// 12 s after its anchor, holdover ceiling 10 µs — so it holds over until
+/// 99 s after its anchor, where its bound reaches the ceiling exactly.
+fn held(window: u64, anchor: i64, offset: i64) -> Record {
+    Record {
+        flags: flags::VALID,
+        window,
+        updated_at_ns: anchor,
+        valid_until_ns: anchor + 12 * S,
+        node: NodeMap {
+            anchor_local_ns: anchor,
+            offset_ns: offset,
+            drift_ps_per_s: 2_500_001,
+            bound_ns: 100,
+            bound_growth_ps_per_s: 100_000,
+        },
+        holdover_max_bound_ns: 10_000,
+        ..Record::default()
+    }
+}
+
+/// Where a `held` record anchored at `a` reaches its ceiling.
+const CEILING_AGE: i64 = 99 * S;
+
+/// The current record's state, `check_fresh` code and bound at each time
+/// in the three readers: "state rc bound" lines, all equal.
+fn states_agree(exe: &Path, path: &Path, times: &[i64]) -> Vec<String> {
+    let snap = OffsetsReader::open(path).unwrap().snapshot().unwrap();
+    let rust: Vec<String> = times
+        .iter()
+        .map(|&t| {
+            let rc = code(&snap.check_fresh(t).map(|()| (0, 0)));
+            let rc = rc.split(' ').next().unwrap().to_string();
+            format!(
+                "{} {rc} {}",
+                snap.status(t) as i32,
+                snap.node.to_global(t).1
+            )
+        })
+        .collect();
+    let (c, py) = others(exe, path, "state", times);
+    assert_eq!(c, rust, "C vs Rust");
+    assert_eq!(py, rust, "Python vs Rust");
+    rust
+}
+
+/// `now()` in the three readers: (status, epoch), all equal.
+fn now_agrees(exe: &Path, path: &Path) -> (i32, u64) {
+    let n = OffsetsReader::open(path).unwrap().now().unwrap();
+    let (c, py) = others(exe, path, "now", &[]);
+    let rust = format!("{} {}", n.status as i32, n.epoch);
+    let c: Vec<&str> = c[0].split(' ').collect();
+    assert_eq!(format!("{} {}", c[0], c[1]), rust, "C vs Rust");
+    assert_eq!(py[0], rust, "Python vs Rust");
+    (n.status as i32, n.epoch)
+}
+
+#[test]
+fn three_readers_hold_over_past_validity_until_the_ceiling_then_refuse() {
+    let path = scratch("ring", "holdover");
+    let exe = compile_c_reader(path.parent().unwrap());
+    let writer = OffsetsWriter::open(&path).unwrap();
+    let now = realtime_now_ns();
+    let base = now - 600 * S;
+    let mut published = vec![
+        // Gaps of 120 s and 180 s after the first two: served in holdover
+        // up to 99 s after each anchor, then stale.
+        held(1, base, -1_000),
+        held(2, base + 120 * S, -2_000),
+        // Solved in holdover (flag), but without a ceiling: stale past
+        // its validity.
+        Record {
+            flags: flags::VALID | flags::HOLDOVER,
+            holdover_max_bound_ns: 0,
+            ..held(3, base + 300 * S, -3_000)
+        },
+        // A bound that does not grow: no holdover past validity.
+        {
+            let mut r = held(4, base + 400 * S, -4_000);
+            r.node.bound_growth_ps_per_s = 0;
+            r
+        },
+        // The newest: updates stopped 30 s ago (valid until 18 s ago).
+        held(5, now - 30 * S, -5_000),
+    ];
+    for r in &published {
+        writer.publish(r).unwrap();
+    }
+    let mut stamps = vec![];
+    for r in &published {
+        let (a, v) = (r.node.anchor_local_ns, r.valid_until_ns);
+        stamps.extend([
+            a + S,
+            v,
+            v + 1,
+            a + 30 * S + 7,
+            a + CEILING_AGE,
+            a + CEILING_AGE + 1,
+        ]);
+    }
+    stamps.extend([base + 59 * S, base + 250 * S, now + 3_600 * S]);
+    let lines = agree(&exe, &path, &published, &stamps);
+    // Record 1: inside, at the validity edge, in holdover (bound grown
+    // from 1_300 ns to the ceiling), at the ceiling exactly; then stale.
+    let bound = |l: &str| l.split(' ').nth(2).unwrap().parse::<u64>().unwrap();
+    assert!(lines[..5].iter().all(|l| l.starts_with("0 ")), "{lines:?}");
+    assert_eq!(bound(&lines[2]), 1_301);
+    assert_eq!(bound(&lines[4]), 10_000, "the ceiling itself still answers");
+    assert!(lines[5].starts_with("-5 "), "1 ns past the ceiling");
+    // Records 3 (no ceiling) and 4 (no growth): stale right past validity.
+    for r in [2, 3] {
+        assert!(lines[6 * r + 1].starts_with("0 "), "{r}: {lines:?}");
+        assert!(lines[6 * r + 2].starts_with("-5 "), "{r}: {lines:?}");
+    }
+    // In the gaps: held over (base + 59 s), past the ceiling (base + 250 s).
+    let n = stamps.len();
+    assert!(lines[n - 3].starts_with("0 ") && lines[n - 2].starts_with("-5 "));
+
+    // The current record (the newest) in all three: state, code, bound.
+    let (a, v) = (now - 30 * S, now - 18 * S);
+    let at = [a + S, v, v + 1, now, a + CEILING_AGE, a + CEILING_AGE + 1];
+    let got = states_agree(&exe, &path, &at);
+    let states: Vec<&str> = got.iter().map(|l| &l[..4]).collect();
+    assert_eq!(states, ["1 0 ", "1 0 ", "2 0 ", "2 0 ", "2 0 ", "3 -5"]);
+    assert_eq!(now_agrees(&exe, &path).0, 2, "now: holdover");
+
+    // Flagged stale: no holdover, no answer, at any time.
+    writer.mark_stale();
+    published.last_mut().unwrap().flags |= flags::STALE;
+    agree(&exe, &path, &published, &stamps);
+    let got = states_agree(&exe, &path, &at);
+    assert!(got.iter().all(|l| l.starts_with("3 -5 ")), "{got:?}");
+    assert_eq!(now_agrees(&exe, &path).0, 3);
+}
+
+#[test]
+fn a_restarted_writer_keeps_answering_in_holdover_with_a_new_epoch() {
+    let path = scratch("ring", "restart-holdover");
+    let exe = compile_c_reader(path.parent().unwrap());
+    let now = realtime_now_ns();
+    let writer = OffsetsWriter::open(&path).unwrap();
+    let epoch = writer.epoch();
+    let mut published = vec![held(1, now - 8 * S, 700), held(2, now - 4 * S, 900)];
+    for r in &published {
+        writer.publish(r).unwrap();
+    }
+    assert_eq!(now_agrees(&exe, &path), (1, epoch), "synchronised");
+    let stamps = [
+        now - 6 * S,                   // record 1
+        now,                           // record 2, within its validity
+        now + 20 * S,                  // record 2 in holdover
+        now - 4 * S + CEILING_AGE + 1, // past its ceiling
+    ];
+    let before = agree(&exe, &path, &published, &stamps);
+    assert!(before[1].starts_with("0 ") && before[2].starts_with("0 "));
+    // The agent dies (kill -9: nothing marked) and starts again.
+    drop(writer);
+    let writer = OffsetsWriter::open(&path).unwrap();
+    assert_eq!(writer.epoch(), epoch + 1);
+    // The previous records still answer, the same as before: the newest
+    // flagged holdover, with the new epoch in the current record.
+    assert_eq!(
+        now_agrees(&exe, &path),
+        (2, epoch + 1),
+        "holdover, new epoch"
+    );
+    published.last_mut().unwrap().flags |= flags::HOLDOVER;
+    assert_eq!(agree(&exe, &path, &published, &stamps), before);
+    let reader = OffsetsReader::open(&path).unwrap();
+    let ring = reader.ring().unwrap();
+    assert_eq!(ring.last().unwrap().1.flags, flags::VALID | flags::HOLDOVER);
+    assert_eq!(ring[0].1.flags, flags::VALID, "older records untouched");
+    // Its first result: synchronised again, same (new) epoch.
+    let fresh = held(3, now, 1_100);
+    writer.publish(&fresh).unwrap();
+    published.push(fresh);
+    assert_eq!(now_agrees(&exe, &path), (1, epoch + 1), "synchronised");
+    agree(&exe, &path, &published, &stamps);
+}
+
+#[test]
+fn a_restarted_writer_does_not_revive_a_record_past_its_ceiling() {
+    let path = scratch("ring", "restart-expired");
+    let exe = compile_c_reader(path.parent().unwrap());
+    let now = realtime_now_ns();
+    let writer = OffsetsWriter::open(&path).unwrap();
+    let old = held(1, now - 600 * S, 5);
+    writer.publish(&old).unwrap();
+    drop(writer);
+    let writer = OffsetsWriter::open(&path).unwrap();
+    let mut published = vec![old];
+    published[0].flags |= flags::HOLDOVER;
+    let lines = agree(&exe, &path, &published, &[now, now - 590 * S]);
+    assert!(
+        lines[0].starts_with("-5 ") && lines[1].starts_with("0 "),
+        "{lines:?}"
+    );
+    assert_eq!(now_agrees(&exe, &path), (3, writer.epoch()), "stale now");
 }

@@ -47,6 +47,7 @@ fn pattern(k: u64) -> Record {
             bound_ns: k * 17,
             bound_growth_ps_per_s: k * 19,
         },
+        holdover_max_bound_ns: k * 31,
         clocks: KernelClocks {
             realtime_minus_monotonic_ns: (k * 23) as i64,
             realtime_minus_boottime_ns: 0,
@@ -412,13 +413,18 @@ fn killed_writer_leaves_a_readable_stale_file() {
         Err(PublishError::Stale { .. })
     ));
 
-    // An agent restart keeps the record, flags it stale, bumps the epoch.
+    // An agent restart keeps the record, flags it holdover, bumps the
+    // epoch; with no holdover ceiling, an expired record stays stale.
     let writer = OffsetsWriter::open(&path).unwrap();
     let kept = reader.read_record().unwrap();
     assert_eq!(kept.window, last.window);
     assert_eq!(kept.node, last.node);
-    assert_eq!(kept.flags, flags::VALID | flags::STALE);
+    assert_eq!(kept.flags, flags::VALID | flags::HOLDOVER);
     assert_eq!(kept.epoch, last.epoch + 1);
+    assert!(matches!(
+        reader.to_global(realtime_now_ns()),
+        Err(PublishError::Stale { .. })
+    ));
     // Fresh data clears it.
     let fresh = fresh_record(5);
     writer.publish(&fresh).unwrap();
@@ -469,6 +475,16 @@ fn now_is_an_interval_with_the_clock_state_in_both_readers() {
         ..fresh.clone()
     };
     let later = fresh.valid_until_ns;
+    let expired = realtime_now_ns() - 1;
+    // Past its validity: holdover while the grown bound (50 ns + 1 ns/s)
+    // is within the record's ceiling, stale above it, without one, or
+    // with a bound that does not grow.
+    let ceiling = |record: Record, holdover_max_bound_ns: u64| Record {
+        holdover_max_bound_ns,
+        ..record
+    };
+    let mut flat = ceiling(with(flags::VALID, expired), 1_000);
+    flat.node.bound_growth_ps_per_s = 0;
     let states = [
         (with(flags::VALID, later), ClockStatus::Synchronised),
         (
@@ -476,10 +492,17 @@ fn now_is_an_interval_with_the_clock_state_in_both_readers() {
             ClockStatus::Holdover,
         ),
         (with(flags::VALID | flags::STALE, later), ClockStatus::Stale),
+        (with(flags::VALID, expired), ClockStatus::Stale),
         (
-            with(flags::VALID, realtime_now_ns() - 1),
+            ceiling(with(flags::VALID, expired), 1_000),
+            ClockStatus::Holdover,
+        ),
+        (ceiling(with(flags::VALID, expired), 49), ClockStatus::Stale),
+        (
+            ceiling(with(flags::VALID | flags::STALE, expired), 1_000),
             ClockStatus::Stale,
         ),
+        (flat, ClockStatus::Stale),
     ];
     for (record, status) in states {
         writer.publish(&record).unwrap();

@@ -9,6 +9,10 @@ the mapping, checks the sequence word around the copy, and checks every
 record it uses against its checksum: a torn copy (a record half old, half
 new) fails the checksum whatever the ordering, and is read again (then
 ``Busy``), never returned.
+
+A record answers (synchronised, or holdover) within its validity and, past
+it, while its bound grown at the published rate stays within the record's
+holdover ceiling (``Snapshot.status``, the rule the C and Rust readers use).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ RECORD_CHECKSUM_OFFSET = 1216  # BLAKE2b-64 of bytes 72..1216
 RING_HEAD_OFFSET = 1224  # records ever appended to the ring
 RING_OFFSET = 4096
 RING_SLOTS = 256  # 256 x the 4 s default window: 17 minutes
-SLOT_LEN = 128  # number, 11 core words, BLAKE2b-64 of bytes 0..96, reserved
+SLOT_LEN = 128  # number, 11 core words, BLAKE2b-64 of bytes 0..96, ceiling, BLAKE2b-64 of bytes 0..112
+HOLDOVER_WORD = 14  # payload word of holdover_max_bound_ns (byte 184)
 FILE_LEN = RING_OFFSET + RING_SLOTS * SLOT_LEN  # 36864
 MAX_DEVICES = 16
 SPIN_ATTEMPTS = 64
@@ -47,8 +52,8 @@ DEV_F_VALID = 0x1
 # The clock's state (now()), the same values as the C and Rust readers'.
 CLOCK_UNKNOWN = 0  # nothing published yet: no interval
 CLOCK_SYNCHRONISED = 1  # a current solve
-CLOCK_HOLDOVER = 2  # carried forward: the reference was unreachable
-CLOCK_STALE = 3  # past its validity or flagged stale: free-running
+CLOCK_HOLDOVER = 2  # carried forward without a current solve: the bound grows, up to the ceiling
+CLOCK_STALE = 3  # flagged stale, or past its validity and the holdover ceiling: no answer
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -62,15 +67,25 @@ class Now:
     epoch: int
 
 
-def clock_status(flags: int, now_ns: int, valid_until_ns: int) -> int:
-    """The state of a record with ``flags`` valid until ``valid_until_ns``."""
+def clock_status(
+    flags: int, t: int, valid_until_ns: int, bound_at_t: int = 0, growth_ps_per_s: int = 0, holdover_max_bound_ns: int = 0
+) -> int:
+    """The state of a record at local time ``t``, the one rule of every
+    reader (docs/offsets-format.md, "The state of a record"): unknown
+    without VALID; stale when flagged STALE; up to ``valid_until_ns``
+    holdover if flagged HOLDOVER, else synchronised; past it holdover while
+    ``bound_at_t`` (the bound grown to ``t``) is at most
+    ``holdover_max_bound_ns``, which must be set, with a bound that grows
+    (``growth_ps_per_s``); then stale."""
     if not flags & F_VALID:
         return CLOCK_UNKNOWN
-    if flags & F_STALE or now_ns > valid_until_ns:
+    if flags & F_STALE:
         return CLOCK_STALE
-    if flags & F_HOLDOVER:
+    if t <= valid_until_ns:
+        return CLOCK_HOLDOVER if flags & F_HOLDOVER else CLOCK_SYNCHRONISED
+    if holdover_max_bound_ns and growth_ps_per_s and bound_at_t <= holdover_max_bound_ns:
         return CLOCK_HOLDOVER
-    return CLOCK_SYNCHRONISED
+    return CLOCK_STALE
 
 _PS_PER_S = 1_000_000_000_000
 
@@ -155,21 +170,50 @@ class Snapshot:
     realtime_minus_boottime_ns: int
     kernel_clocks_sampled_at_ns: int
     devices: List[DeviceMap] = field(default_factory=list)
+    # Past valid_until_ns: holdover while the grown bound is at most this (0: never).
+    holdover_max_bound_ns: int = 0
+
+    def status(self, t: Optional[int] = None) -> int:
+        """The record's state (CLOCK_*) at local time ``t`` (default now)."""
+        t = time.time_ns() if t is None else t
+        return clock_status(
+            self.flags,
+            t,
+            self.valid_until_ns,
+            self.apply(t)[1],
+            self.bound_growth_ps_per_s,
+            self.holdover_max_bound_ns,
+        )
 
     def check_fresh(self, now_ns: Optional[int] = None) -> None:
-        """Raises NoData/Stale unless the data is usable at ``now_ns``."""
+        """Raises NoData/Stale unless the record answers at ``now_ns``
+        (synchronised, or holdover within its ceiling)."""
         now = time.time_ns() if now_ns is None else now_ns
-        if not self.flags & F_VALID:
-            raise NoData("no estimate published yet")
-        if self.flags & F_STALE or now > self.valid_until_ns:
-            raise Stale(f"offsets stale (valid until {self.valid_until_ns}, now {now}, flags {self.flags:#x})")
+        _raise_unless_answer(self.status(now), now, self.valid_until_ns, self.flags)
 
     def apply(self, local_ns: int) -> Tuple[int, int]:
         """(global_ns, bound_ns) for a local CLOCK_REALTIME stamp (exact ints)."""
-        age = local_ns - self.anchor_local_ns
-        drift = _trunc_div(self.drift_ps_per_s * age, _PS_PER_S)
-        growth = -(-self.bound_growth_ps_per_s * abs(age) // _PS_PER_S)
-        return local_ns + self.offset_ns + drift, self.bound_ns + growth
+        return _apply(
+            local_ns, self.anchor_local_ns, self.offset_ns, self.drift_ps_per_s, self.bound_ns, self.bound_growth_ps_per_s
+        )
+
+
+def _apply(t: int, anchor: int, offset: int, drift: int, bound: int, growth: int) -> Tuple[int, int]:
+    """The map of docs/offsets-format.md at ``t``, saturated like C and Rust."""
+    age = t - anchor
+    d = _trunc_div(drift * age, _PS_PER_S)
+    g = -(-growth * abs(age) // _PS_PER_S)
+    return _sat_i64(t + offset + d), _sat_u64(bound + g)
+
+
+def _raise_unless_answer(status: int, t: int, valid_until_ns: int, flags: int) -> None:
+    """NoData (unknown) or Stale for a state that is no answer."""
+    if status == CLOCK_UNKNOWN:
+        raise NoData("no estimate published yet")
+    if status == CLOCK_STALE:
+        raise Stale(
+            f"offsets stale at {t} (valid until {valid_until_ns}, past the holdover ceiling, or flags {flags:#x})"
+        )
 
 
 def _trunc_div(a: int, b: int) -> int:
@@ -253,6 +297,7 @@ def _decode(words) -> Snapshot:
         realtime_minus_boottime_ns=_i64(words[12]),
         kernel_clocks_sampled_at_ns=_i64(words[13]),
         devices=devices,
+        holdover_max_bound_ns=words[HOLDOVER_WORD],
     )
 
 
@@ -345,15 +390,18 @@ class OffsetsReader:
         interval; only a file that cannot be read raises."""
         snap = self.read_snapshot()
         now = time.time_ns()
-        status = clock_status(snap.flags, now, snap.valid_until_ns)
+        global_ns, bound_ns = snap.apply(now)
+        status = clock_status(
+            snap.flags, now, snap.valid_until_ns, bound_ns, snap.bound_growth_ps_per_s, snap.holdover_max_bound_ns
+        )
         if status == CLOCK_UNKNOWN:
             return Now(_I64_MIN, _I64_MAX, status, snap.epoch)
-        global_ns, bound_ns = snap.apply(now)
         return Now(_sat_i64(global_ns - bound_ns), _sat_i64(global_ns + bound_ns), status, snap.epoch)
 
     def _pick(self, t: int):
-        """("found", core words) of the newest ring record anchored at or
-        before t, ("empty", None) or ("too_old", oldest anchor)."""
+        """("found", (core words, holdover ceiling)) of the newest ring
+        record anchored at or before t, ("empty", None) or ("too_old",
+        oldest anchor)."""
 
         def parse(blob: bytes):
             base = SEQ_OFFSET
@@ -374,7 +422,12 @@ class OffsetsReader:
                     raise _Torn()
                 anchor = _i64(words[7])
                 if anchor <= t:
-                    return "found", words[1:12]
+                    # The ceiling (word 13) has its own checksum (word 14,
+                    # over bytes 0..112); both 0: written before it existed.
+                    ceiling, ext = struct.unpack_from("<2Q", blob, off + 104)
+                    if (ceiling or ext) and ext != checksum(blob[off : off + 112]):
+                        raise _Torn()
+                    return "found", (words[1:12], ceiling)
                 oldest = anchor
                 n, k = n - 1, k + 1
             return ("empty", None) if oldest is None else ("too_old", oldest)
@@ -384,22 +437,22 @@ class OffsetsReader:
     def to_global(self, local_ns: int) -> Tuple[int, int]:
         """(global_ns, bound_ns) for a local CLOCK_REALTIME stamp, judged at
         the stamp's own time with the newest ring record anchored at or
-        before it; fails closed: NoData, Stale (record flagged stale, or
-        the stamp past its validity), TooOld (older than every record)."""
+        before it, if that record answers at the stamp (synchronised, or
+        holdover: past its validity while the grown bound is within its
+        ceiling); fails closed: NoData, Stale (record flagged stale, or the
+        stamp past its validity and ceiling), TooOld (older than every
+        record)."""
         kind, v = self._pick(local_ns)
         if kind == "empty":
             raise NoData("no estimate published yet")
         if kind == "too_old":
             raise TooOld(f"stamp {local_ns} is older than the oldest record the file keeps (anchored at {v})")
-        flags, valid_until = v[0] & 0xFFFFFFFF, _i64(v[5])
-        if not flags & F_VALID:
-            raise NoData("no estimate published yet")
-        if flags & F_STALE or local_ns > valid_until:
-            raise Stale(f"offsets stale at {local_ns} (valid until {valid_until}, flags {flags:#x})")
-        age = local_ns - _i64(v[6])
-        drift = _trunc_div(_i64(v[8]) * age, _PS_PER_S)
-        growth = -(-v[10] * abs(age) // _PS_PER_S)
-        return _sat_i64(local_ns + _i64(v[7]) + drift), _sat_u64(v[9] + growth)
+        core, ceiling = v
+        flags, valid_until = core[0] & 0xFFFFFFFF, _i64(core[5])
+        global_ns, bound_ns = _apply(local_ns, _i64(core[6]), _i64(core[7]), _i64(core[8]), core[9], core[10])
+        status = clock_status(flags, local_ns, valid_until, bound_ns, core[10], ceiling)
+        _raise_unless_answer(status, local_ns, valid_until, flags)
+        return global_ns, bound_ns
 
     def device_to_global(self, device_id: int, device_ns: int) -> Tuple[int, int]:
         """(global_ns, bound_ns) of a GPU clock reading of device

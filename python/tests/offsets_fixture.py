@@ -22,11 +22,23 @@ def seal(words):
     payload = words[9:152]
     words[152] = _sum(payload)
     slot = [1] + payload[:11]
-    words[RING_WORD : RING_WORD + 16] = slot + [_sum(slot)] + [0, 0, 0]
+    slot += [_sum(slot), payload[14]]  # checksum of +0..+96, the holdover ceiling
+    words[RING_WORD : RING_WORD + 16] = slot + [_sum(slot)] + [0]  # checksum of +0..+112
     words[RING_HEAD_WORD] = 1
 
 
-def write_offsets(path, offset_ns, anchor_ns, valid_until_ns, flags=1, drift_ps_per_s=0, bound_ns=100, window=1):
+def write_offsets(
+    path,
+    offset_ns,
+    anchor_ns,
+    valid_until_ns,
+    flags=1,
+    drift_ps_per_s=0,
+    bound_ns=100,
+    window=1,
+    bound_growth_ps_per_s=0,
+    holdover_max_bound_ns=0,
+):
     words = [0] * FILE_WORDS
     words[0] = struct.unpack("<Q", b"CLKMOFS1")[0]
     words[1] = 2 | (64 << 32)
@@ -44,6 +56,8 @@ def write_offsets(path, offset_ns, anchor_ns, valid_until_ns, flags=1, drift_ps_
     words[p + 7] = offset_ns & (2**64 - 1)
     words[p + 8] = drift_ps_per_s & (2**64 - 1)
     words[p + 9] = bound_ns
+    words[p + 10] = bound_growth_ps_per_s
+    words[p + 14] = holdover_max_bound_ns
     seal(words)
     with open(path, "wb") as f:
         f.write(struct.pack(f"<{FILE_WORDS}Q", *words))

@@ -1,4 +1,5 @@
-"""Layout v2 in the pure-Python reader: torn copies are never returned.
+"""Layout v2 in the pure-Python reader: torn copies are never returned,
+and records hold over past their validity up to their ceiling.
 
 Python has no memory fences: on aarch64 the bytes copied between two reads
 of the same even sequence word can still mix two records. These tests
@@ -48,10 +49,11 @@ class TornMapping:
         return self.new[start:stop]
 
 
-def image(offset_ns, anchor_ns, bound_ns, drift_ps_per_s=0):
+def image(offset_ns, anchor_ns, bound_ns, drift_ps_per_s=0, valid_until_ns=None, **kw):
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "o")
-        write_offsets(p, offset_ns, anchor_ns, anchor_ns + 10**12, bound_ns=bound_ns, drift_ps_per_s=drift_ps_per_s)
+        valid_until_ns = anchor_ns + 10**12 if valid_until_ns is None else valid_until_ns
+        write_offsets(p, offset_ns, anchor_ns, valid_until_ns, bound_ns=bound_ns, drift_ps_per_s=drift_ps_per_s, **kw)
         return pathlib.Path(p).read_bytes()
 
 
@@ -110,6 +112,86 @@ class TornReads(unittest.TestCase):
         r = reader.OffsetsReader._from_buffer(mm)
         with self.assertRaises(reader.Busy):
             r.to_global(self.t + 1)
+
+
+S = 1_000_000_000
+
+
+class Holdover(unittest.TestCase):
+    """Bound 100 ns growing 100 ns/s, valid 12 s, ceiling 10 µs: holdover
+    from 12 s to 99 s after the anchor (the bound then equals the ceiling),
+    stale after (offsets/tests/publish_ring.rs checks the same instants in
+    all three readers against the Rust writer)."""
+
+    def reader(self, mm):
+        return reader.OffsetsReader._from_buffer(mm)
+
+    def held(self, anchor, **kw):
+        args = dict(valid_until_ns=anchor + 12 * S, bound_growth_ps_per_s=100_000, holdover_max_bound_ns=10_000)
+        args.update(kw)
+        return image(-5_000, anchor, 100, **args)
+
+    def test_state_and_bound_at_the_edges(self):
+        a = time.time_ns() - 30 * S
+        r = self.reader(self.held(a))
+        snap = r.read_snapshot()
+        self.assertEqual(snap.holdover_max_bound_ns, 10_000)
+        cases = [
+            (a + S, reader.CLOCK_SYNCHRONISED, 200),
+            (a + 12 * S, reader.CLOCK_SYNCHRONISED, 1_300),
+            (a + 12 * S + 1, reader.CLOCK_HOLDOVER, 1_301),
+            (a + 99 * S, reader.CLOCK_HOLDOVER, 10_000),
+            (a + 99 * S + 1, reader.CLOCK_STALE, 10_001),
+        ]
+        for t, state, bound in cases:
+            self.assertEqual((snap.status(t), snap.apply(t)[1]), (state, bound), t)
+            if state == reader.CLOCK_STALE:
+                with self.assertRaises(reader.Stale):
+                    snap.check_fresh(t)
+                with self.assertRaises(reader.Stale):
+                    r.to_global(t)
+            else:
+                snap.check_fresh(t)
+                self.assertEqual(r.to_global(t), snap.apply(t))
+        # Now: 30 s after the anchor, in holdover, the bound grown ~3 µs.
+        n = r.now()
+        self.assertEqual(n.status, reader.CLOCK_HOLDOVER)
+        self.assertGreaterEqual(n.latest_ns - n.earliest_ns, 2 * 3_100)
+
+    def test_no_holdover_without_a_ceiling_a_growing_bound_or_when_flagged_stale(self):
+        a = time.time_ns() - 30 * S
+        for kw in [dict(holdover_max_bound_ns=0), dict(bound_growth_ps_per_s=0), dict(flags=reader.F_VALID | reader.F_STALE)]:
+            r = self.reader(self.held(a, **kw))
+            self.assertEqual(r.now().status, reader.CLOCK_STALE, kw)
+            with self.assertRaises(reader.Stale):
+                r.to_global(a + 12 * S + 1)
+
+    def test_a_ring_slot_whose_ceiling_is_torn_is_read_again(self):
+        # Same record, ceilings 10 µs (old) and 4 µs (new): a copy with the
+        # old ceiling (slot word 13) and the new ceiling's checksum (word
+        # 14) must not serve the old ceiling; it is copied again.
+        a = time.time_ns() - 60 * S  # bound now ~6.1 µs: within the old ceiling only
+        old, new = self.held(a), self.held(a, holdover_max_bound_ns=4_000)
+        mm = TornMapping(old, new, SLOT0 + 8 * 14, torn=3)
+        r = self.reader(mm)
+        mm.copies = 0
+        with self.assertRaises(reader.Stale):
+            r.to_global(a + 60 * S)
+        self.assertEqual(mm.copies, 4)
+        mm = TornMapping(old, new, SLOT0 + 8 * 14, torn=10**9)
+        with self.assertRaises(reader.Busy):
+            self.reader(mm).to_global(a + 60 * S)
+
+    def test_a_slot_written_before_the_ceiling_existed_has_none(self):
+        # Bytes +104..+128 of a slot were reserved (0): no ceiling, no
+        # second checksum; such a record is stale right past its validity.
+        a = time.time_ns() - 30 * S
+        data = bytearray(self.held(a))
+        data[SLOT0 + 104 : SLOT0 + 120] = bytes(16)
+        r = self.reader(bytes(data))
+        self.assertEqual(r.to_global(a + S), r.read_snapshot().apply(a + S))
+        with self.assertRaises(reader.Stale):
+            r.to_global(a + 12 * S + 1)
 
 
 class Version(unittest.TestCase):

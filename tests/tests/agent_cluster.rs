@@ -17,7 +17,9 @@ use clockmesh::{
         ProbeHeader,
         wire::{AuthKey, Message},
     },
-    publish::{DeviceKind, OffsetsReader, PublishError, device_flags, history::DeviceHistoryEntry},
+    publish::{
+        ClockStatus, DeviceKind, OffsetsReader, device_flags, flags, history::DeviceHistoryEntry,
+    },
 };
 use clockmesh_testbed::{
     cluster::{
@@ -462,23 +464,36 @@ fn rogue_host(c: &Cluster) -> Host {
 }
 
 #[test]
-fn sigterm_marks_offsets_stale_leaves_and_detaches() {
-    if !root_or_skip("sigterm_marks_offsets_stale_leaves_and_detaches") {
+fn sigterm_leaves_offsets_in_holdover_leaves_detaches_and_a_restart_keeps_them() {
+    if !root_or_skip("sigterm_leaves_offsets_in_holdover_leaves_detaches_and_a_restart_keeps_them")
+    {
         return;
     }
     let _one = serial();
-    let mut c = Cluster::start(config(3)).unwrap();
+    // A 1 ms holdover ceiling: the last result holds over through the
+    // restart below whatever bounds this VM gives.
+    let mut c = Cluster::start(ClusterConfig {
+        extra_args: vec!["--holdover-max-bound-ns".into(), "1000000".into()],
+        ..config(3)
+    })
+    .unwrap();
     wait_converged(&mut c, 1);
     let reader = OffsetsReader::open(c.node_dir(1).join("offsets")).unwrap();
-    reader.read_record().unwrap();
+    let before = reader.read_record().unwrap();
+    assert_eq!(before.holdover_max_bound_ns, 1_000_000, "{before:?}");
     c.stop_agent(1, Signal::SIGTERM).unwrap();
+    // Left in holdover, not stale: readers keep answering, the bound growing.
+    let kept = reader.read_record().unwrap();
+    assert_eq!(
+        kept.flags & (flags::HOLDOVER | flags::STALE),
+        flags::HOLDOVER,
+        "{kept:?}"
+    );
     let fresh = reader
         .snapshot()
         .and_then(|x| x.check_fresh(clockmesh::publish::realtime_now_ns()));
-    assert!(
-        matches!(fresh, Err(PublishError::Stale { .. })),
-        "{fresh:?}"
-    );
+    assert!(fresh.is_ok(), "{fresh:?}");
+    assert_eq!(reader.now().unwrap().status, ClockStatus::Holdover);
     // Left etcd at once (no lease wait): the others drop it quickly.
     let gone = Cluster::name(1);
     c.wait_for(
@@ -501,6 +516,34 @@ fn sigterm_marks_offsets_stale_leaves_and_detaches() {
     assert_eq!(tcx, [0, 0], "TCX links left after SIGTERM");
     let log = std::fs::read_to_string(c.dir.join("n1.log")).unwrap();
     assert!(log.contains("SIGTERM"), "{log}");
+
+    // Restarted: no gap. Until its first result the previous one answers
+    // in holdover under the new agent's epoch; then synchronised.
+    c.start_agent(1).unwrap();
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let n = reader.now().unwrap();
+        if seen.last() != Some(&(n.status, n.epoch)) {
+            seen.push((n.status, n.epoch));
+        }
+        if n.status == ClockStatus::Synchronised || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let e = before.epoch;
+    assert!(
+        seen.iter()
+            .all(|&(s, _)| matches!(s, ClockStatus::Holdover | ClockStatus::Synchronised)),
+        "a gap: {seen:?}"
+    );
+    assert!(seen.contains(&(ClockStatus::Holdover, e + 1)), "{seen:?}");
+    assert_eq!(
+        seen.last(),
+        Some(&(ClockStatus::Synchronised, e + 1)),
+        "{seen:?}"
+    );
 }
 
 #[test]

@@ -47,6 +47,10 @@ pub struct ConfigFlags {
     /// The offsets file readers (XLA hook, Python) map.
     #[arg(long, value_name = "FILE")]
     pub offsets_path: Option<PathBuf>,
+    /// Holdover ceiling, ns: past a result's validity readers keep
+    /// answering (holdover) while its grown bound is at most this; 0: off.
+    #[arg(long, value_name = "NS")]
+    pub holdover_max_bound_ns: Option<u64>,
     /// Local HTTP endpoint for /metrics, /healthz, /readyz, /status.
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_addr: Option<String>,
@@ -153,6 +157,11 @@ impl ConfigFlags {
                 "offsets_path",
                 "--offsets-path",
                 path_text(&self.offsets_path),
+            ),
+            (
+                "holdover_max_bound_ns",
+                "--holdover-max-bound-ns",
+                self.holdover_max_bound_ns.map(|v| v.to_string()),
             ),
             ("metrics_addr", "--metrics-addr", self.metrics_addr.clone()),
             (

@@ -140,18 +140,29 @@ pub(crate) fn duration_words(ns: u64) -> String {
     }
 }
 
-/// Whether the result is current, in holdover or stale; when it was made;
-/// its bound now, and how fast that grows.
+/// Whether the result is current, in holdover or stale (the readers'
+/// rule: [`NodeOffsetStatus::state_at`]); when it was made; its bound now,
+/// and how fast that grows.
 fn freshness(o: &NodeOffsetStatus, now_ns: i64) -> String {
+    use clockmesh::publish::ClockStatus;
     let age_ns = now_ns.saturating_sub(o.anchor_ns).max(0);
-    let state = if now_ns > o.valid_until_ns {
-        "stale (readers refuse it: no result within its validity)"
-    } else if o.anchor_kind == "holdover" {
-        "holdover (the reference was not reachable: carried forward)"
-    } else {
-        "synchronised"
+    let ceiling = duration_words(o.holdover_max_bound_ns);
+    let state = match o.state_at(now_ns) {
+        ClockStatus::Synchronised => "synchronised".to_string(),
+        ClockStatus::Holdover if now_ns > o.valid_until_ns => format!(
+            "holdover (no result within its validity: readers carry it forward until the bound reaches {ceiling})"
+        ),
+        ClockStatus::Holdover => {
+            "holdover (the reference was not reachable: carried forward)".to_string()
+        }
+        ClockStatus::Stale if o.holdover_max_bound_ns == 0 => {
+            "stale (readers refuse it: no result within its validity, holdover off)".to_string()
+        }
+        ClockStatus::Stale | ClockStatus::Unknown => format!(
+            "stale (readers refuse it: no result within its validity, bound past the {ceiling} holdover ceiling)"
+        ),
     };
-    let bound_now = o.bound_ns as f64 + o.bound_growth_ppb * age_ns as f64 / 1e9;
+    let bound_now = o.reader_view().node.to_global(now_ns).1;
     let mut out = format!("State        : {state}\n");
     out += &format!(
         "Last update  : {} ({} ago; every {})\n",
@@ -160,7 +171,7 @@ fn freshness(o: &NodeOffsetStatus, now_ns: i64) -> String {
         duration_words(o.window_ns.max(0) as u64)
     );
     out += &format!(
-        "Bound now    : ± {:.0} ns (± {} at the update, growing {:.1} ns per s)\n",
+        "Bound now    : ± {} ns (± {} at the update, growing {:.1} ns per s)\n",
         bound_now,
         duration_words(o.bound_ns),
         o.bound_growth_ppb
@@ -455,5 +466,22 @@ mod tests {
         };
         assert!(freshness(&holdover, two_s_later).contains("holdover"));
         assert!(freshness(&o, o.valid_until_ns + 1).contains("stale"));
+        // With a ceiling (the agent's holdover_max_bound_ns): holdover past
+        // the validity until the bound (500 + 20 ns/s) passes it at 25 s.
+        let held = NodeOffsetStatus {
+            holdover_max_bound_ns: 1_000,
+            ..o.clone()
+        };
+        let text = freshness(&held, o.valid_until_ns + 1);
+        assert!(
+            text.contains("State        : holdover (no result within its validity")
+                && text.contains("1.000 µs"),
+            "{text}"
+        );
+        let text = freshness(&held, o.anchor_ns + 26_000_000_000);
+        assert!(
+            text.contains("State        : stale") && text.contains("1.000 µs holdover ceiling"),
+            "{text}"
+        );
     }
 }

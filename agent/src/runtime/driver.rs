@@ -42,7 +42,7 @@ use crate::{
     publish::{
         OffsetsWriter,
         history::{AnchorKind, HistoryEntry, NodeLine},
-        layout::{NodeMap, Record, flags},
+        layout::{Record, flags},
         realtime_now_ns, sample_kernel_clocks,
     },
 };
@@ -82,8 +82,10 @@ pub(super) struct Agent<D> {
     started_at_ns: i64,
 }
 
-/// Runs the agent until `shutdown` resolves; then marks the offsets stale,
-/// leaves the cluster and detaches the eBPF programs.
+/// Runs the agent until `shutdown` resolves; then leaves the offsets in
+/// holdover (readers carry the last result forward up to its ceiling, and
+/// a restarted agent keeps it so until its first result), leaves the
+/// cluster and detaches the eBPF programs.
 pub async fn run<D: Discovery + Coordination>(
     cfg: AgentConfig,
     discovery: D,
@@ -334,7 +336,7 @@ impl<D: Discovery + Coordination> Agent<D> {
     }
 
     async fn stop(&mut self) {
-        self.writer.mark_stale();
+        self.writer.mark_holdover();
         if self.privileges_dropped && self.capture.detach_needs_net_admin() {
             // Netlink tc filters stay on the interface after we exit.
             if let Err(e) = super::privileges::raise(caps::Capability::CAP_NET_ADMIN) {
@@ -344,7 +346,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         if let Err(e) = self.discovery.leave().await {
             warn!("leaving the cluster: {e}");
         }
-        info!(node = %self.node.me().name, "stopped; offsets marked stale");
+        info!(node = %self.node.me().name, "stopped; offsets left in holdover");
     }
 
     /// Local clock: REALTIME plus the injected skew (tests, demo).
@@ -493,12 +495,16 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     fn publish_result(&mut self, r: &pb::NodeOffset) {
         let anchor_kind = AnchorKind::from_name(&r.anchor_kind);
-        let mut record_flags = flags::VALID;
+        let mut status = NodeOffsetStatus {
+            window_ns: self.node.settings().window_ns(),
+            ..node_status(r, self.cfg.holdover_max_bound_ns.value)
+        };
+        // The record is the status's reader view: `clockmesh status` judges
+        // the state from exactly what readers of the file see.
+        let view = status.reader_view();
+        let mut record_flags = view.flags;
         if r.node_id == r.reference_id {
             record_flags |= flags::REFERENCE;
-        }
-        if anchor_kind == Some(AnchorKind::Holdover) {
-            record_flags |= flags::HOLDOVER;
         }
         let record = Record {
             flags: record_flags,
@@ -506,14 +512,9 @@ impl<D: Discovery + Coordination> Agent<D> {
             window: r.window,
             reference_id: u64::from(r.reference_id),
             updated_at_ns: self.local_now(),
-            valid_until_ns: r.valid_until_ns as i64,
-            node: NodeMap {
-                anchor_local_ns: r.anchor_ns,
-                offset_ns: r.offset_ns,
-                drift_ps_per_s: (r.drift_ppb * 1e3).round() as i64,
-                bound_ns: r.bound_ns,
-                bound_growth_ps_per_s: (r.bound_growth_ppb * 1e3).ceil().max(0.0) as u64,
-            },
+            valid_until_ns: view.valid_until_ns,
+            node: view.node,
+            holdover_max_bound_ns: view.holdover_max_bound_ns,
             clocks: sample_kernel_clocks(),
             devices: self.device_entries(),
         };
@@ -535,10 +536,6 @@ impl<D: Discovery + Coordination> Agent<D> {
             anchor_kind,
         };
         self.write_line(&NodeLine::new(&entry));
-        let mut status = NodeOffsetStatus {
-            window_ns: self.node.settings().window_ns(),
-            ..node_status(r)
-        };
         status.rms_update_ns = self
             .update_rms
             .add(self.status_extra.offset.as_ref(), &status);
@@ -696,7 +693,13 @@ impl<D: Discovery + Coordination> Agent<D> {
         s.is_leader = self.leadership.is_me;
         s.window = self.node.last_fitted_window();
         s.peers = self.peer_status();
-        s.nodes = self.node.last_results().iter().map(node_status).collect();
+        let ceiling = self.cfg.holdover_max_bound_ns.value;
+        s.nodes = self
+            .node
+            .last_results()
+            .iter()
+            .map(|r| node_status(r, ceiling))
+            .collect();
         s.timings = self.node.timings().clone();
         s.counters = self.counters();
         s.dropped = self.dropped();
@@ -776,8 +779,9 @@ fn owned(counts: &BTreeMap<&'static str, u64>) -> BTreeMap<String, u64> {
     counts.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
-/// Status view of a result, in the one convention: global − local.
-fn node_status(r: &pb::NodeOffset) -> NodeOffsetStatus {
+/// Status view of a result, in the one convention: global − local, with
+/// the holdover ceiling this agent publishes it with.
+fn node_status(r: &pb::NodeOffset, holdover_max_bound_ns: u64) -> NodeOffsetStatus {
     NodeOffsetStatus {
         node: r.node.clone(),
         node_id: r.node_id,
@@ -789,6 +793,8 @@ fn node_status(r: &pb::NodeOffset) -> NodeOffsetStatus {
         anchor_ns: r.anchor_ns,
         valid_until_ns: r.valid_until_ns as i64,
         anchor_kind: r.anchor_kind.clone(),
+        holdover_max_bound_ns,
+        state: String::new(),
         bound_growth_ppb: r.bound_growth_ppb,
         window_ns: 0,
         drift_bound_ppb: r.drift_bound_ppb,

@@ -134,7 +134,7 @@ pub fn respond(
         "/status" => (
             "200 OK",
             "application/json",
-            serde_json::to_string_pretty(s).unwrap_or_default(),
+            serde_json::to_string_pretty(&s.at(now_ns)).unwrap_or_default(),
         ),
         "/healthz" if now_ns - s.last_tick_ns <= HEALTH_TIMEOUT_NS => {
             ("200 OK", TEXT, "ok\n".into())

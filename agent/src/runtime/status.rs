@@ -5,6 +5,8 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::{Deserialize, Serialize};
 
+use crate::publish::{ClockStatus, NodeMap, Snapshot, flags, history::AnchorKind};
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Status {
@@ -76,8 +78,17 @@ pub struct NodeOffsetStatus {
     pub bound_ns: u64,
     /// Local clock at which `offset_ns` holds.
     pub anchor_ns: i64,
+    /// The end of the result's span; past it readers hold over up to
+    /// `holdover_max_bound_ns`.
     pub valid_until_ns: i64,
     pub anchor_kind: String,
+    /// The holdover ceiling published with the result (this agent's
+    /// `holdover_max_bound_ns`), ns; 0: none.
+    pub holdover_max_bound_ns: u64,
+    /// The result's state when `/status` was served, by the readers' rule
+    /// ([`NodeOffsetStatus::state_at`]): `synchronised`, `holdover` or
+    /// `stale`.
+    pub state: String,
     /// How fast the bound grows with the result's age (drift uncertainty
     /// plus the assumed wander), ppb = ns per s.
     pub bound_growth_ppb: f64,
@@ -91,6 +102,48 @@ pub struct NodeOffsetStatus {
     /// its anchor (the last [`UpdateRms::KEEP`] updates on one timeline):
     /// what chronyc calls the RMS offset, for a clock that is never steered.
     pub rms_update_ns: Option<f64>,
+}
+
+impl NodeOffsetStatus {
+    /// The result as the offsets file's readers see it: the flags (but
+    /// `REFERENCE`), node map and holdover ceiling the driver publishes.
+    pub fn reader_view(&self) -> Snapshot {
+        let mut flags = flags::VALID;
+        if AnchorKind::from_name(&self.anchor_kind) == Some(AnchorKind::Holdover) {
+            flags |= flags::HOLDOVER;
+        }
+        Snapshot {
+            flags,
+            valid_until_ns: self.valid_until_ns,
+            node: NodeMap {
+                anchor_local_ns: self.anchor_ns,
+                offset_ns: self.offset_ns,
+                drift_ps_per_s: (self.drift_ppb * 1e3).round() as i64,
+                bound_ns: self.bound_ns,
+                // Rounded up: a bound must never be understated.
+                bound_growth_ps_per_s: (self.bound_growth_ppb * 1e3).ceil().max(0.0) as u64,
+            },
+            holdover_max_bound_ns: self.holdover_max_bound_ns,
+        }
+    }
+
+    /// The result's state at `now_ns`, by the rule every reader of the
+    /// offsets file applies ([`Snapshot::status`]).
+    pub fn state_at(&self, now_ns: i64) -> ClockStatus {
+        self.reader_view().status(now_ns)
+    }
+}
+
+impl Status {
+    /// The status as `/status` serves it at `now_ns`: each result's
+    /// `state` filled in.
+    pub fn at(&self, now_ns: i64) -> Status {
+        let mut s = self.clone();
+        for o in s.offset.iter_mut().chain(s.nodes.iter_mut()) {
+            o.state = o.state_at(now_ns).as_str().into();
+        }
+        s
+    }
 }
 
 /// How much successive results disagree: each new offset against the
@@ -411,6 +464,56 @@ mod tests {
             drift_ppb,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn state_is_the_readers_rule_over_the_published_view() {
+        let o = NodeOffsetStatus {
+            anchor_ns: 1_000_000_000_000,
+            valid_until_ns: 1_012_000_000_000,
+            offset_ns: -7,
+            drift_ppb: 1.5,
+            bound_ns: 500,
+            bound_growth_ppb: 20.0,
+            anchor_kind: "reference".into(),
+            holdover_max_bound_ns: 2_000,
+            ..Default::default()
+        };
+        let v = o.reader_view();
+        assert_eq!(v.flags, flags::VALID);
+        assert_eq!(v.node.drift_ps_per_s, 1_500);
+        assert_eq!(v.node.bound_growth_ps_per_s, 20_000);
+        // 500 ns + 20 ns/s: the ceiling of 2 µs is reached 75 s after the anchor.
+        let s = |t_s: i64| o.state_at(1_000_000_000_000 + t_s * 1_000_000_000);
+        assert_eq!(s(1), ClockStatus::Synchronised);
+        assert_eq!(
+            s(13),
+            ClockStatus::Holdover,
+            "past validity, within the ceiling"
+        );
+        assert_eq!(s(75), ClockStatus::Holdover);
+        assert_eq!(s(76), ClockStatus::Stale, "past the ceiling");
+        let carried = NodeOffsetStatus {
+            anchor_kind: "holdover".into(),
+            ..o.clone()
+        };
+        assert_eq!(carried.reader_view().flags, flags::VALID | flags::HOLDOVER);
+        assert_eq!(carried.state_at(1_001_000_000_000), ClockStatus::Holdover);
+        let none = NodeOffsetStatus {
+            holdover_max_bound_ns: 0,
+            ..o.clone()
+        };
+        assert_eq!(none.state_at(1_013_000_000_000), ClockStatus::Stale);
+        // /status fills the state in when it is served.
+        let st = Status {
+            offset: Some(o.clone()),
+            nodes: vec![o.clone(), none],
+            ..Default::default()
+        };
+        let served = st.at(1_013_000_000_000);
+        assert_eq!(served.offset.unwrap().state, "holdover");
+        let states: Vec<&str> = served.nodes.iter().map(|n| n.state.as_str()).collect();
+        assert_eq!(states, ["holdover", "stale"]);
     }
 
     #[test]
