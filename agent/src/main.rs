@@ -58,6 +58,10 @@ fn main() -> ExitCode {
         {
             ExitCode::SUCCESS
         }
+        Err(e) if e.is::<cli::trace::CausalityViolated>() => {
+            eprintln!("clockmesh: {e}");
+            ExitCode::from(cli::trace::CausalityViolated::EXIT)
+        }
         Err(e) => {
             // One line with the cause chain; no backtrace for users.
             eprintln!("clockmesh: error: {e:#}");

@@ -107,6 +107,7 @@ def annotate_xspace(
     data: bytes,
     offsets_path: Optional[str] = None,
     start_snapshot: Optional[reader.Snapshot] = None,
+    process: Optional[tuple] = None,
 ) -> bytes:
     """Adds the clock stats to serialized XSpace bytes (fail closed).
 
@@ -156,6 +157,13 @@ def annotate_xspace(
             env.set("clock_anchors", anchors)
         for name, (value, unsigned) in stats.items():
             env.set(name, value, unsigned)
+        if process is not None:
+            # Which process of a multi-process job this host's trace is
+            # (jax.process_index(), jax.process_count()): xprof's own
+            # process_id stat is the OS pid. `clockmesh trace collectives`
+            # names ranks by it.
+            env.set(PROCESS_INDEX, process[0], True)
+            env.set(PROCESS_COUNT, process[1], True)
 
     return xspace.edit_task_env(data, edit)
 
@@ -167,6 +175,10 @@ def _drop_clock_stats(env: xspace.TaskEnv) -> None:
     env.raw = [
         r for r in env.raw if not (r[0] == 6 and r[1] == xspace.LEN and xspace._stat_value(r[2])[0] in clock_ids)
     ]
+
+
+PROCESS_INDEX = "jax_process_index"
+PROCESS_COUNT = "jax_process_count"
 
 
 @contextlib.contextmanager
@@ -201,7 +213,8 @@ def trace(
                 data = session.stop()
                 if transform is not None:
                     data = transform(data)
-                session.export(annotate_xspace(data, offsets_path, start_snapshot), str(log_dir))
+                process = (jax.process_index(), jax.process_count())
+                session.export(annotate_xspace(data, offsets_path, start_snapshot, process), str(log_dir))
             finally:
                 state.reset()
                 jax_profiler.clear_metadata()

@@ -190,7 +190,7 @@ impl KinetoTrace {
 /// The host of a trace: the helper's `"clockmesh".host`, else Kineto's
 /// `host_name`, else the file name before its first '.'
 /// (`tensorboard_trace_handler` names files `<worker>.<time>.pt.trace.json`).
-fn host_of(path: &Path, doc: &Map<String, Value>) -> String {
+pub(crate) fn host_of(path: &Path, doc: &Map<String, Value>) -> String {
     let named = doc
         .get(CLOCKMESH_KEY)
         .and_then(|c| c.get("host"))
@@ -235,7 +235,7 @@ fn event_times(ev: &Value) -> Result<Option<(f64, f64)>, TraceError> {
 
 /// µs (f64, as written) → ps, rounded to whole ns: Kineto writes ns
 /// resolution at most, and f64 noise must not become fake ps.
-fn us_to_ps(us: f64) -> Result<i128, TraceError> {
+pub(crate) fn us_to_ps(us: f64) -> Result<i128, TraceError> {
     if !us.is_finite() || us.abs() > 9.0e15 {
         return Err(malformed("an event time is out of range"));
     }

@@ -12,6 +12,7 @@
 //! host maps in the same merge.
 //! Design and limits: `docs/trace-merge.md`.
 
+pub mod collectives;
 pub mod device;
 pub mod fields;
 pub mod kineto;

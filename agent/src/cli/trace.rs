@@ -37,6 +37,25 @@ enum TraceCommand {
     /// Nothing is written unless every input is valid (and within
     /// --max-bound).
     Merge(MergeArgs),
+    /// Who arrives last at each collective, by how much, and whether the
+    /// alignment is consistent (straggler analysis of one distributed job).
+    ///
+    /// Reads every rank's trace (xprof .xplane.pb, PyTorch Kineto JSON) on
+    /// one timeline: a merged run as `trace merge` writes it, or the
+    /// per-host inputs, merged in memory first exactly as `trace merge`
+    /// would (--history, else the hook's start/stop records). Matches each
+    /// collective instance across ranks (PyTorch: process group and
+    /// sequence number, or the n-th call of the op; XLA: the op and its
+    /// run id), then prints per instance the last arriver, the arrival
+    /// spread and each rank's wait, a straggler ranking (wait caused to the
+    /// others, per rank, host and step, and what the straggler did just
+    /// before it arrived), and the causality check: no rank can leave an
+    /// all-reduce, all-gather, reduce-scatter, all-to-all or barrier before
+    /// the last rank entered it, so an exit earlier than another rank's
+    /// entry by more than their two bounds proves the alignment wrong. A
+    /// rank is "late" only by more than the combined bounds; less is
+    /// "within alignment error".
+    Collectives(CollectivesArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -97,6 +116,36 @@ struct MergeArgs {
     max_bound: Option<u64>,
 }
 
+#[derive(clap::Args, Debug)]
+struct CollectivesArgs {
+    /// A merged run (directory or files from `trace merge`), or the
+    /// per-host run directories and files to merge first.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// The agents' per-window history (JSON lines), for merging per-host
+    /// inputs (as `trace merge --history`).
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// Offset of a host, global − local in ns, for merging per-host inputs
+    /// (as `trace merge --offset`).
+    #[arg(long = "offset", value_name = "HOST=NS", value_parser = parse_offset, value_delimiter = ',')]
+    offsets: Vec<(String, i64)>,
+    /// Analyse the per-host inputs on their own host clocks, unmerged, with
+    /// no bound: what unaligned clocks would tell (compare with the
+    /// aligned run).
+    #[arg(long, conflicts_with_all = ["history", "offsets"])]
+    no_align: bool,
+    /// Print the whole analysis as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Exit with status 3 when the causality check finds a violation.
+    #[arg(long)]
+    strict: bool,
+    /// How many instances the table lists (worst arrival spread first).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    instances: usize,
+}
+
 fn parse_device_clock(s: &str) -> Result<DeviceClockSpec, String> {
     s.parse().map_err(|e: trace::SpecError| e.to_string())
 }
@@ -119,6 +168,7 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
     match args.command {
         TraceCommand::Info(a) => info(a),
         TraceCommand::Merge(a) => merge(a),
+        TraceCommand::Collectives(a) => collectives(a),
     }
 }
 
@@ -298,6 +348,111 @@ fn merge(args: MergeArgs) -> anyhow::Result<()> {
         crate::outln!("summary JSON: {}", p.display())?;
     }
     Ok(())
+}
+
+/// `trace collectives --strict` found the alignment provably
+/// inconsistent: the process exits with [`CausalityViolated::EXIT`] (1
+/// stays "could not analyse").
+#[derive(Debug, thiserror::Error)]
+#[error("{0} causality violation(s): these traces are not consistently aligned")]
+pub struct CausalityViolated(pub u64);
+
+impl CausalityViolated {
+    pub const EXIT: u8 = 3;
+}
+
+fn collectives(args: CollectivesArgs) -> anyhow::Result<()> {
+    use trace::collectives::{self as coll, AnalysisOptions};
+    let files = trace::collect_inputs(&args.inputs)?;
+    let aligned = !args.no_align;
+    let job = if args.no_align {
+        coll::inputs::read_job(&files, false)?
+    } else {
+        let merged = files
+            .iter()
+            .map(|f| coll::inputs::is_merged(f))
+            .collect::<Result<Vec<_>, _>>()?;
+        if merged.iter().all(|&m| m) {
+            coll::inputs::read_job(&files, true)?
+        } else {
+            anyhow::ensure!(
+                !merged.iter().any(|&m| m),
+                "some inputs are merged runs and some are not: give one merged run, or the per-host inputs"
+            );
+            merged_in_scratch(&files, &args)?
+        }
+    };
+    let analysis = coll::analyse(
+        &job.participants,
+        job.calls,
+        &AnalysisOptions {
+            aligned,
+            ..AnalysisOptions::default()
+        },
+    );
+    if args.json {
+        crate::outln!("{}", serde_json::to_string_pretty(&analysis)?)?;
+    } else {
+        crate::out!("{}", coll::render::table(&analysis, args.instances))?;
+    }
+    let violations = analysis.summary.causality_violations;
+    if args.strict && violations > 0 {
+        return Err(CausalityViolated(violations).into());
+    }
+    Ok(())
+}
+
+/// Merges per-host inputs as `trace merge` would, into a scratch
+/// directory that is removed afterwards, and reads the merged ranks.
+fn merged_in_scratch(
+    files: &[PathBuf],
+    args: &CollectivesArgs,
+) -> anyhow::Result<trace::collectives::inputs::Job> {
+    let scratch = Scratch::new()?;
+    let history = match &args.history {
+        Some(p) => history::load_all(p)?,
+        None => history::History::default(),
+    };
+    let opts = MergeOptions {
+        out_dir: scratch.0.clone(),
+        run_name: "collectives".into(),
+        offsets: args.offsets.iter().cloned().collect(),
+        history: history.nodes,
+        device_history: history.devices,
+        device_clocks: Vec::new(),
+        ignore_device_clocks: false,
+        allow_missing_offsets: false,
+        perfetto: None,
+        max_bound_ns: None,
+        overwrite_perfetto: false,
+    };
+    let report = trace::merge(files, &opts, &mut |_| {})
+        .context("merging the inputs onto one timeline failed")?;
+    let merged = trace::collect_inputs(&[report.run_dir])?;
+    Ok(trace::collectives::inputs::read_job(&merged, true)?)
+}
+
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> std::io::Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "clockmesh-collectives-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// One host of the merge summary: where its offset came from, the offset

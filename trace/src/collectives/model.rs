@@ -1,0 +1,128 @@
+//! What the collectives analysis reads: one call of a collective by one
+//! rank, on one timeline (global after a merge, raw host clocks with
+//! `--no-align`), with the rank's alignment bound. The parsers
+//! ([`super::kineto`], [`super::xplane`]) produce these; [`super::analyse`]
+//! turns them into instances, stragglers and the causality check.
+
+use serde::{Deserialize, Serialize};
+
+/// Which profiler a rank's trace came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Framework {
+    /// xprof `.xplane.pb` (JAX, TensorFlow, any XLA program).
+    Xla,
+    /// PyTorch profiler (Kineto Chrome JSON). `pytorch` in JSON, not
+    /// snake_case's `py_torch`.
+    #[serde(rename = "pytorch")]
+    PyTorch,
+}
+
+/// What a collective does: decides which ordering the causality check
+/// may demand of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveKind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+    Barrier,
+    Broadcast,
+    Reduce,
+    Gather,
+    Scatter,
+    CollectivePermute,
+    SendRecv,
+}
+
+impl CollectiveKind {
+    /// Every rank's result depends on every rank's input, so no rank can
+    /// leave before the last one has entered (the causality check applies).
+    pub fn waits_for_all(self) -> bool {
+        matches!(
+            self,
+            Self::AllReduce
+                | Self::AllGather
+                | Self::ReduceScatter
+                | Self::AllToAll
+                | Self::Barrier
+        )
+    }
+}
+
+/// One rank of the analysed job: a trace file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Participant {
+    /// The host (node name) the rank ran on, as the merge names it.
+    pub host: String,
+    /// The job's rank (PyTorch `distributedInfo.rank`, JAX process index)
+    /// when the trace says.
+    pub rank: Option<u64>,
+    pub framework: Framework,
+    /// The trace file it came from.
+    pub trace: String,
+    /// The trace's stated alignment bound (ns): worst over its session
+    /// (`clock_alignment_bound_ns`, Kineto `clockmesh.alignment_bound_ns`).
+    /// `None`: not merged by clockmesh, or `--no-align` (raw clocks).
+    pub bound_ns: Option<u64>,
+}
+
+/// How calls on different ranks are known to be the same instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchedBy {
+    /// The profiler's own sequence number of the process group (PyTorch
+    /// `record_param_comms` `Seq`).
+    Sequence,
+    /// The XLA run id that XLA's own rendezvous keys the collective by.
+    RunId,
+    /// The n-th call of the same op in the same group on each rank.
+    Occurrence,
+}
+
+/// Which instance a call belongs to: equal keys on different ranks are one
+/// instance.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct InstanceKey {
+    /// The framework's group: PyTorch process group name, XLA program
+    /// (module) name.
+    pub group: String,
+    /// The collective as the framework names it across ranks (PyTorch
+    /// collective name, XLA HLO op name).
+    pub name: String,
+    /// Sequence number, run id or occurrence (see [`MatchedBy`]).
+    pub ordinal: u64,
+}
+
+/// What a rank did just before it entered a collective.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Preceding {
+    /// The last event that ended before the call on the same thread.
+    pub name: String,
+    /// Its start and end on the analysed timeline (ns).
+    pub start_ns: i64,
+    pub end_ns: i64,
+}
+
+/// One rank's call of one collective.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveCall {
+    /// Index into the analysis' participants.
+    pub participant: usize,
+    pub kind: CollectiveKind,
+    pub key: InstanceKey,
+    pub matched_by: MatchedBy,
+    /// The event's own name in the trace (`gloo:all_reduce`,
+    /// `ncclDevKernel_AllReduce_Sum_f32_RING_LL`, `all-reduce.3`).
+    pub op: String,
+    /// Enter and exit on the analysed timeline, epoch ns.
+    pub enter_ns: i64,
+    pub exit_ns: i64,
+    /// The training step it belongs to, when the trace marks steps.
+    pub step: Option<u64>,
+    /// How many ranks take part, when the trace says (PyTorch group size).
+    pub group_size: Option<u32>,
+    /// What the rank did right before entering.
+    pub preceding: Option<Preceding>,
+}
