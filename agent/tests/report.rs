@@ -263,6 +263,8 @@ fn bad_histories_get_one_line_errors_naming_file_and_line() {
         "--truth",
         "--output",
         "--force",
+        "--merge-summary",
+        "--collectives",
         "global − local",
     ] {
         assert!(help.contains(word), "{word} not in {help}");
@@ -467,6 +469,272 @@ fn check_edges(points: &[&BTreeMap<String, String>], w: &Written) {
     }
 }
 
+/// The ranks of the collectives job: trace file stem, host (the third
+/// needs escaping), alignment bound (ns).
+const RANKS: [(&str, &str, u64); 3] = [("n0", "n0", 500), ("n1", "n1", 800), ("n2", NODES[2], 300)];
+/// What every rank's trace counts from (the merged timeline, epoch ns).
+const JOB_BASE_NS: i64 = 1_795_335_300_000_000_000;
+
+/// Enter and exit (µs after [`JOB_BASE_NS`]) of `rank` at all-reduce `k`:
+/// rank 2 is 200 µs + 50·k µs late at 0..4; at 4 the three enter within
+/// 500 ns (within the combined bound); at 5 rank 0 leaves 19 µs before
+/// rank 1 enters (a causality violation); 6 is rank 0's alone (its
+/// profiler stopped last: unmatched).
+fn job_call(rank: usize, k: usize) -> Option<(f64, f64)> {
+    let t = 1_000.0 * k as f64;
+    match (k, rank) {
+        (0..4, _) => {
+            let late = 200.0 + 50.0 * k as f64;
+            let enter = [0.0, 5.0, late][rank];
+            Some((t + enter, t + late + 10.0))
+        }
+        (4, _) => Some((t + [0.0, 0.2, 0.5][rank], t + 30.0)),
+        (5, _) => Some([(t, t + 1.0), (t + 20.0, t + 30.0), (t + 10.0, t + 30.0)][rank]),
+        (6, 0) => Some((t, t + 5.0)),
+        _ => None,
+    }
+}
+
+/// One PyTorch (Kineto) trace per rank, as `trace merge` writes them (a
+/// `clockmesh` block with the host, bound and source): per all-reduce a
+/// step on the main thread, and on gloo's thread an `aten::mm` then the
+/// `gloo:all_reduce` span.
+fn write_job(dir: &Path) -> PathBuf {
+    let run = dir.join("job");
+    std::fs::create_dir_all(&run).unwrap();
+    for (rank, (stem, host, bound)) in RANKS.iter().enumerate() {
+        let mut events = Vec::new();
+        for k in 0..7 {
+            let Some((enter, exit)) = job_call(rank, k) else {
+                continue;
+            };
+            let t = 1_000.0 * k as f64;
+            events.push(serde_json::json!({"ph": "X", "cat": "user_annotation", "name": format!("ProfilerStep#{k}"),
+                "pid": 1, "tid": 1, "ts": t - 50.0, "dur": 900.0}));
+            events.push(
+                serde_json::json!({"ph": "X", "cat": "cpu_op", "name": "aten::mm",
+                "pid": 1, "tid": 2, "ts": enter - 40.0, "dur": 38.0}),
+            );
+            events.push(
+                serde_json::json!({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce",
+                "pid": 1, "tid": 2, "ts": enter, "dur": exit - enter}),
+            );
+        }
+        let doc = serde_json::json!({
+            "baseTimeNanoseconds": JOB_BASE_NS,
+            "distributedInfo": {"rank": rank, "world_size": 3,
+                "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 3}]},
+            "clockmesh": {"host": host, "alignment_bound_ns": bound, "merged_source": "history"},
+            "traceEvents": events,
+        });
+        let path = run.join(format!("{stem}.pt.trace.json"));
+        std::fs::write(&path, serde_json::to_vec(&doc).unwrap()).unwrap();
+    }
+    run
+}
+
+/// `clockmesh trace collectives --json` over the job, written to a file.
+fn analyse_job(dir: &Path) -> (PathBuf, serde_json::Value) {
+    let run = write_job(dir);
+    let r = clockmesh(&["trace", "collectives", &run.display().to_string(), "--json"]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    let path = dir.join("collectives.json");
+    std::fs::write(&path, &r.stdout).unwrap();
+    (path, serde_json::from_slice(&r.stdout).unwrap())
+}
+
+#[test]
+fn a_bad_collectives_file_is_refused_in_one_line() {
+    let w = write_histories("coll-errors");
+    let out = w.dir.join("r.html");
+    let missing = w.dir.join("missing.json").display().to_string();
+    let r = report(&w, &out, &["--collectives", &missing]);
+    assert_eq!(r.status.code(), Some(1));
+    let err = text(&r.stderr);
+    assert!(
+        err.contains(&format!("reading collectives {missing}")),
+        "{err}"
+    );
+    for bad in ["{\"aligned\": true}", "[1, 2", "{}"] {
+        let path = w.dir.join("bad.json");
+        std::fs::write(&path, bad).unwrap();
+        let p = path.display().to_string();
+        let r = report(&w, &out, &["--collectives", &p]);
+        assert_eq!(r.status.code(), Some(1));
+        let err = text(&r.stderr);
+        assert!(
+            err.starts_with(&format!(
+                "clockmesh: error: {p}: not a `clockmesh trace collectives --json` file: "
+            )),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    assert!(!out.exists(), "nothing written on errors");
+    std::fs::remove_dir_all(&w.dir).unwrap();
+}
+
+#[test]
+fn the_collectives_section_renders_in_chromium_with_the_analysis_values() {
+    let browser = chromium();
+    let dir = scratch("collectives");
+    let (coll, a) = analyse_job(&dir);
+    let s = &a["summary"];
+    let count = |k: &str| s[k].as_u64().unwrap();
+    assert_eq!((count("matched"), count("unmatched")), (6, 1), "{s}");
+    assert_eq!(
+        (count("significant"), count("within_alignment_error")),
+        (5, 1),
+        "{s}"
+    );
+    assert_eq!(
+        (count("causality_checked"), count("causality_violations")),
+        (6, 1),
+        "{s}"
+    );
+    assert_eq!(
+        a["stragglers"][0]["host"], NODES[2],
+        "rank 2 caused the most wait"
+    );
+
+    // A history of one node line: the collectives section comes soon after.
+    let epoch_ns = 1_795_335_288_621_242_594;
+    let history = dir.join("n0.jsonl");
+    let entry = node_line(&skews(epoch_ns), 0, 0, epoch_ns);
+    let line = NodeLine::new(&entry);
+    std::fs::write(&history, serde_json::to_string(&line).unwrap() + "\n").unwrap();
+    let out = dir.join("report.html");
+    let (h, c, o) = (
+        history.display().to_string(),
+        coll.display().to_string(),
+        out.display().to_string(),
+    );
+    let r = clockmesh(&["report", "--history", &h, "--collectives", &c, "-o", &o]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+
+    let png = dir.join("shot.png");
+    let shot = format!("--screenshot={}", png.display());
+    run_chromium(&browser, &dir, &[&shot, "--window-size=1200,3200"], &out);
+    let image = screenshot::decode(&std::fs::read(&png).unwrap());
+    assert_eq!((image.width, image.height), (1200, 3200));
+    let colours = image.distinct_colours();
+    let inked = image.share_unlike_corner();
+    assert!(colours >= 12, "{colours} colours: a blank page?");
+    assert!(inked > 0.02, "only {inked:.4} of the pixels inked");
+    // The section's own colours, painted: the wait bars and the
+    // significant late points (the one-node history draws neither).
+    let bars = image.count_rgb([0xff, 0x7f, 0x0e]);
+    let late = image.count_rgb([0xd6, 0x27, 0x28]);
+    assert!(bars > 2_000, "{bars} pixels of wait bars");
+    assert!(late > 20, "{late} pixels of significant points");
+
+    let dom = run_chromium(&browser, &dir, &["--dump-dom"], &out);
+    check_collectives_dom(&text(&dom.stdout), &a);
+    eprintln!(
+        "chromium: collectives ({colours} colours, {bars} bar pixels, {late} late-point pixels)"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Every instance's point, every rank's bar and the violation's row carry
+/// the analysis' exact values.
+fn check_collectives_dom(dom: &str, a: &serde_json::Value) {
+    type Attrs = BTreeMap<String, String>;
+    let with_class = |tag: &str, class: &str| -> Vec<Attrs> {
+        dom::elements(dom, tag)
+            .into_iter()
+            .filter(|e| e.get("class").is_some_and(|c| c == class))
+            .collect()
+    };
+    let string = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        v => v.to_string(),
+    };
+    let participants = a["participants"].as_array().unwrap();
+    let instances = a["instances"].as_array().unwrap();
+    let points = with_class("circle", "pt late");
+    assert_eq!(points.len(), instances.len(), "one late point per instance");
+    let spreads = with_class("circle", "pt spread");
+    assert_eq!(
+        spreads.len(),
+        instances.len(),
+        "one spread point per instance"
+    );
+    for (n, i) in instances.iter().enumerate() {
+        let p = points
+            .iter()
+            .find(|p| p["data-instance"] == n.to_string())
+            .unwrap_or_else(|| panic!("no point for instance {n}"));
+        let last = &participants[i["last"].as_u64().unwrap() as usize];
+        let want = [
+            ("data-last", string(&i["last"])),
+            ("data-last-host", string(&last["host"])),
+            ("data-last-rank", string(&last["rank"])),
+            ("data-late-by-ns", string(&i["late_by_ns"])),
+            ("data-combined-bound-ns", string(&i["combined_bound_ns"])),
+            ("data-significant", string(&i["significant"])),
+            ("data-arrival-spread-ns", string(&i["arrival_spread_ns"])),
+            ("data-max-wait-ns", string(&i["max_wait_ns"])),
+            ("data-kind", string(&i["kind"])),
+            ("data-step", string(&i["step"])),
+            ("data-ordinal", string(&i["key"]["ordinal"])),
+        ];
+        for (k, v) in want {
+            assert_eq!(p[k], v, "instance {n}: {k}");
+        }
+        let s = &spreads[n];
+        assert_eq!(s["data-instance"], n.to_string());
+        assert_eq!(s["data-arrival-spread-ns"], string(&i["arrival_spread_ns"]));
+    }
+    // The within-error instance is grey, the others red.
+    let fills: Vec<(bool, String)> = points
+        .iter()
+        .map(|p| (p["data-significant"] == "true", p["fill"].clone()))
+        .collect();
+    assert!(
+        fills.iter().all(|(sig, f)| (f == "#d62728") == *sig),
+        "{fills:?}"
+    );
+
+    let bars = with_class("rect", "bar rank");
+    let stragglers = a["stragglers"].as_array().unwrap();
+    assert_eq!(bars.len(), stragglers.len());
+    for (b, s) in bars.iter().zip(stragglers) {
+        assert_eq!(b["data-participant"], string(&s["participant"]));
+        assert_eq!(b["data-host"], string(&s["host"]));
+        assert_eq!(b["data-wait-caused-ns"], string(&s["wait_caused_ns"]));
+        assert_eq!(b["data-times-last"], string(&s["times_last"]));
+    }
+    assert_eq!(bars[0]["data-host"], NODES[2]);
+    assert_eq!(
+        with_class("rect", "bar host").len(),
+        a["hosts"].as_array().unwrap().len()
+    );
+
+    let v = &a["violations"][0];
+    let rows = dom::elements(dom, "tr");
+    assert!(
+        rows.iter().any(
+            |r| r.get("data-entered-last") == Some(&string(&v["entered_last"]))
+                && r["data-instance"] == string(&v["instance"])
+                && r["data-overlap-ns"] == string(&v["overlap_ns"])
+                && r["data-combined-bound-ns"] == string(&v["combined_bound_ns"])
+        ),
+        "violation row"
+    );
+    let table_rows = rows
+        .iter()
+        .filter(|r| r.contains_key("data-late-by-ns"))
+        .count();
+    assert_eq!(table_rows, instances.len().min(20), "worst-instance rows");
+    let summary = dom::elements(dom, "p")
+        .into_iter()
+        .find(|p| p.get("class").is_some_and(|c| c == "summary collectives"))
+        .expect("the collectives summary");
+    assert_eq!(summary["data-clocks"], "aligned");
+}
+
 /// Debian's chromium on PATH, or a failure that says how to install it.
 fn chromium() -> PathBuf {
     std::env::var_os("PATH")
@@ -584,6 +852,13 @@ mod screenshot {
                 .map(|i| self.pixel(i))
                 .collect::<HashSet<_>>()
                 .len()
+        }
+
+        /// Pixels of exactly this colour.
+        pub fn count_rgb(&self, rgb: [u8; 3]) -> usize {
+            (0..self.width * self.height)
+                .filter(|&i| self.pixel(i)[..3] == rgb)
+                .count()
         }
 
         /// Share of pixels unlike the top-left one (the page background).

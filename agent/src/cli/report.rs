@@ -1,14 +1,17 @@
 //! `clockmesh report`: one self-contained HTML page from the agent's JSONL
 //! history — offset ± bound and drift per node, min RTT and pure ratio
 //! per edge, the probe graph, GPU device maps, and, given the injected
-//! truth, estimated − true. Reading and writing files happens here; the
-//! page itself is built without I/O (`report::html`).
+//! truth, estimated − true; with a trace merge's summary and a collectives
+//! analysis, what the merge did per host and who arrived last at each
+//! collective. Reading and writing files happens here; the page itself is
+//! built without I/O (`report::html`).
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
 use super::files;
 
+mod collectives;
 mod html;
 mod lines;
 mod svg;
@@ -43,6 +46,11 @@ pub struct ReportArgs {
     /// worst bound each host's trace was placed with.
     #[arg(long, value_name = "FILE")]
     merge_summary: Option<PathBuf>,
+    /// What `clockmesh trace collectives --json` printed for one job's
+    /// merged traces: adds who arrived last at each collective, by how much
+    /// ± the combined bound, the wait it caused, and the causality check.
+    #[arg(long, value_name = "FILE")]
+    collectives: Option<PathBuf>,
 }
 
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
@@ -61,11 +69,18 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         .map(read_merge_summary)
         .transpose()?;
     let merge_name = args.merge_summary.as_ref().map(|p| p.display().to_string());
+    let analysis = args
+        .collectives
+        .as_deref()
+        .map(read_collectives)
+        .transpose()?;
+    let collectives_name = args.collectives.as_ref().map(|p| p.display().to_string());
     let page = html::render(&html::Inputs {
         history: &history,
         files: &files,
         truth: truth_name.as_deref().zip(truth.as_ref()),
         merge: merge_name.as_deref().zip(merge.as_ref()),
+        collectives: collectives_name.as_deref().zip(analysis.as_ref()),
     });
     files::write_atomically(&args.output, page.as_bytes(), args.force, "--output")?;
     crate::outln!("report: {}", args.output.display())?;
@@ -90,6 +105,17 @@ fn read_merge_summary(path: &Path) -> anyhow::Result<clockmesh::trace::MergeSumm
     serde_json::from_str(&text).with_context(|| {
         format!(
             "{}: not a `clockmesh trace merge --summary` file",
+            path.display()
+        )
+    })
+}
+
+fn read_collectives(path: &Path) -> anyhow::Result<clockmesh::trace::collectives::Analysis> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading collectives {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not a `clockmesh trace collectives --json` file",
             path.display()
         )
     })

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use clockmesh::publish::history::{DeviceHistoryEntry, HistoryEntry};
 use clockmesh::trace::MergeSummary;
+use clockmesh::trace::collectives::Analysis;
 
 use super::lines::{Edge, History};
 use super::svg::{Chart, Scale, colour, escape, si};
@@ -21,6 +22,8 @@ pub struct Inputs<'a> {
     pub truth: Option<(&'a str, &'a Truth)>,
     /// A `trace merge --summary` file: (its name, its content).
     pub merge: Option<(&'a str, &'a MergeSummary)>,
+    /// A `trace collectives --json` file: (its name, its content).
+    pub collectives: Option<(&'a str, &'a Analysis)>,
 }
 
 /// Shared by the sections: nodes in name order (their colours) and the
@@ -109,13 +112,16 @@ pub fn render(inp: &Inputs) -> String {
     if let Some((name, merge)) = inp.merge {
         page.push_str(&merge_section(name, merge));
     }
+    if let Some((name, analysis)) = inp.collectives {
+        page.push_str(&super::collectives::section(name, analysis));
+    }
     page.push_str("</body>\n</html>\n");
     page
 }
 
 fn head() -> String {
     let css = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1000px}\
-        h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ccc}\
+        h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ccc}h3{font-size:15px;margin-top:20px}\
         table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}\
         th{background:#f3f3f3}td.name{text-align:left}.tick{font-size:11px;fill:#555}.axis{font-size:12px}\
         .legend span{display:inline-block;margin-right:14px}.sw{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}\
@@ -782,6 +788,7 @@ mod tests {
             files: &files,
             truth,
             merge: None,
+            collectives: None,
         })
     }
 
@@ -820,6 +827,7 @@ mod tests {
             files: &files,
             truth: None,
             merge: Some(("m.json", &m)),
+            collectives: None,
         });
         assert!(html.contains("<h2>Trace merge</h2>"));
         assert!(html.contains(r#"data-host="n1" data-offset-ns="-123906768" data-drift-ppb="-50003.4" data-bound-ns="2002""#), "{html}");

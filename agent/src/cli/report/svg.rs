@@ -1,6 +1,7 @@
 //! Small SVG building blocks for the report: linear scales with round
-//! ticks, an x/y chart with axes, bands, lines and points, and escaping.
-//! No I/O; every function returns markup.
+//! ticks, an x/y chart with axes, bands, lines, whiskers and points, a
+//! horizontal bar chart, and escaping. No I/O; every function returns
+//! markup.
 
 use std::fmt::Write as _;
 
@@ -132,6 +133,8 @@ pub struct Chart {
     y_unit: &'static str,
     x_label: String,
     y_label: String,
+    /// Label only whole-number x ticks (an x axis that counts things).
+    integer_x: bool,
     marks: String,
 }
 
@@ -149,8 +152,30 @@ impl Chart {
             y_unit,
             x_label: x_label.into(),
             y_label: y_label.into(),
+            integer_x: false,
             marks: String::new(),
         }
+    }
+
+    /// Only whole-number x ticks: for an x axis of indices (instance 0,
+    /// 1, …), where 0.25 would name nothing.
+    pub fn integer_x(mut self) -> Chart {
+        self.integer_x = true;
+        self
+    }
+
+    /// A vertical whisker at `x` from `lo` to `hi`, with short caps (an
+    /// interval such as value ± bound).
+    pub fn whisker(&mut self, x: f64, (lo, hi): (f64, f64), colour: &str) {
+        let (px, plo, phi) = (self.x.map(x), self.y.map(lo), self.y.map(hi));
+        let _ = writeln!(
+            self.marks,
+            r#"<path class="whisker" d="M{:.2},{plo:.2}H{:.2}M{px:.2},{plo:.2}V{phi:.2}M{:.2},{phi:.2}H{:.2}" fill="none" stroke="{colour}" stroke-width="1.3"/>"#,
+            px - 3.0,
+            px + 3.0,
+            px - 3.0,
+            px + 3.0
+        );
     }
 
     /// A filled band between `lo` and `hi` along x (points sorted by x).
@@ -234,7 +259,11 @@ impl Chart {
                 escape(&si(t, self.y_unit))
             );
         }
-        for t in self.x.ticks(8) {
+        let x_ticks = self.x.ticks(8);
+        for t in x_ticks
+            .into_iter()
+            .filter(|t| !self.integer_x || t.fract() == 0.0)
+        {
             let px = self.x.map(t);
             let _ = writeln!(
                 s,
@@ -258,6 +287,99 @@ impl Chart {
             (TOP + bottom) / 2.0,
             escape(&self.y_label)
         );
+        s
+    }
+}
+
+/// Pixel layout of a bar chart: names on the left, notes after the bars.
+const BAR_LEFT: f64 = 230.0;
+const BAR_RIGHT: f64 = 250.0;
+const BAR_ROW: f64 = 24.0;
+const BAR_HEIGHT: f64 = 16.0;
+
+/// Horizontal bars from 0, one row each, on a value axis at the bottom.
+pub struct Bars {
+    x: Scale,
+    unit: &'static str,
+    label: String,
+    rows: Vec<String>,
+}
+
+impl Bars {
+    /// Bars of values in `0..=max` (`unit` picks the tick labels as in
+    /// [`Chart::new`]).
+    pub fn new(max: f64, unit: &'static str, label: &str) -> Bars {
+        let max = if max.is_finite() && max > 0.0 {
+            max
+        } else {
+            1.0
+        };
+        Bars {
+            x: Scale::new((0.0, max), (BAR_LEFT, WIDTH - BAR_RIGHT)),
+            unit,
+            label: label.into(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// One row: `name` on the left, a bar of `value` whose exact values
+    /// travel in `attrs` (already escaped `data-*` attributes) and in a
+    /// `<title>`, and `note` after it.
+    pub fn bar(
+        &mut self,
+        name: &str,
+        value: f64,
+        colour: &str,
+        attrs: &str,
+        title: &str,
+        note: &str,
+    ) {
+        let y = TOP + self.rows.len() as f64 * BAR_ROW;
+        let end = self.x.map(value.max(0.0));
+        self.rows.push(format!(
+            r#"<text x="{:.2}" y="{:.2}" text-anchor="end" class="tick">{}</text><rect {attrs} x="{BAR_LEFT}" y="{y:.2}" width="{:.2}" height="{BAR_HEIGHT}" fill="{colour}"><title>{}</title></rect><text x="{:.2}" y="{:.2}" class="tick">{}</text>"#,
+            BAR_LEFT - 6.0,
+            y + 12.0,
+            escape(name),
+            end - BAR_LEFT,
+            escape(title),
+            end + 6.0,
+            y + 12.0,
+            escape(note)
+        ));
+    }
+
+    /// The finished `<svg>`: the bars, a value axis with its grid, and
+    /// its title.
+    pub fn finish(self, class: &str) -> String {
+        let bottom = TOP + self.rows.len().max(1) as f64 * BAR_ROW;
+        let height = bottom + BOTTOM;
+        let right = WIDTH - BAR_RIGHT;
+        let mut s = format!(
+            r#"<svg class="bars {class}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}">"#
+        );
+        s.push('\n');
+        for t in self.x.ticks(6) {
+            let px = self.x.map(t);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{px:.2}" x2="{px:.2}" y1="{TOP}" y2="{bottom}" stroke="#e3e3e3"/><text x="{px:.2}" y="{}" text-anchor="middle" class="tick">{}</text>"##,
+                bottom + 16.0,
+                escape(&si(t, self.unit))
+            );
+        }
+        let _ = writeln!(
+            s,
+            r##"<line x1="{BAR_LEFT}" x2="{BAR_LEFT}" y1="{TOP}" y2="{bottom}" stroke="#888"/><text x="{}" y="{}" text-anchor="middle" class="axis">{}</text>"##,
+            (BAR_LEFT + right) / 2.0,
+            height - 6.0,
+            escape(&self.label)
+        );
+        for r in self.rows {
+            s.push_str(&r);
+            s.push('\n');
+        }
+        s.push_str("</svg>\n");
         s
     }
 }
@@ -319,5 +441,60 @@ mod tests {
             "{svg}"
         );
         assert!(svg.contains("<title>&lt;5&gt;</title>"), "{svg}");
+    }
+
+    #[test]
+    fn whiskers_span_their_interval_and_integer_axes_name_whole_numbers() {
+        let mut c =
+            Chart::new(((-0.5, 2.5), "", "instance"), ((0.0, 100.0), "ns", "ns")).integer_x();
+        c.whisker(1.0, (20.0, 60.0), colour(1));
+        let y = |v: f64| format!("{:.2}", c.y.map(v));
+        let (lo, hi) = (y(20.0), y(60.0));
+        let svg = c.finish("w");
+        assert!(
+            svg.contains(&format!("V{hi}")) && svg.contains(&format!(",{lo}H")),
+            "{svg}"
+        );
+        let labels: Vec<&str> = svg
+            .split("class=\"tick\">")
+            .skip(1)
+            .map(|t| t.split('<').next().unwrap())
+            .collect();
+        assert!(
+            labels.contains(&"1 ") && !labels.iter().any(|l| l.contains('.')),
+            "{labels:?}"
+        );
+    }
+
+    #[test]
+    fn bars_grow_from_zero_in_rows_with_their_values() {
+        let mut b = Bars::new(2_000.0, "ns", "wait caused");
+        b.bar(
+            "rank 0 <a>",
+            2_000.0,
+            colour(4),
+            r#"data-v="2000""#,
+            "t",
+            "last 3×",
+        );
+        b.bar("rank 1", 0.0, colour(4), r#"data-v="0""#, "t", "last 0×");
+        let svg = b.finish("x");
+        let full = WIDTH - BAR_RIGHT - BAR_LEFT;
+        assert!(
+            svg.contains(&format!(
+                r#"<rect data-v="2000" x="{BAR_LEFT}" y="{TOP:.2}" width="{full:.2}""#
+            )),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(r#"<rect data-v="0" x="230" y="38.00" width="0.00""#),
+            "{svg}"
+        );
+        assert!(svg.contains("rank 0 &lt;a&gt;") && svg.contains(">last 3×<"));
+        assert!(svg.contains(&format!(r#"height="{}""#, TOP + 2.0 * BAR_ROW + BOTTOM)));
+        assert!(
+            Bars::new(0.0, "ns", "none").finish("e").contains("<svg"),
+            "an all-zero chart still draws"
+        );
     }
 }
