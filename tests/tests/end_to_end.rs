@@ -580,6 +580,94 @@ fn hta(traces: &[PathBuf], dir: &Path) -> serde_json::Value {
     serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap()
 }
 
+/// The merged Chrome JSON links every XLA instance across its ranks: one
+/// flow per instance, each point inside its rank's call (same process and
+/// thread), ending on the host the analysis names as the last arriver; and
+/// every process is labelled with its host's offset, drift and bound.
+fn check_perfetto_flows(json: &Path, aligned: &serde_json::Value) {
+    use std::collections::{BTreeMap, HashMap};
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let us = |e: &serde_json::Value, k: &str| e[k].as_f64().unwrap_or(0.0);
+    let mut slices: HashMap<(u64, i64), Vec<(f64, f64)>> = HashMap::new();
+    let mut process_host: HashMap<u64, String> = HashMap::new();
+    let mut labelled = 0;
+    let mut flows: BTreeMap<u64, Vec<&serde_json::Value>> = BTreeMap::new();
+    for e in events {
+        let pid = e["pid"].as_u64().unwrap_or(0);
+        match (
+            e["ph"].as_str().unwrap_or(""),
+            e["name"].as_str().unwrap_or(""),
+        ) {
+            ("X", _) => slices
+                .entry((pid, e["tid"].as_i64().unwrap_or(0)))
+                .or_default()
+                .push((us(e, "ts"), us(e, "ts") + us(e, "dur"))),
+            ("M", "process_name") => {
+                let name = e["args"]["name"].as_str().unwrap();
+                process_host.insert(pid, name.split(' ').next().unwrap().to_string());
+            }
+            ("M", "process_labels") => {
+                let l = e["args"]["labels"].as_str().unwrap();
+                assert!(
+                    l.contains("offset") && l.contains("drift") && l.contains("bound ±"),
+                    "{l}"
+                );
+                labelled += 1;
+            }
+            ("s" | "t" | "f", _) => flows.entry(e["id"].as_u64().unwrap()).or_default().push(e),
+            _ => {}
+        }
+    }
+    assert_eq!(labelled, process_host.len(), "every process labelled");
+    let last_of: HashMap<String, String> = aligned["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["framework"] == "xla")
+        .map(|i| {
+            let k = &i["key"];
+            let key = format!(
+                "{}/{}#{}",
+                k["group"].as_str().unwrap(),
+                k["name"].as_str().unwrap(),
+                k["ordinal"]
+            );
+            let last = i["last"].as_u64().unwrap() as usize;
+            (
+                key,
+                aligned["participants"][last]["host"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(flows.len(), last_of.len(), "one flow per XLA instance");
+    for points in flows.values() {
+        let phases: String = points.iter().map(|p| p["ph"].as_str().unwrap()).collect();
+        assert_eq!(phases, "stf", "three ranks, in arrival order: {points:?}");
+        for p in points {
+            let key = (p["pid"].as_u64().unwrap(), p["tid"].as_i64().unwrap());
+            let ts = us(p, "ts");
+            let inside = slices[&key].iter().any(|&(s, e)| s <= ts && ts <= e);
+            assert!(inside, "flow point outside every call of its thread: {p}");
+        }
+        let last_host = &process_host[&points[2]["pid"].as_u64().unwrap()];
+        let instance = points[0]["args"]["instance"].as_str().unwrap();
+        assert_eq!(&last_of[instance], last_host, "{instance}");
+        assert_eq!(
+            points[0]["args"]["last_arriver"].as_str(),
+            Some(last_host.as_str())
+        );
+    }
+    eprintln!(
+        "perfetto: {} flows, {} labelled processes",
+        flows.len(),
+        labelled
+    );
+}
+
 /// An instance's identity, the same in every analysis of the same traces.
 fn instance_id(i: &serde_json::Value) -> String {
     format!("{}/{}", i["framework"], i["key"])
@@ -717,8 +805,20 @@ fn a_distributed_job_s_straggler_is_found_and_its_collectives_line_up() {
     std::thread::sleep(Duration::from_secs(8));
     let hist = history(&c, &out);
     let inputs: Vec<PathBuf> = traced.iter().map(|t| t.trace.clone()).collect();
-    let run = merge(&inputs, &out, "job", &["--history", hist.to_str().unwrap()]);
+    let perfetto = out.join("job.perfetto.json");
+    let run = merge(
+        &inputs,
+        &out,
+        "job",
+        &[
+            "--history",
+            hist.to_str().unwrap(),
+            "--perfetto",
+            perfetto.to_str().unwrap(),
+        ],
+    );
     let (code, aligned) = collectives(std::slice::from_ref(&run), &["--strict"]);
+    check_perfetto_flows(&perfetto, &aligned);
     let (raw_code, raw) = collectives(&inputs, &["--no-align", "--strict"]);
     // Per-host inputs with the history give the same analysis as the merged run.
     let (_, in_memory) = collectives(&inputs, &["--history", hist.to_str().unwrap()]);

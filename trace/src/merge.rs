@@ -27,6 +27,7 @@ use super::device::{
 };
 use super::fields::{self, map_entry, xline, xplane, xstat, xstat_metadata};
 use super::kineto::{self, KinetoTrace};
+use super::perfetto::PerfettoHost;
 use super::plan::file_err;
 pub use super::plan::{
     ABSOLUTE_THRESHOLD_NS, DeviceError, DevicePlaneReport, HostPlacement, MergeError, OffsetSource,
@@ -740,7 +741,7 @@ pub fn merge(
         &placements,
         edits,
         &mut devices,
-        &tmp_dir,
+        (&tmp_dir, origin),
         opts,
         progress,
     )
@@ -805,7 +806,7 @@ fn write_outputs(
     placements: &[HostPlacement],
     edits: Vec<Vec<Edit>>,
     devices: &mut [HostDevices<'_>],
-    tmp_dir: &Path,
+    (tmp_dir, origin): (&Path, i64),
     opts: &MergeOptions,
     progress: &mut (dyn FnMut(u64) + Send),
 ) -> Result<(u64, u64), MergeError> {
@@ -831,14 +832,17 @@ fn write_outputs(
         bytes_out += o;
     }
     if let Some(json) = &opts.perfetto {
-        let outputs: Vec<(String, PathBuf)> = placements
+        let outputs: Vec<PerfettoHost> = placements
             .iter()
-            .map(|p| (p.host.clone(), tmp_dir.join(&p.output)))
+            .map(|p| PerfettoHost {
+                host: p.host.clone(),
+                path: tmp_dir.join(&p.output),
+                offset_ns: p.offset_ns,
+                drift_ppb: p.mean_drift_ppb(),
+                bound_ns: p.worst_bound_ns(),
+            })
             .collect();
-        super::perfetto::write_chrome_json(&outputs, json).map_err(|e| match e {
-            MergeError::File(f) => MergeError::File(f),
-            other => other,
-        })?;
+        super::perfetto::write_chrome_json(&outputs, origin, json)?;
     }
     Ok((bytes_in, bytes_out))
 }

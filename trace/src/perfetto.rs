@@ -1,20 +1,46 @@
 //! Merged Chrome/Perfetto JSON from already-merged `.xplane.pb` files: one
-//! process per host+plane (pid = 1000 × (host index + 1) + plane index), one
-//! thread per line, `X` events with µs timestamps relative to the global
-//! origin. Streams events; keeps one plane's event names in memory.
+//! process per host+plane (pid = 1000 × (host index + 1) + plane index, so
+//! a machine's planes sort together), labelled with the host's offset,
+//! drift and bound; one thread per line, `X` events with µs timestamps
+//! relative to the global origin; and flow arrows (`s`/`t`/`f`) linking
+//! each collective instance across ranks, from the first rank to enter to
+//! the last one, which every other rank waited for. Streams events and
+//! keeps one plane's event names in memory; the flows read each host's
+//! collectives ([`crate::collectives::xplane`]) one host at a time.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use super::collectives::analyse::RankCall;
+use super::collectives::{Analysis, AnalysisOptions, Track, analyse};
 use super::fields::{map_entry, xevent, xevent_metadata, xline, xplane, xspace};
 use super::plan::MergeError;
 use super::wire::{LEN, VARINT, WireReader};
 use super::{FileError, TraceError};
 
-/// Writes `json` atomically (temp + rename) from `(host, merged file)` pairs.
-pub fn write_chrome_json(inputs: &[(String, PathBuf)], json: &Path) -> Result<(), MergeError> {
+/// One host of the merged JSON: its merged xplane file and its map at the
+/// session start, for the process labels.
+#[derive(Clone, Debug)]
+pub struct PerfettoHost {
+    pub host: String,
+    pub path: PathBuf,
+    /// global − local at the session start.
+    pub offset_ns: i64,
+    pub drift_ppb: f64,
+    /// The worst bound its events were placed with; `None`: unknown.
+    pub bound_ns: Option<u64>,
+}
+
+/// Writes `json` atomically (temp + rename) from the hosts' merged files,
+/// whose timelines start at `origin_ns` (the merged `profile_start_time`).
+pub fn write_chrome_json(
+    inputs: &[PerfettoHost],
+    origin_ns: i64,
+    json: &Path,
+) -> Result<(), MergeError> {
+    let flows = collective_flows(inputs, origin_ns)?;
     let tmp = json.with_extension(format!("tmp-{}", std::process::id()));
     let out_err = |error| MergeError::Output {
         path: json.display().to_string(),
@@ -26,17 +52,20 @@ pub fn write_chrome_json(inputs: &[(String, PathBuf)], json: &Path) -> Result<()
         w.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")
             .map_err(out_err)?;
         let mut first = true;
-        for (host_idx, (host, path)) in inputs.iter().enumerate() {
+        for (host_idx, host) in inputs.iter().enumerate() {
             let ferr = |error| {
                 MergeError::File(FileError {
-                    path: path.display().to_string(),
+                    path: host.path.display().to_string(),
                     error,
                 })
             };
-            write_host(&mut w, host_idx, host, path, &mut first).map_err(|e| match e {
+            write_host(&mut w, host_idx, host, &mut first).map_err(|e| match e {
                 Failure::Trace(t) => ferr(t),
                 Failure::Out(o) => out_err(o),
             })?;
+        }
+        for flow in &flows {
+            write_flow(&mut w, flow, &mut first).map_err(out_err)?;
         }
         w.write_all(b"\n]}\n").map_err(out_err)?;
         w.flush().map_err(out_err)
@@ -86,16 +115,31 @@ fn ps_to_us(ps: i128) -> String {
     format!("{sign}{}.{:06}", a / 1_000_000, a % 1_000_000)
 }
 
+/// The chrome process of plane `plane` of host `host`.
+fn pid_of(host: usize, plane: u32) -> u64 {
+    1000 * (host as u64 + 1) + u64::from(plane)
+}
+
+/// What the host's processes are labelled with: how it was placed.
+fn host_label(h: &PerfettoHost) -> String {
+    let bound = h
+        .bound_ns
+        .map_or_else(|| "unknown".to_string(), |b| format!("± {b} ns"));
+    format!(
+        "{}: offset {} ns, drift {:+.1} ppb, bound {bound} (clockmesh)",
+        h.host, h.offset_ns, h.drift_ppb
+    )
+}
+
 fn write_host(
     w: &mut impl Write,
     host_idx: usize,
-    host: &str,
-    path: &Path,
+    host: &PerfettoHost,
     first: &mut bool,
 ) -> Result<(), Failure> {
-    let mut r = WireReader::new(File::open(path).map_err(TraceError::io)?)?;
+    let mut r = WireReader::new(File::open(&host.path).map_err(TraceError::io)?)?;
     let end = r.file_len();
-    let mut plane_idx = 0;
+    let mut plane_idx: u32 = 0;
     while r.pos() < end {
         let (field, wire) = r.read_key()?;
         if (field, wire) != (xspace::PLANES, LEN) {
@@ -103,7 +147,7 @@ fn write_host(
             continue;
         }
         let n = r.read_len(end)?;
-        let pid = 1000 * (host_idx as u64 + 1) + plane_idx;
+        let pid = pid_of(host_idx, plane_idx);
         plane_idx += 1;
         write_plane(w, &mut r, n, pid, host, first)?;
     }
@@ -121,7 +165,7 @@ fn write_plane(
     r: &mut WireReader,
     n: u64,
     pid: u64,
-    host: &str,
+    host: &PerfettoHost,
     first: &mut bool,
 ) -> Result<(), Failure> {
     let (start, end) = (r.pos(), r.pos() + n);
@@ -154,8 +198,9 @@ fn write_plane(
     sep(w, first)?;
     write!(
         w,
-        "{{\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_name\",\"args\":{{\"name\":{}}}}},\n{{\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_sort_index\",\"args\":{{\"sort_index\":{pid}}}}}",
-        json_str(&format!("{host} {name}"))
+        "{{\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_name\",\"args\":{{\"name\":{}}}}},\n{{\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_sort_index\",\"args\":{{\"sort_index\":{pid}}}}},\n{{\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_labels\",\"args\":{{\"labels\":{}}}}}",
+        json_str(&format!("{} {name}", host.host)),
+        json_str(&host_label(host))
     )?;
     for (ls, lk) in lines {
         r.seek_to(ls)?;
@@ -289,9 +334,210 @@ fn write_events(
     Ok(())
 }
 
+/// One point of an instance's flow, on a rank's call.
+#[derive(Clone, Debug, PartialEq)]
+struct FlowPoint {
+    /// The instance's flow id (its index in the analysis, from 1).
+    id: usize,
+    /// Chrome's flow phase: `s` (first), `t` (on the way), `f` (last).
+    phase: char,
+    pid: u64,
+    tid: i64,
+    /// The middle of the call, ps after the origin: inside its slice,
+    /// which the point binds to.
+    ts_ps: i128,
+    name: String,
+    /// On the first point: what the instance was (`None` elsewhere).
+    args: Option<serde_json::Value>,
+}
+
+/// The flows of every XLA collective instance the hosts' merged traces
+/// share (as `trace collectives` matches them).
+fn collective_flows(hosts: &[PerfettoHost], origin_ns: i64) -> Result<Vec<FlowPoint>, MergeError> {
+    let mut participants = Vec::new();
+    let mut calls = Vec::new();
+    for (index, h) in hosts.iter().enumerate() {
+        let rank = crate::collectives::xplane::read(&h.path, true).map_err(|error| {
+            MergeError::File(FileError {
+                path: h.path.display().to_string(),
+                error,
+            })
+        })?;
+        participants.push(rank.participant);
+        calls.extend(rank.calls.into_iter().map(|mut c| {
+            c.participant = index;
+            c
+        }));
+    }
+    if calls.is_empty() {
+        return Ok(Vec::new());
+    }
+    let options = AnalysisOptions {
+        aligned: true,
+        top_preceding: 0,
+    };
+    Ok(flow_points(
+        &analyse(&participants, calls, &options),
+        origin_ns,
+    ))
+}
+
+/// One flow per instance whose calls all have a place and a length: the
+/// ranks in arrival order, so every arrow points at a later arrival and
+/// the chain ends on the last arriver, which the others waited for.
+fn flow_points(a: &Analysis, origin_ns: i64) -> Vec<FlowPoint> {
+    let mut out = Vec::new();
+    for (index, inst) in a.instances.iter().enumerate() {
+        let placed: Option<Vec<(Track, &RankCall)>> = inst
+            .ranks
+            .iter()
+            .map(|r| r.track.filter(|_| r.exit_ns > r.enter_ns).map(|t| (t, r)))
+            .collect();
+        let Some(placed) = placed.filter(|p| p.len() >= 2) else {
+            continue;
+        };
+        let last = placed.len() - 1;
+        for (k, (track, r)) in placed.into_iter().enumerate() {
+            let middle = r.enter_ns + (r.exit_ns - r.enter_ns) / 2;
+            out.push(FlowPoint {
+                id: index + 1,
+                phase: match k {
+                    0 => 's',
+                    k if k == last => 'f',
+                    _ => 't',
+                },
+                pid: pid_of(r.participant, track.plane),
+                tid: track.line,
+                ts_ps: i128::from(middle - origin_ns) * 1000,
+                name: inst.key.name.clone(),
+                args: (k == 0).then(|| {
+                    serde_json::json!({
+                        "instance": format!("{}/{}#{}", inst.key.group, inst.key.name, inst.key.ordinal),
+                        "last_arriver": a.participants.get(inst.last).map(|p| p.host.as_str()),
+                        "late_by_ns": inst.late_by_ns,
+                        "combined_bound_ns": inst.combined_bound_ns,
+                        "significant": inst.significant,
+                    })
+                }),
+            });
+        }
+    }
+    out
+}
+
+fn write_flow(w: &mut impl Write, f: &FlowPoint, first: &mut bool) -> std::io::Result<()> {
+    sep(w, first)?;
+    write!(
+        w,
+        "{{\"ph\":\"{}\",\"id\":{},\"cat\":\"collective\",\"name\":{},\"pid\":{},\"tid\":{},\"ts\":{}",
+        f.phase,
+        f.id,
+        json_str(&f.name),
+        f.pid,
+        f.tid,
+        ps_to_us(f.ts_ps)
+    )?;
+    if f.phase == 'f' {
+        // Bound to the enclosing slice (the last arriver's call), not the next one.
+        w.write_all(b",\"bp\":\"e\"")?;
+    }
+    if let Some(args) = &f.args {
+        write!(w, ",\"args\":{args}")?;
+    }
+    w.write_all(b"}")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ps_to_us;
+    use super::*;
+    use crate::collectives::{
+        CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Participant,
+    };
+
+    fn participant(host: &str) -> Participant {
+        Participant {
+            host: host.into(),
+            rank: None,
+            framework: Framework::Xla,
+            trace: format!("{host}.xplane.pb"),
+            bound_ns: Some(100),
+        }
+    }
+
+    /// Host `p`'s call of `psum.3` (run 7) on plane 2, line 5 + p.
+    fn call(p: usize, enter_ns: i64, exit_ns: i64, located: bool) -> CollectiveCall {
+        CollectiveCall {
+            participant: p,
+            kind: CollectiveKind::AllReduce,
+            key: InstanceKey {
+                group: "jit_step#1".into(),
+                name: "psum.3".into(),
+                ordinal: 7,
+            },
+            matched_by: MatchedBy::RunId,
+            op: "psum.3".into(),
+            enter_ns,
+            exit_ns,
+            step: None,
+            group_size: None,
+            preceding: None,
+            track: located.then_some(Track {
+                plane: 2,
+                line: 5 + p as i64,
+            }),
+        }
+    }
+
+    #[test]
+    fn an_instance_flows_in_arrival_order_to_its_last_arriver_inside_each_call() {
+        let hosts = [participant("a"), participant("b"), participant("c")];
+        let origin = 1_000_000;
+        // c arrives first, a last (500 µs late); all leave together.
+        let calls = vec![
+            call(0, origin + 600_000, origin + 700_000, true),
+            call(1, origin + 100_000, origin + 700_000, true),
+            call(2, origin + 50_000, origin + 700_000, true),
+        ];
+        let a = analyse(&hosts, calls, &AnalysisOptions::default());
+        let flows = flow_points(&a, origin);
+        let got: Vec<(char, u64, i64, i128)> = flows
+            .iter()
+            .map(|f| (f.phase, f.pid, f.tid, f.ts_ps))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ('s', 3002, 7, 375_000_000),
+                ('t', 2002, 6, 400_000_000),
+                ('f', 1002, 5, 650_000_000),
+            ]
+        );
+        assert!(flows.iter().all(|f| f.id == 1 && f.name == "psum.3"));
+        let args = flows[0].args.as_ref().unwrap();
+        assert_eq!(args["last_arriver"], "a");
+        assert_eq!(args["late_by_ns"], 500_000);
+        let mut out = Vec::new();
+        let mut first = true;
+        for f in &flows {
+            write_flow(&mut out, f, &mut first).unwrap();
+        }
+        let doc: serde_json::Value =
+            serde_json::from_str(&format!("[{}]", String::from_utf8(out).unwrap())).unwrap();
+        assert_eq!(
+            doc[2]["bp"], "e",
+            "the end binds to the last arriver's call"
+        );
+        assert_eq!(doc[1]["ts"].as_f64(), Some(400.0));
+    }
+
+    #[test]
+    fn an_instance_with_an_unlocated_call_gets_no_flow() {
+        let hosts = [participant("a"), participant("b")];
+        let calls = vec![call(0, 10, 20, true), call(1, 12, 20, false)];
+        let a = analyse(&hosts, calls, &AnalysisOptions::default());
+        assert_eq!(a.instances.len(), 1);
+        assert!(flow_points(&a, 0).is_empty());
+    }
 
     #[test]
     fn ps_to_us_is_exact() {

@@ -403,6 +403,20 @@ fn perfetto_json_has_one_process_per_host_plane_and_aligned_times() {
             "b Task Environment"
         ]
     );
+    let labels: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "process_labels")
+        .map(|e| e["args"]["labels"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels.len(),
+        6,
+        "every process says how its host was placed"
+    );
+    assert!(
+        labels[3].starts_with("b: offset 500000 ns, drift +0.0 ppb, bound "),
+        "{labels:?}"
+    );
     let first_ts = |pid: u64| {
         events
             .iter()

@@ -98,7 +98,10 @@ struct MergeArgs {
     #[arg(long, conflicts_with = "device_clocks")]
     ignore_device_clocks: bool,
     /// Also write the xprof hosts as one Chrome/Perfetto JSON trace to this
-    /// file (refused if it exists, unless --force).
+    /// file (refused if it exists, unless --force): each host's processes
+    /// labelled with its offset, drift and bound, and a flow arrow chain
+    /// per collective instance, in arrival order, ending on the last
+    /// arriver.
     #[arg(long, value_name = "FILE")]
     perfetto: Option<PathBuf>,
     /// Also write what the merge did per host (source, offset, drift, worst

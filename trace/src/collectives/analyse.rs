@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::model::{
-    CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Participant,
+    CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Participant, Track,
 };
 
 /// How to analyse.
@@ -172,6 +172,9 @@ pub struct RankCall {
     pub bound_ns: Option<u64>,
     /// last enter − own enter.
     pub wait_ns: u64,
+    /// Its plane and line in an xplane trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub track: Option<Track>,
 }
 
 /// What a rank did right before entering.
@@ -533,6 +536,7 @@ fn instance(
             exit_ns: c.exit_ns,
             bound_ns: bound(c.participant),
             wait_ns: gap(last.enter_ns, c.enter_ns),
+            track: c.track,
         })
         .collect();
     let min_exit = calls.iter().map(|c| c.exit_ns).min().unwrap_or(0);
@@ -847,6 +851,7 @@ mod tests {
             step: None,
             group_size: None,
             preceding: None,
+            track: None,
         }
     }
 

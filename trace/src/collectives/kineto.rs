@@ -352,6 +352,7 @@ fn calls(
                 step: step_at(&steps, issue.start_ns),
                 group_size,
                 preceding,
+                track: None,
             }
         })
         .collect()

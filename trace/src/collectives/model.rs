@@ -105,6 +105,15 @@ pub struct Preceding {
     pub end_ns: i64,
 }
 
+/// Where a call sits in an xplane file: the plane's index among the
+/// file's planes and the line's id (the process and thread of the Chrome
+/// JSON that `trace merge --perfetto` writes), for pointing at it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Track {
+    pub plane: u32,
+    pub line: i64,
+}
+
 /// One rank's call of one collective.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CollectiveCall {
@@ -125,4 +134,7 @@ pub struct CollectiveCall {
     pub group_size: Option<u32>,
     /// What the rank did right before entering.
     pub preceding: Option<Preceding>,
+    /// Its plane and line in an xplane trace (none for Kineto).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub track: Option<Track>,
 }

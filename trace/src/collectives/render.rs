@@ -584,6 +584,7 @@ mod tests {
                     step: Some(o / 2),
                     group_size: Some(3),
                     preceding: None,
+                    track: None,
                 });
             }
         }

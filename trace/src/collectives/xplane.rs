@@ -19,7 +19,9 @@ use clockmesh_proto::prost::Message;
 use clockmesh_proto::xplane::{XPlane, XSpace, x_event, x_stat};
 
 use super::classify::classify;
-use super::model::{CollectiveCall, Framework, InstanceKey, MatchedBy, Participant, Preceding};
+use super::model::{
+    CollectiveCall, Framework, InstanceKey, MatchedBy, Participant, Preceding, Track,
+};
 use super::{RankTrace, Timed, preceding_before, step_at};
 use crate::TraceError;
 use crate::scan::ALIGNMENT_BOUND_STAT;
@@ -60,17 +62,16 @@ pub fn parse(bytes: &[u8], path: &Path, aligned: bool) -> Result<RankTrace, Trac
         bound_ns,
     };
     let steps = host.map(|p| steps(p, start_ns)).unwrap_or_default();
-    let device: Vec<&XPlane> = space
-        .planes
-        .iter()
-        .filter(|p| p.name.starts_with("/device:"))
-        .collect();
     let mut calls = Vec::new();
-    for p in &device {
-        calls.extend(plane_calls(p, start_ns, &steps));
+    for (index, p) in space.planes.iter().enumerate() {
+        if p.name.starts_with("/device:") {
+            calls.extend(plane_calls(p, index, start_ns, &steps));
+        }
     }
-    if let (true, Some(p)) = (calls.is_empty(), host) {
-        calls = plane_calls(p, start_ns, &steps);
+    if calls.is_empty()
+        && let Some(index) = space.planes.iter().position(|p| p.name == HOST_PLANE)
+    {
+        calls = plane_calls(&space.planes[index], index, start_ns, &steps);
     }
     number_occurrences(&mut calls);
     Ok(RankTrace { participant, calls })
@@ -167,7 +168,13 @@ fn is_marker(name: &str, start: i64, end: i64) -> bool {
     name.starts_with("end: ") || name.starts_with("ThreadpoolListener::") || end <= start
 }
 
-fn plane_calls(p: &XPlane, start_ns: i64, steps: &[Timed<u64>]) -> Vec<CollectiveCall> {
+/// The collective calls of plane `p`, the `index`-th of its file.
+fn plane_calls(
+    p: &XPlane,
+    index: usize,
+    start_ns: i64,
+    steps: &[Timed<u64>],
+) -> Vec<CollectiveCall> {
     let mut calls = Vec::new();
     for line in &p.lines {
         let line_start = start_ns.saturating_add(line.timestamp_ns);
@@ -224,6 +231,10 @@ fn plane_calls(p: &XPlane, start_ns: i64, steps: &[Timed<u64>]) -> Vec<Collectiv
                     name: t.name.to_string(),
                     start_ns: t.start_ns,
                     end_ns: t.end_ns,
+                }),
+                track: Some(Track {
+                    plane: u32::try_from(index).unwrap_or(u32::MAX),
+                    line: line.id,
                 }),
             });
         }

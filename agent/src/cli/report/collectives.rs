@@ -595,6 +595,7 @@ mod tests {
                 start_ns: enter_ns - 5_000,
                 end_ns: enter_ns - 1_000,
             }),
+            track: None,
         }
     }
 
