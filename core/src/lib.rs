@@ -31,6 +31,7 @@ pub mod peers;
 pub mod report;
 pub mod settings;
 pub mod stamps;
+pub mod succession;
 pub mod timeline;
 pub mod window_clock;
 pub mod wire;

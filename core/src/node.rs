@@ -57,6 +57,7 @@ pub const SETTLE_NS: i64 = 150_000_000;
 /// and count in the next one (the fit history spans several windows).
 pub const REPORT_DELAY_NS: i64 = 1_000_000_000;
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
+use crate::succession::{LeaderChange, Succession};
 use crate::timeline::{Carry, HandOverLine};
 
 /// Bounds on per-packet state (a flood cannot grow memory past these).
@@ -198,6 +199,9 @@ pub struct Node {
     /// As leader: the timeline it continues (`Some(None)`: its own, nothing
     /// to carry); `None` until its first solve.
     timeline: Option<Option<Carry>>,
+    /// Static membership: who leads is decided here, from the leader's
+    /// results ([`Node::lead_by_succession`]); `None`: the engine elects.
+    succession: Option<Succession>,
 }
 
 impl Node {
@@ -225,6 +229,7 @@ impl Node {
             pending_reports: BTreeMap::new(),
             own_result: None,
             timeline: None,
+            succession: None,
             me: cfg.me,
             settings: cfg.settings,
             key: cfg.key,
@@ -267,6 +272,24 @@ impl Node {
         self.member_index = members.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
         self.members = members;
         Ok(vec![self.targets()])
+    }
+
+    /// Static membership, where no engine elects: the lowest-id member
+    /// leads while its results arrive, the next one when it falls silent
+    /// ([`crate::succession`]). The driver then does not call
+    /// [`Node::handle_leader`].
+    pub fn lead_by_succession(&mut self) {
+        self.succession = Some(Succession::new(self.me.id, self.settings.window_ns()));
+    }
+
+    /// After a restart: this node's last published result (read back from
+    /// its offsets file), which it carries if it leads before publishing
+    /// again, so a returning leader continues the timeline instead of
+    /// starting one of its own. Ignored if it is not this node's.
+    pub fn resume_from(&mut self, last: pb::NodeOffset) {
+        if last.node_id == self.me.id && self.own_result.is_none() {
+            self.own_result = Some(last);
+        }
     }
 
     /// The elected leader (the reference and solver), by name.
@@ -349,7 +372,7 @@ impl Node {
             }
             Message::Warmup { .. } => self.count("warmups_received"),
             Message::EdgeFit { header, payload } => self.on_edge_fit(header, &payload),
-            Message::Result { header, payload } => self.on_result(header, &payload),
+            Message::Result { header, payload } => self.on_result(header, &payload, now_ns),
         }
         Vec::new()
     }
@@ -357,6 +380,7 @@ impl Node {
     /// Timers: settles stamps (follow-ups, RX reports), handshakes, and the
     /// window phases due at `now_ns`.
     pub fn handle_tick(&mut self, now_ns: i64) -> Vec<Action> {
+        self.follow_succession(now_ns);
         let reports: Vec<_> = self
             .collector
             .settle(now_ns)
@@ -980,18 +1004,68 @@ impl Node {
     }
 
     /// Our result from the leader.
-    fn on_result(&mut self, header: ProbeHeader, payload: &[u8]) {
+    fn on_result(&mut self, header: ProbeHeader, payload: &[u8], now_ns: i64) {
         let Ok(r) = pb::NodeOffset::decode(payload) else {
             self.drop_msg("malformed");
             return;
         };
-        let from_leader = self.reference() == Some(header.sender);
-        if !from_leader || r.node_id != self.me.id || r.reference_id != header.sender {
+        // Its own result, solved against the sender's clock: the sender leads.
+        if r.node_id != self.me.id || r.reference_id != header.sender {
             self.drop_msg("bad_record");
+            return;
+        }
+        if !self.is_leader_heard(header.sender, now_ns) {
+            self.drop_msg("not_from_leader");
             return;
         }
         self.count("results_received");
         self.relay.result = Some(r);
+    }
+
+    // ---- static succession ----
+
+    fn member_ids(&self) -> Vec<NodeId> {
+        self.members.iter().map(|m| m.id).collect()
+    }
+
+    /// Whether `sender`, whose result arrived, leads (under succession, a
+    /// result is what shows a leader alive, or back).
+    fn is_leader_heard(&mut self, sender: NodeId, now_ns: i64) -> bool {
+        let ids = self.member_ids();
+        let Some(s) = self.succession.as_mut() else {
+            return self.reference() == Some(sender);
+        };
+        let (leads, change) = s.heard_result(sender, &ids, now_ns);
+        self.note_leader_change(change);
+        if leads {
+            self.set_leader_id(Some(sender));
+        }
+        leads
+    }
+
+    /// Under succession: passes over a leader silent for too long.
+    fn follow_succession(&mut self, now_ns: i64) {
+        let ids = self.member_ids();
+        let Some(s) = self.succession.as_mut() else {
+            return;
+        };
+        let change = s.tick(&ids, now_ns);
+        let leader = s.leader(&ids);
+        self.note_leader_change(change);
+        self.set_leader_id(leader);
+    }
+
+    fn note_leader_change(&mut self, change: LeaderChange) {
+        match change {
+            LeaderChange::Kept => {}
+            LeaderChange::FailedOver { .. } => self.count("leader_failovers"),
+            LeaderChange::Returned { .. } => self.count("leader_returns"),
+        }
+    }
+
+    fn set_leader_id(&mut self, id: Option<NodeId>) {
+        let name = id.and_then(|id| self.member(id)).map(|m| m.name.clone());
+        self.handle_leader(name);
     }
 
     /// A protobuf record (edge fit or result) to member `to`.
@@ -1181,6 +1255,78 @@ mod tests {
         let settled = datagrams(&a.handle_tick(T0 + SETTLE_NS + 1));
         let waited = datagrams(&a.handle_tick(T0 + SETTLE_NS + 1 + REPORT_DELAY_NS));
         [settled, waited].concat()
+    }
+
+    /// Node 3 of members 1, 2, 3 under static succession.
+    fn successor() -> Node {
+        let mut n = Node::new(NodeConfig {
+            me: member(3),
+            settings: Settings::default(),
+            key: None,
+            exchange: Exchange::Relay,
+            nonce_base: 1,
+        });
+        n.handle_members(vec![member(1), member(2), member(3)], T0)
+            .unwrap();
+        n.lead_by_succession();
+        n
+    }
+
+    /// `from`'s result for node 3, solved against `from`'s clock.
+    fn result_from(n: &mut Node, from: u32, window: u64, now_ns: i64) {
+        let r = pb::NodeOffset {
+            node: "n3".into(),
+            node_id: 3,
+            reference_id: from,
+            reference_node: format!("n{from}"),
+            window,
+            anchor_ns: now_ns,
+            valid_until_ns: (now_ns + 12_000_000_000) as u64,
+            ..Default::default()
+        };
+        let msg = Message::Result {
+            header: control_header(KIND_RESULT, from, 3, window),
+            payload: r.encode_to_vec(),
+        };
+        n.handle_datagram(
+            &msg.encode(None),
+            Some(member(from).probe_addr()),
+            &[],
+            now_ns,
+        );
+    }
+
+    #[test]
+    fn under_succession_a_silent_leader_is_passed_over_and_its_return_taken_back() {
+        let w = Settings::default().window_ns();
+        let mut n = successor();
+        n.handle_tick(T0);
+        assert_eq!(n.leader(), Some("n1"), "the lowest id leads first");
+        result_from(&mut n, 2, 1, T0 + w);
+        assert_eq!(n.dropped()["not_from_leader"], 1, "2 does not lead yet");
+        result_from(&mut n, 1, 1, T0 + w);
+        assert_eq!(n.counters()["results_received"], 1);
+        // 1 falls silent: passed over after FAILOVER_WINDOWS windows.
+        let silent = crate::succession::FAILOVER_WINDOWS * w;
+        n.handle_tick(T0 + w + silent);
+        assert_eq!(n.leader(), Some("n1"), "not yet");
+        n.handle_tick(T0 + w + silent + 1);
+        assert_eq!(n.leader(), Some("n2"));
+        assert_eq!(n.counters()["leader_failovers"], 1);
+        result_from(&mut n, 2, 7, T0 + 7 * w);
+        assert_eq!(
+            n.counters()["results_received"],
+            2,
+            "the new leader's result is taken"
+        );
+        // 2 falls silent too: this node leads itself.
+        n.handle_tick(T0 + 7 * w + silent + 1);
+        assert_eq!((n.leader(), n.is_leader()), (Some("n3"), true));
+        // 1 is back: its result shows it leads again.
+        result_from(&mut n, 1, 20, T0 + 20 * w);
+        assert_eq!(n.leader(), Some("n1"));
+        assert_eq!(n.counters()["leader_returns"], 1);
+        assert_eq!(n.counters()["results_received"], 3);
     }
 
     #[test]

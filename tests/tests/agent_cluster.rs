@@ -24,7 +24,7 @@ use clockmesh::{
 use clockmesh_testbed::{
     cluster::{
         Backend, Checked, Cluster, ClusterConfig, METRICS_PORT, PROBE_PORT, agent_binary,
-        jsonl_records,
+        carried_offset_at, jsonl_records,
     },
     netns::Host,
     root_or_skip,
@@ -334,6 +334,131 @@ fn eight_nodes_converge_and_survive_kills_of_an_agent_and_the_leader() {
         "only {accurate} of {} node-windows within 50 µs: {checked:?}",
         checked.len()
     );
+}
+
+/// Static membership, the reference's agent killed for good: the next
+/// member leads within the failover time and continues the timeline; no
+/// other host's reader misses a sample meanwhile (holdover carries it);
+/// when the old reference comes back it leads again, continuing the
+/// timeline from its own last result (read back from its offsets file).
+#[test]
+fn static_reference_loss_fails_over_without_a_gap_and_the_return_keeps_the_timeline() {
+    if !root_or_skip("static_reference_loss_fails_over_without_a_gap") {
+        return;
+    }
+    let _one = serial();
+    let mut c = Cluster::start(ClusterConfig {
+        backend: Backend::Static,
+        // A 1 ms ceiling: this VM's bounds under load stay within it.
+        extra_args: vec!["--holdover-max-bound-ns".into(), "1000000".into()],
+        // Clocks milliseconds apart and drifting: a timeline re-based on
+        // another clock would show.
+        skews: vec![(0, 0.0), (5_000_000, 20_000.0), (-3_000_000, -10_000.0)],
+        ..config(3)
+    })
+    .unwrap();
+    wait_converged(&mut c, 2);
+    let readers: Vec<OffsetsReader> = [1, 2]
+        .iter()
+        .map(|&i| OffsetsReader::open(c.node_dir(i).join("offsets")).unwrap())
+        .collect();
+    let killed_at = std::time::Instant::now();
+    c.stop_agent(0, Signal::SIGKILL).unwrap();
+    // Sample both readers every 20 ms until n1 leads and n2 has results
+    // under it; every sample must answer.
+    let (mut samples, mut unanswered) = (0, Vec::new());
+    let deadline = killed_at + Duration::from_secs(60);
+    let under_n1 = |c: &Cluster| {
+        c.node_lines(2)
+            .iter()
+            .filter(|l| l.reference.as_deref() == Some("n1"))
+            .count()
+    };
+    while under_n1(&c) < 2 && std::time::Instant::now() < deadline {
+        for (k, r) in readers.iter().enumerate() {
+            let n = r.now().unwrap();
+            samples += 1;
+            if !matches!(n.status, ClockStatus::Synchronised | ClockStatus::Holdover) {
+                unanswered.push((k + 1, n.status));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let failover_s = killed_at.elapsed().as_secs_f64();
+    eprintln!(
+        "static failover: n1 leads, n2 has 2 results under it {failover_s:.1} s after the kill; {samples} reader samples, {} unanswered",
+        unanswered.len()
+    );
+    assert!(
+        unanswered.is_empty(),
+        "readers went unanswered: {unanswered:?}"
+    );
+    assert!(under_n1(&c) >= 2, "no results under n1 within 60 s");
+    assert_eq!(c.status(1).unwrap().leader.as_deref(), Some("n1"));
+    // The timeline continued: n1 carried its offset to n0's clock.
+    let (step, carried) = c.hand_over_step(1, 0).expect("n1 carried the timeline");
+    assert!(
+        step.abs() <= carried as f64,
+        "stepped {step} ns, carried bound {carried} ns"
+    );
+    let under: Vec<Checked> = c
+        .check_all()
+        .into_iter()
+        .filter(|x| x.reference == "n1")
+        .collect();
+    assert_within(&under, 1_000_000.0);
+
+    // n0 comes back: it leads again, carrying its last published result.
+    c.start_agent(0).unwrap();
+    c.wait_for(Duration::from_secs(60), "results under n0 again", |c| {
+        c.status(2).is_ok_and(|s| s.leader.as_deref() == Some("n0"))
+            && c.node_lines(2)
+                .iter()
+                .rev()
+                .take(2)
+                .all(|l| l.reference.as_deref() == Some("n0"))
+    })
+    .unwrap();
+    // n0 carried its own last result (offset 0 on the timeline it was the
+    // reference of); the step is what n1's carried timeline had drifted
+    // from it meanwhile. Without the carry it would be the injected skew
+    // between the two clocks (milliseconds).
+    let back = c
+        .hand_overs(0)
+        .into_iter()
+        .rev()
+        .find(|h| h.carried_offset_ns.is_some())
+        .expect("n0 carried its last result");
+    let local = back.carried_anchor_ns.unwrap() + WINDOW_S as i64 * 1_000_000_000;
+    let t = local - c.skews[0].at(local);
+    let step = timeline_of(&c, 0, t) - timeline_of(&c, 1, t);
+    let skew = (c.skews[0].at(t) - c.skews[1].at(t)) as f64;
+    eprintln!("n0 returned: the timeline stepped {step:.0} ns (the clocks differ by {skew:.0} ns)");
+    assert!(step.abs() <= 10_000.0, "stepped {step} ns at n0's return");
+    assert!(
+        skew.abs() > 1_000_000.0,
+        "the test needs clocks apart: {skew}"
+    );
+    let under: Vec<Checked> = c
+        .check_all()
+        .into_iter()
+        .filter(|x| x.reference == "n0" && x.window > back.window)
+        .collect();
+    assert_within(&under, 1_000_000.0);
+    assert!(c.status(1).unwrap().counters["leader_returns"] >= 1);
+}
+
+/// The global timeline as agent `i` leads it (its clock plus what it last
+/// carried) at true time `t`, ns from true time.
+fn timeline_of(c: &Cluster, i: usize, t: i64) -> f64 {
+    let local = t + c.skews[i].at(t);
+    let carried = c
+        .hand_overs(i)
+        .into_iter()
+        .rev()
+        .find(|h| h.carried_offset_ns.is_some())
+        .map_or(0.0, |h| carried_offset_at(&h, local));
+    c.skews[i].at(t) as f64 + carried
 }
 
 /// The key the rogue test's agents share.

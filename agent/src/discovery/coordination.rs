@@ -27,6 +27,12 @@ pub trait Coordination {
             None => Exchange::Relay,
         }
     }
+    /// Whether the backend elects the leader (etcd, Kubernetes leases).
+    /// `false`: it only lists members, and the protocol core decides who
+    /// leads from the leader's results (`clockmesh_core::succession`).
+    fn elects_leader(&self) -> bool {
+        true
+    }
 }
 
 /// A shared store for the window's fits and results.
@@ -75,6 +81,11 @@ impl Coordination for StaticDiscovery {
     type Store = NoStore;
     fn store(&mut self) -> Option<&mut NoStore> {
         None
+    }
+    /// A fixed list elects nobody: the lowest-id member that is heard
+    /// leads (`docs/coordination.md`, "Static membership: failover").
+    fn elects_leader(&self) -> bool {
+        false
     }
 }
 

@@ -58,8 +58,11 @@ pub trait Discovery {
 }
 
 /// A member list fixed in configuration. Entries are `name=ip:port` (ids
-/// follow list order, from 1) or `name#id=ip:port`. The member with the
-/// lowest id leads; the list never changes at run time.
+/// follow list order, from 1) or `name#id=ip:port`. The list never changes
+/// at run time. It elects nobody: the protocol core lets the lowest-id
+/// member lead while its results arrive and fails over to the next one
+/// (`clockmesh_core::succession`); [`Discovery::leadership`] answers the
+/// lowest id, the preferred leader.
 pub struct StaticDiscovery {
     members: Vec<Member>,
     me: Option<String>,

@@ -205,13 +205,19 @@ impl<D: Discovery + Coordination> Agent<D> {
             Duration::from_millis(cfg.snapshot_period_ms.value),
         )
         .map_err(io_err("starting the GPU clock thread"))?;
-        let node = Node::new(NodeConfig {
+        let mut node = Node::new(NodeConfig {
             me,
             settings: settings(&cfg),
             key,
             exchange: discovery.exchange(),
             nonce_base: (start_ns / 1_000) as u64,
         });
+        if !discovery.elects_leader() {
+            node.lead_by_succession();
+        }
+        if let Some(last) = previous_result(&writer.current(), node.me()) {
+            node.resume_from(last);
+        }
         let mut agent = Agent {
             skew: cfg.inject_skew.as_ref().map(|s| s.value),
             phc: clocks::phc_index(&iface),
@@ -284,6 +290,9 @@ impl<D: Discovery + Coordination> Agent<D> {
         }
         let actions = self.node.handle_tick(now);
         self.perform(actions).await;
+        if !self.discovery.elects_leader() {
+            self.note_succession();
+        }
         self.status_extra.last_tick_ns = realtime_now_ns();
     }
 
@@ -559,6 +568,10 @@ impl<D: Discovery + Coordination> Agent<D> {
             }
             Err(e) => self.discovery_error("membership refresh failed (keeping the last graph)", e),
         }
+        if !self.discovery.elects_leader() {
+            self.note_succession();
+            return Ok(());
+        }
         match self.discovery.leadership().await {
             Ok(l) => {
                 if l != self.leadership {
@@ -570,6 +583,18 @@ impl<D: Discovery + Coordination> Agent<D> {
             Err(e) => self.discovery_error("leadership query failed", e),
         }
         Ok(())
+    }
+
+    /// Under succession the core decides who leads: logged when it changes.
+    fn note_succession(&mut self) {
+        let l = Leadership {
+            leader: self.node.leader().map(str::to_string),
+            is_me: self.node.is_leader(),
+        };
+        if l != self.leadership {
+            info!(leader = ?l.leader, is_me = l.is_me, "leadership (static succession)");
+            self.leadership = l;
+        }
     }
 
     // ---- stamps ----
@@ -689,8 +714,8 @@ impl<D: Discovery + Coordination> Agent<D> {
         s.version = env!("CARGO_PKG_VERSION").into();
         s.started_at_ns = self.started_at_ns;
         s.ready = true;
-        s.leader = self.leadership.leader.clone();
-        s.is_leader = self.leadership.is_me;
+        s.leader = self.node.leader().map(str::to_string);
+        s.is_leader = self.node.is_leader();
         s.window = self.node.last_fitted_window();
         s.peers = self.peer_status();
         let ceiling = self.cfg.holdover_max_bound_ns.value;
@@ -777,6 +802,29 @@ impl<D: Discovery + Coordination> Agent<D> {
 /// Counters under owned names, as `/status` serves them.
 fn owned(counts: &BTreeMap<&'static str, u64>) -> BTreeMap<String, u64> {
     counts.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// The result a previous agent published in the offsets file (kept there
+/// in holdover), as the core's type; `None` without one, or flagged stale.
+fn previous_result(r: &Record, me: &clockmesh_core::node::Member) -> Option<pb::NodeOffset> {
+    if r.flags & flags::VALID == 0 || r.flags & flags::STALE != 0 {
+        return None;
+    }
+    Some(pb::NodeOffset {
+        node: me.name.clone(),
+        node_id: me.id,
+        anchor_ns: r.node.anchor_local_ns,
+        offset_ns: r.node.offset_ns,
+        drift_ppb: r.node.drift_ps_per_s as f64 / 1e3,
+        bound_ns: r.node.bound_ns,
+        bound_growth_ppb: r.node.bound_growth_ps_per_s as f64 / 1e3,
+        reference_id: u32::try_from(r.reference_id).unwrap_or(0),
+        reference_node: r.reference_id.to_string(),
+        window: r.window,
+        valid_until_ns: u64::try_from(r.valid_until_ns).unwrap_or(0),
+        anchor_kind: "holdover".into(),
+        ..Default::default()
+    })
 }
 
 /// Status view of a result, in the one convention: global − local, with
