@@ -115,6 +115,7 @@ impl EdgeHistory {
         let span_ns = time_span(&merged);
         let mut fit_cfg = cfg.fit.clone();
         fit_cfg.model_slack_ns += cfg.holdover_wander_ppb * 1e-9 * span_ns / 8.0;
+        // The class's tolerance, as `settings::estimator_config_for` sets it.
         let mut purity = cfg.purity.clone();
         purity.tolerance_ns = stamps.purity_tolerance_ns();
         (estimate_edge(&merged, &purity, &fit_cfg), stamps)

@@ -125,6 +125,16 @@ pub fn estimator_config(settings: &Settings) -> EstimatorConfig {
     }
 }
 
+/// The estimator configuration for edges whose stamps are all of `class`:
+/// [`estimator_config`] with the class's purity tolerance, the rule the
+/// agent applies to each edge's fit (`crate::history`). For callers that
+/// fit edges of one known class (the simulator's estimator mode).
+pub fn estimator_config_for(settings: &Settings, class: StampClass) -> EstimatorConfig {
+    let mut config = estimator_config(settings);
+    config.purity.tolerance_ns = class.purity_tolerance_ns();
+    config
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,8 +42,9 @@ pub fn run(s: &Scenario) -> Result<Report, SimError> {
     let mut rng = stream(2);
     let noise = Noise::new(s);
     let pairs = (s.pairs_per_second * window_ns / 1e9).round() as usize;
-    let spacing = s.estimator.purity.spacing_ns as f64;
-    let mut est = Estimator::new(s.estimator_config());
+    let config = s.estimator_config();
+    let spacing = config.purity.spacing_ns as f64;
+    let mut est = Estimator::new(config.clone());
     let mut all = Collector::default();
     for w in 0..s.windows {
         let start = w as f64 * window_ns;
@@ -64,7 +65,7 @@ pub fn run(s: &Scenario) -> Result<Report, SimError> {
                 &mut rng,
             );
             let t0 = Instant::now();
-            let outcome = estimate_edge(&probes, &s.estimator.purity, &s.estimator.fit);
+            let outcome = estimate_edge(&probes, &config.purity, &config.fit);
             wc.fit_ns.push(t0.elapsed().as_nanos() as f64);
             wc.record_edge(&outcome);
             measurements.extend(outcome.measurement());

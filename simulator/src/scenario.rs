@@ -1,5 +1,8 @@
 //! Scenario description (TOML) with defaults for every field.
-use clockmesh_core::{node::Exchange, settings::Settings};
+use clockmesh_core::{
+    node::Exchange,
+    settings::{Settings, StampClass, estimator_config_for},
+};
 use clockmesh_estimator::EstimatorConfig;
 use serde::{Deserialize, Serialize};
 
@@ -43,8 +46,12 @@ pub struct Scenario {
     pub link: LinkModel,
     pub queue: QueueModel,
     pub timestamps: TimestampModel,
-    /// Estimator configuration the simulated agent runs with.
-    pub estimator: EstimatorConfig,
+    /// Estimator mode: the estimator's configuration. Absent (the
+    /// default): the agent's, from `[agent]` and the stamps' class
+    /// (`timestamps.nic`), by the function the agent uses
+    /// (`clockmesh_core::settings::estimator_config_for`); a table here
+    /// overrides it whole, for studies of the estimator itself.
+    pub estimator: Option<EstimatorConfig>,
 }
 
 impl Default for Scenario {
@@ -67,7 +74,7 @@ impl Default for Scenario {
             link: LinkModel::default(),
             queue: QueueModel::default(),
             timestamps: TimestampModel::default(),
-            estimator: EstimatorConfig::default(),
+            estimator: None,
         }
     }
 }
@@ -187,6 +194,17 @@ pub struct TimestampModel {
     pub nic: bool,
 }
 
+impl TimestampModel {
+    /// The class of these stamps, as the agent would see them.
+    pub fn stamp_class(&self) -> StampClass {
+        if self.nic {
+            StampClass::Nic
+        } else {
+            StampClass::Software
+        }
+    }
+}
+
 impl Default for TimestampModel {
     fn default() -> Self {
         Self {
@@ -208,11 +226,14 @@ impl Scenario {
         Ok(s)
     }
 
-    /// The estimator's configuration: `estimator` with the scenario's
-    /// `reference` as the solve's reference, since the run scores every
-    /// node against that one.
+    /// The estimator's configuration: `estimator`, else the agent's for
+    /// these stamps, with the scenario's `reference` as the solve's
+    /// reference, since the run scores every node against that one.
     pub fn estimator_config(&self) -> EstimatorConfig {
-        let mut config = self.estimator.clone();
+        let mut config = self
+            .estimator
+            .clone()
+            .unwrap_or_else(|| estimator_config_for(&self.agent, self.timestamps.stamp_class()));
         config.net.reference = self.reference;
         config
     }
@@ -243,7 +264,7 @@ impl Scenario {
 
     pub fn validate(&self) -> Result<(), SimError> {
         let bad = |m: &str| Err(SimError::Invalid(m.to_string()));
-        let net_reference = self.estimator.net.reference;
+        let net_reference = self.estimator.as_ref().map_or(0, |e| e.net.reference);
         if net_reference != 0 && net_reference != self.reference {
             return bad("estimator.net.reference differs from reference: set only `reference`");
         }

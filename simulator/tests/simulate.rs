@@ -1,9 +1,15 @@
 //! The simulator end to end on small scenarios (debug build friendly).
 use clockmesh_sim::{Scenario, SimError, run};
 
+/// A small cluster with NIC stamps (unless `extra` sets `[timestamps]`).
 fn small(extra: &str) -> Scenario {
+    let nic = if extra.contains("[timestamps]") {
+        ""
+    } else {
+        "timestamps.nic = true\n"
+    };
     let text = format!(
-        "name = \"small\"\nnodes = 12\ndegree = 3\nwindows = 3\npairs_per_second = 100\n{extra}"
+        "name = \"small\"\nnodes = 12\ndegree = 3\nwindows = 3\npairs_per_second = 100\n{nic}{extra}"
     );
     Scenario::from_toml_str(&text).unwrap()
 }
@@ -34,7 +40,9 @@ fn a_reference_other_than_node_0_is_the_solved_timeline() {
     assert_eq!(o.coverage, 1.0, "{o:?}");
     assert!(o.abs_error_ns.p99 < 20.0, "p99 {}", o.abs_error_ns.p99);
     let mut conflicting = small("reference = 2");
-    conflicting.estimator.net.reference = 1;
+    let mut other = clockmesh_estimator::EstimatorConfig::default();
+    other.net.reference = 1;
+    conflicting.estimator = Some(other);
     assert!(matches!(
         run(&conflicting),
         Err(clockmesh_sim::SimError::Invalid(_))
@@ -78,12 +86,40 @@ fn asymmetry_shows_up_as_error_and_stays_inside_the_bound() {
 #[test]
 fn software_timestamps_are_worse_but_covered() {
     let nic = run(&small("")).unwrap();
+    // The agent's own settings for software stamps (no [estimator] table).
     let sw = run(&small(
-        "[timestamps]\ntx_early_mean_ns = 1000.0\nrx_late_mean_ns = 5000.0\nlate_tx_probability = 0.0\n[estimator.purity]\ntolerance_ns = 10000",
+        "[timestamps]\ntx_early_mean_ns = 1000.0\nrx_late_mean_ns = 5000.0\nlate_tx_probability = 0.0",
     ))
     .unwrap();
     assert!(sw.overall.abs_error_ns.p50 > 5.0 * nic.overall.abs_error_ns.p50);
     assert_eq!(sw.overall.coverage, 1.0);
+}
+
+#[test]
+fn estimator_mode_takes_the_agents_settings_for_the_stamps() {
+    // Software stamps with the agent's defaults: its 10 µs purity
+    // tolerance, not the estimator's NIC default (which once left most
+    // node-windows unsolved).
+    let sw = small("[timestamps]\ntx_early_mean_ns = 1000.0\nrx_late_mean_ns = 5000.0");
+    assert_eq!(
+        sw.estimator_config().purity.tolerance_ns,
+        clockmesh_core::settings::SOFTWARE_PURITY_NS
+    );
+    assert_eq!(
+        small("").estimator_config().purity.tolerance_ns,
+        clockmesh_core::settings::NIC_PURITY_NS
+    );
+    let r = run(&sw).unwrap();
+    let expected = 3 * 11;
+    assert!(
+        r.overall.node_windows * 100 >= expected * 99,
+        "solved {} of {expected} node-windows",
+        r.overall.node_windows
+    );
+    assert_eq!(r.overall.coverage, 1.0);
+    // An [estimator] table still overrides it whole.
+    let own = small("[estimator.purity]\ntolerance_ns = 123");
+    assert_eq!(own.estimator_config().purity.tolerance_ns, 123);
 }
 
 #[test]
