@@ -20,7 +20,6 @@
 use std::{
     collections::BTreeMap,
     net::{IpAddr, SocketAddr},
-    time::Instant,
 };
 
 use clockmesh_common::{PROBE_VERSION, ProbeHeader, kind};
@@ -105,6 +104,19 @@ pub struct NodeConfig {
     /// Start of the handshake nonces (the agent uses its start time in µs,
     /// so a restarted agent's old acks are not taken for new ones).
     pub nonce_base: u64,
+    /// Monotonic ns, read only to time the node's own work (fits, solves)
+    /// for its status: the core never reads a clock itself, so a
+    /// simulation is in full control of time ([`no_work_clock`] when the
+    /// cost does not matter).
+    pub work_clock: WorkClock,
+}
+
+/// A monotonic clock in ns, for the cost of the node's work.
+pub type WorkClock = fn() -> u64;
+
+/// A [`WorkClock`] that never moves: every fit and solve costs 0 µs.
+pub fn no_work_clock() -> u64 {
+    0
 }
 
 /// A peer this node sends coded pairs to.
@@ -202,6 +214,7 @@ pub struct Node {
     /// Static membership: who leads is decided here, from the leader's
     /// results ([`Node::lead_by_succession`]); `None`: the engine elects.
     succession: Option<Succession>,
+    work_clock: WorkClock,
 }
 
 impl Node {
@@ -230,6 +243,7 @@ impl Node {
             own_result: None,
             timeline: None,
             succession: None,
+            work_clock: cfg.work_clock,
             me: cfg.me,
             settings: cfg.settings,
             key: cfg.key,
@@ -372,7 +386,9 @@ impl Node {
             }
             Message::Warmup { .. } => self.count("warmups_received"),
             Message::EdgeFit { header, payload } => self.on_edge_fit(header, &payload),
-            Message::Result { header, payload } => self.on_result(header, &payload, now_ns),
+            Message::Result { header, payload } => {
+                return self.on_result(header, &payload, now_ns);
+            }
         }
         Vec::new()
     }
@@ -437,7 +453,7 @@ impl Node {
         // Anchor at the window's end (reference clock): the fits' epochs lie
         // there, so the result carries no extrapolation of its own.
         let epoch = self.windows.end_ns(k);
-        let started = Instant::now();
+        let started = (self.work_clock)();
         let Some(estimator) = self.estimator.as_mut() else {
             return Vec::new();
         };
@@ -448,7 +464,7 @@ impl Node {
                 return Vec::new();
             }
         };
-        self.timings.last_solve_us = started.elapsed().as_micros() as u64;
+        self.timings.last_solve_us = self.work_us_since(started);
         self.timings.solves += 1;
         let results: Vec<pb::NodeOffset> = solution
             .nodes
@@ -789,7 +805,7 @@ impl Node {
     }
 
     fn fit_window(&mut self, k: u64, now_ns: i64) -> Vec<Action> {
-        let started = Instant::now();
+        let started = (self.work_clock)();
         let me = self.me.clone();
         let mut fits = Vec::new();
         let mut actions = Vec::new();
@@ -817,7 +833,7 @@ impl Node {
         }
         // Directions of edges other nodes fit are not ours to keep.
         self.book.clear_complete();
-        self.timings.last_fit_us = started.elapsed().as_micros() as u64;
+        self.timings.last_fit_us = self.work_us_since(started);
         self.timings.windows += 1;
         actions.extend(self.share_fits(k, fits, now_ns));
         actions
@@ -959,7 +975,8 @@ impl Node {
         let mut actions = Vec::new();
         for r in results {
             if r.node_id == self.me.id {
-                self.relay.result = Some(r);
+                self.relay.result = Some(r.clone());
+                actions.extend(self.publish_if_new(r));
             } else {
                 actions.extend(self.send_record(KIND_RESULT, r.node_id, k, r.encode_to_vec()));
             }
@@ -1004,22 +1021,28 @@ impl Node {
     }
 
     /// Our result from the leader.
-    fn on_result(&mut self, header: ProbeHeader, payload: &[u8], now_ns: i64) {
+    /// Published at once: every second between the window's end and the
+    /// publication is a second more that readers extrapolate with the
+    /// drift (the fetch phase then finds it published already).
+    fn on_result(&mut self, header: ProbeHeader, payload: &[u8], now_ns: i64) -> Vec<Action> {
         let Ok(r) = pb::NodeOffset::decode(payload) else {
-            self.drop_msg("malformed");
-            return;
+            return self.drop_msg("malformed");
         };
         // Its own result, solved against the sender's clock: the sender leads.
         if r.node_id != self.me.id || r.reference_id != header.sender {
-            self.drop_msg("bad_record");
-            return;
+            return self.drop_msg("bad_record");
         }
         if !self.is_leader_heard(header.sender, now_ns) {
-            self.drop_msg("not_from_leader");
-            return;
+            return self.drop_msg("not_from_leader");
         }
         self.count("results_received");
-        self.relay.result = Some(r);
+        self.relay.result = Some(r.clone());
+        self.publish_if_new(r)
+    }
+
+    /// µs of work since `started` (a [`WorkClock`] reading).
+    fn work_us_since(&self, started: u64) -> u64 {
+        (self.work_clock)().saturating_sub(started) / 1_000
     }
 
     // ---- static succession ----
@@ -1200,6 +1223,7 @@ mod tests {
             key: None,
             exchange: Exchange::Relay,
             nonce_base: 1,
+            work_clock: no_work_clock,
         });
         n.handle_members(vec![member(1), member(2)], T0).unwrap();
         n
@@ -1265,6 +1289,7 @@ mod tests {
             key: None,
             exchange: Exchange::Relay,
             nonce_base: 1,
+            work_clock: no_work_clock,
         });
         n.handle_members(vec![member(1), member(2), member(3)], T0)
             .unwrap();
@@ -1272,8 +1297,9 @@ mod tests {
         n
     }
 
-    /// `from`'s result for node 3, solved against `from`'s clock.
-    fn result_from(n: &mut Node, from: u32, window: u64, now_ns: i64) {
+    /// `from`'s result for node 3, solved against `from`'s clock; what
+    /// node 3 does with it.
+    fn result_from(n: &mut Node, from: u32, window: u64, now_ns: i64) -> Vec<Action> {
         let r = pb::NodeOffset {
             node: "n3".into(),
             node_id: 3,
@@ -1293,7 +1319,17 @@ mod tests {
             Some(member(from).probe_addr()),
             &[],
             now_ns,
-        );
+        )
+    }
+
+    fn published_windows(actions: &[Action]) -> Vec<u64> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Publish(r) => Some(r.window),
+                _ => None,
+            })
+            .collect()
     }
 
     #[test]
@@ -1302,10 +1338,12 @@ mod tests {
         let mut n = successor();
         n.handle_tick(T0);
         assert_eq!(n.leader(), Some("n1"), "the lowest id leads first");
-        result_from(&mut n, 2, 1, T0 + w);
+        let refused = result_from(&mut n, 2, 1, T0 + w);
         assert_eq!(n.dropped()["not_from_leader"], 1, "2 does not lead yet");
-        result_from(&mut n, 1, 1, T0 + w);
+        assert!(published_windows(&refused).is_empty());
+        let taken = result_from(&mut n, 1, 1, T0 + w);
         assert_eq!(n.counters()["results_received"], 1);
+        assert_eq!(published_windows(&taken), [1], "published on arrival");
         // 1 falls silent: passed over after FAILOVER_WINDOWS windows.
         let silent = crate::succession::FAILOVER_WINDOWS * w;
         n.handle_tick(T0 + w + silent);

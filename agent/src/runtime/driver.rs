@@ -211,6 +211,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             key,
             exchange: discovery.exchange(),
             nonce_base: (start_ns / 1_000) as u64,
+            work_clock: monotonic_ns,
         });
         if !discovery.elects_leader() {
             node.lead_by_succession();
@@ -802,6 +803,14 @@ impl<D: Discovery + Coordination> Agent<D> {
 /// Counters under owned names, as `/status` serves them.
 fn owned(counts: &BTreeMap<&'static str, u64>) -> BTreeMap<String, u64> {
     counts.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// Monotonic ns since the first call: the core's work clock (it times
+/// its fits and solves with it and reads no clock itself).
+fn monotonic_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let elapsed = START.get_or_init(std::time::Instant::now).elapsed();
+    u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The result a previous agent published in the offsets file (kept there
