@@ -742,6 +742,10 @@ fn path(s: &str) -> Result<PathBuf, String> {
 
 impl AgentConfig {
     /// Validates `layers`; `hostname` fills `node_name` when unset.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one line per configuration key, until each key is defined in one place"
+    )]
     pub fn from_layers(layers: &Layers, hostname: &str) -> Result<Self, ConfigError> {
         let host_default = Sourced {
             value: hostname.to_owned(),

@@ -162,6 +162,17 @@ pub enum Action {
     HandOver(HandOverLine),
 }
 
+/// The timeline a leader publishes on.
+#[derive(Clone, Debug, PartialEq)]
+enum LeaderTimeline {
+    /// Not leading, or not solved yet since it took over.
+    Undecided,
+    /// Its own clock: nothing to carry (the first leader, or a carry too old).
+    Own,
+    /// The timeline so far, continued through its own last result.
+    Carried(Carry),
+}
+
 /// Errors that end a node.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -208,9 +219,8 @@ pub struct Node {
     pending_reports: BTreeMap<NodeId, Vec<(i64, BatchEntry)>>,
     /// This node's last published result (what it carries if it becomes leader).
     own_result: Option<pb::NodeOffset>,
-    /// As leader: the timeline it continues (`Some(None)`: its own, nothing
-    /// to carry); `None` until its first solve.
-    timeline: Option<Option<Carry>>,
+    /// As leader: the timeline it continues, decided at its first solve.
+    timeline: LeaderTimeline,
     /// Static membership: who leads is decided here, from the leader's
     /// results ([`Node::lead_by_succession`]); `None`: the engine elects.
     succession: Option<Succession>,
@@ -241,7 +251,7 @@ impl Node {
             batch_seq: cfg.nonce_base,
             pending_reports: BTreeMap::new(),
             own_result: None,
-            timeline: None,
+            timeline: LeaderTimeline::Undecided,
             succession: None,
             work_clock: cfg.work_clock,
             me: cfg.me,
@@ -309,7 +319,7 @@ impl Node {
     /// The elected leader (the reference and solver), by name.
     pub fn handle_leader(&mut self, leader: Option<String>) {
         if leader != self.leader {
-            self.timeline = None; // decided again at the first solve as leader
+            self.timeline = LeaderTimeline::Undecided; // decided at the first solve as leader
         }
         self.leader = leader;
     }
@@ -888,7 +898,7 @@ impl Node {
     /// At the first solve as leader: continue the timeline this node's own
     /// last result was on (see [`crate::timeline`]), and record the hand-over.
     fn take_timeline_over(&mut self, k: u64) -> Vec<Action> {
-        if self.timeline.is_some() {
+        if self.timeline != LeaderTimeline::Undecided {
             return Vec::new();
         }
         let now = self.windows.end_ns(k);
@@ -902,7 +912,7 @@ impl Node {
         } else {
             "timelines_started"
         });
-        self.timeline = Some(carry);
+        self.timeline = carry.map_or(LeaderTimeline::Own, LeaderTimeline::Carried);
         vec![Action::HandOver(line)]
     }
 
@@ -939,7 +949,7 @@ impl Node {
 
     /// A result solved against this node's clock, onto the timeline it continues.
     fn onto_timeline(&self, r: &mut pb::NodeOffset, epoch_ns: i64) {
-        if let Some(Some(carry)) = &self.timeline {
+        if let LeaderTimeline::Carried(carry) = &self.timeline {
             carry.apply(r, epoch_ns);
         }
     }

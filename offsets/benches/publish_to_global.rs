@@ -18,6 +18,10 @@ use clockmesh_offsets::{
 
 const CALLS: u64 = 20_000_000;
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the benchmark is one script of measurements printed in order"
+)]
 fn main() {
     let dir = std::env::temp_dir().join(format!("clockmesh-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

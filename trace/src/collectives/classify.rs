@@ -298,6 +298,10 @@ mod tests {
     use CollectiveKind::*;
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one table of names, one assertion each"
+    )]
     fn recognises_collectives_of_every_framework() {
         let cases: &[(&str, CollectiveKind)] = &[
             // XLA HLO ops and numbered instances.

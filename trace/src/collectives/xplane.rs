@@ -271,6 +271,10 @@ mod tests {
     }
 
     /// The shape JAX 0.10 writes on CPU (see the module doc).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the recorded JAX shape, written out event by event"
+    )]
     fn host(process: u64, bound: Option<u64>, psum_at_ps: i64) -> XSpace {
         let mut cpu = XPlane {
             name: HOST_PLANE.into(),

@@ -283,6 +283,10 @@ fn spread_chart(a: &Analysis) -> String {
 
 /// Wait caused per rank and per host, most first; the note says how often
 /// each was the significant last arriver (and last within error).
+#[expect(
+    clippy::too_many_lines,
+    reason = "two charts (per rank, per host) built side by side from one walk"
+)]
 fn straggler_charts(a: &Analysis) -> String {
     let mut s = String::from("<h3>Stragglers: wait caused</h3>\n");
     if a.stragglers.is_empty() {

@@ -106,6 +106,10 @@ fn start_load(cluster: &Cluster) -> Load {
     Load::start(flows)
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the demo is one script, step by step"
+)]
 pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
     anyhow::ensure!((2..=64).contains(&args.nodes), "--nodes must be 2 to 64");
     let backend = match args.backend.as_str() {
