@@ -32,6 +32,7 @@ pub mod report;
 pub mod settings;
 pub mod stamps;
 pub mod succession;
+pub mod tally;
 pub mod timeline;
 pub mod window_clock;
 pub mod wire;

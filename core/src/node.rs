@@ -39,7 +39,7 @@ use crate::{
     window_clock::{Phase, WindowClock},
     wire::{
         self, AuthKey, BatchEntry, Hello, KIND_EDGE_FIT, KIND_RESULT, KIND_RX_REPORT,
-        KIND_STAMP_BATCH, MAX_BATCH_ENTRIES, Message, ReplayWindow, Report, StampSource, WireError,
+        KIND_STAMP_BATCH, MAX_BATCH_ENTRIES, Message, ReplayWindow, Report, Sent, WireError,
         WireStamp,
     },
 };
@@ -57,6 +57,7 @@ pub const SETTLE_NS: i64 = 150_000_000;
 pub const REPORT_DELAY_NS: i64 = 1_000_000_000;
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
 use crate::succession::{LeaderChange, Succession};
+use crate::tally::{DropReason, StampTally};
 use crate::timeline::{Carry, HandOverLine};
 
 /// Bounds on per-packet state (a flood cannot grow memory past these).
@@ -130,13 +131,14 @@ pub struct Target {
 
 /// What the caller must do.
 #[derive(Clone, Debug, PartialEq)]
+#[must_use = "an action not performed is a message not sent or a result not published"]
 pub enum Action {
-    /// Send `datagram` to `to`; on success count it under `counter`
-    /// ([`Node::count`]).
+    /// Send `datagram` to `to`; on success count it under
+    /// `sent.counter_name()` ([`Node::count`]).
     Send {
         to: SocketAddr,
         datagram: Vec<u8>,
-        counter: &'static str,
+        sent: Sent,
     },
     /// Probe exactly these peers from now on.
     SetTargets(Vec<Target>),
@@ -213,6 +215,8 @@ pub struct Node {
     timings: Timings,
     counters: BTreeMap<&'static str, u64>,
     dropped: BTreeMap<&'static str, u64>,
+    /// Settled stamps by side and source (also counted by name for status).
+    stamps: StampTally,
     /// Last stamp batch's sequence number (replay protection).
     batch_seq: u64,
     /// Reports waiting to fill a batch, per peer, with the time each was queued.
@@ -248,6 +252,7 @@ impl Node {
             timings: Timings::default(),
             counters: BTreeMap::new(),
             dropped: BTreeMap::new(),
+            stamps: StampTally::default(),
             batch_seq: cfg.nonce_base,
             pending_reports: BTreeMap::new(),
             own_result: None,
@@ -265,6 +270,7 @@ impl Node {
 
     /// A new member list (sorted by name): rebuilds the probe graph and the
     /// peer set. Fails if this node is no longer among the members.
+    #[must_use = "the actions are what the node asks its driver to do"]
     pub fn handle_members(
         &mut self,
         members: Vec<Member>,
@@ -351,6 +357,7 @@ impl Node {
     }
 
     /// A datagram from `from`, with the receive stamps its socket gave.
+    #[must_use = "the actions are what the node asks its driver to do"]
     pub fn handle_datagram(
         &mut self,
         bytes: &[u8],
@@ -364,16 +371,16 @@ impl Node {
         };
         let h = *msg.header();
         if h.receiver != self.me.id {
-            return self.drop_msg("wrong_receiver");
+            return self.drop_msg(DropReason::WrongReceiver);
         }
         match self.member(h.sender) {
             Some(m) if Some(m.addr) == from.map(|a| a.ip()) => {}
-            Some(_) => return self.drop_msg("source_mismatch"),
-            None => return self.drop_msg("unknown_sender"),
+            Some(_) => return self.drop_msg(DropReason::SourceMismatch),
+            None => return self.drop_msg(DropReason::UnknownSender),
         }
         // Last, so messages from elsewhere cannot move a member's window.
         if self.key.is_some() && !self.replay.accept(&h) {
-            return self.drop_msg("replayed");
+            return self.drop_msg(DropReason::Replayed);
         }
         self.peers.heard(h.sender, now_ns);
         match msg {
@@ -405,6 +412,7 @@ impl Node {
 
     /// Timers: settles stamps (follow-ups, RX reports), handshakes, and the
     /// window phases due at `now_ns`.
+    #[must_use = "the actions are what the node asks its driver to do"]
     pub fn handle_tick(&mut self, now_ns: i64) -> Vec<Action> {
         self.follow_succession(now_ns);
         let reports: Vec<_> = self
@@ -420,7 +428,7 @@ impl Node {
                 header: control_header(kind::HELLO, self.me.id, h.id, h.nonce),
                 hello: self.my_hello(),
             };
-            actions.push(self.send(&hello, h.addr, "hellos_sent"));
+            actions.push(self.send(&hello, h.addr));
         }
         if self.peers.ready().count() != was_ready {
             actions.push(self.targets()); // a silent peer went back to the handshake
@@ -431,6 +439,7 @@ impl Node {
 
     /// The leader's solve of window `k` from the store's snapshots (every
     /// node's fits; those of older windows are left out).
+    #[must_use = "the actions are what the node asks its driver to do"]
     pub fn solve_snapshots<'a>(
         &mut self,
         k: u64,
@@ -491,12 +500,13 @@ impl Node {
     }
 
     /// This node's latest result as the store holds it.
+    #[must_use = "the actions are what the node asks its driver to do"]
     pub fn handle_result(&mut self, result: Option<pb::NodeOffset>) -> Vec<Action> {
         let Some(r) = result else {
             return Vec::new();
         };
         if r.node_id != self.me.id {
-            return self.drop_msg("bad_record");
+            return self.drop_msg(DropReason::BadRecord);
         }
         self.publish_if_new(r)
     }
@@ -570,6 +580,11 @@ impl Node {
         &self.counters
     }
 
+    /// Settled stamps by side and source: what the driver decides on.
+    pub fn stamp_tally(&self) -> &StampTally {
+        &self.stamps
+    }
+
     pub fn dropped(&self) -> &BTreeMap<&'static str, u64> {
         &self.dropped
     }
@@ -613,16 +628,16 @@ impl Node {
         }
     }
 
-    fn send(&self, msg: &Message, to: SocketAddr, counter: &'static str) -> Action {
+    fn send(&self, msg: &Message, to: SocketAddr) -> Action {
         Action::Send {
             to,
             datagram: msg.encode(self.key.as_ref()),
-            counter,
+            sent: Sent::of(msg),
         }
     }
 
-    fn drop_msg(&mut self, reason: &'static str) -> Vec<Action> {
-        *self.dropped.entry(reason).or_default() += 1;
+    fn drop_msg(&mut self, reason: DropReason) -> Vec<Action> {
+        *self.dropped.entry(reason.as_str()).or_default() += 1;
         Vec::new()
     }
 
@@ -635,7 +650,7 @@ impl Node {
             header: control_header(kind::HELLO_ACK, self.me.id, header.sender, header.seq),
             hello: self.my_hello(),
         };
-        vec![self.send(&ack, addr, "hello_acks_sent")]
+        vec![self.send(&ack, addr)]
     }
 
     fn on_hello_ack(&mut self, header: ProbeHeader, hello: Hello, now_ns: i64) -> Vec<Action> {
@@ -672,7 +687,8 @@ impl Node {
         let PairKey { from, to, seq } = s.key;
         let me = self.me.id;
         for st in s.stamps {
-            self.count(stamp_counter(s.side, st.source));
+            self.stamps.add(s.side, st.source);
+            self.count(StampTally::counter_name(s.side, st.source));
         }
         let (peer, report) = match s.side {
             Side::Tx => {
@@ -717,7 +733,7 @@ impl Node {
                     .push((now_ns, entry));
             } else {
                 let msg = self.single_report(peer, entry);
-                actions.push(self.send(&msg, addr, "report_datagrams_sent"));
+                actions.push(self.send(&msg, addr));
             }
         }
         let peers: Vec<NodeId> = self.pending_reports.keys().copied().collect();
@@ -759,7 +775,7 @@ impl Node {
                 header,
                 entries: chunk.to_vec(),
             };
-            actions.push(self.send(&msg, addr, "stamp_batches_sent"));
+            actions.push(self.send(&msg, addr));
         }
         actions
     }
@@ -1018,12 +1034,12 @@ impl Node {
     /// A member's edge fit, for the solve (we are, or were, the leader).
     fn on_edge_fit(&mut self, header: ProbeHeader, payload: &[u8]) {
         let Ok(fit) = pb::EdgeFit::decode(payload) else {
-            self.drop_msg("malformed");
+            self.drop_msg(DropReason::Malformed);
             return;
         };
         // A node reports only its own out-edges, between members.
         if fit.from_id != header.sender || self.member(fit.to_id).is_none() {
-            self.drop_msg("bad_record");
+            self.drop_msg(DropReason::BadRecord);
             return;
         }
         self.count("edge_fits_received");
@@ -1036,14 +1052,14 @@ impl Node {
     /// drift (the fetch phase then finds it published already).
     fn on_result(&mut self, header: ProbeHeader, payload: &[u8], now_ns: i64) -> Vec<Action> {
         let Ok(r) = pb::NodeOffset::decode(payload) else {
-            return self.drop_msg("malformed");
+            return self.drop_msg(DropReason::Malformed);
         };
         // Its own result, solved against the sender's clock: the sender leads.
         if r.node_id != self.me.id || r.reference_id != header.sender {
-            return self.drop_msg("bad_record");
+            return self.drop_msg(DropReason::BadRecord);
         }
         if !self.is_leader_heard(header.sender, now_ns) {
-            return self.drop_msg("not_from_leader");
+            return self.drop_msg(DropReason::NotFromLeader);
         }
         self.count("results_received");
         self.relay.result = Some(r.clone());
@@ -1105,12 +1121,12 @@ impl Node {
     fn send_record(&self, kind: u8, to: NodeId, seq: u64, payload: Vec<u8>) -> Option<Action> {
         let addr = self.member(to).map(Member::probe_addr)?;
         let header = control_header(kind, self.me.id, to, seq);
-        let (msg, counter) = if kind == KIND_EDGE_FIT {
-            (Message::EdgeFit { header, payload }, "edge_fits_sent")
+        let msg = if kind == KIND_EDGE_FIT {
+            Message::EdgeFit { header, payload }
         } else {
-            (Message::Result { header, payload }, "results_sent")
+            Message::Result { header, payload }
         };
-        Some(self.send(&msg, addr, counter))
+        Some(self.send(&msg, addr))
     }
 }
 
@@ -1186,32 +1202,18 @@ fn control_header(k: u8, sender: NodeId, receiver: NodeId, seq: u64) -> ProbeHea
 }
 
 /// Which stamp each settled packet got, by side and source (status, metrics).
-fn stamp_counter(side: Side, source: StampSource) -> &'static str {
-    match (side, source) {
-        (Side::Tx, StampSource::Hardware) => "tx_stamps_hardware",
-        (Side::Tx, StampSource::Kernel) => "tx_stamps_kernel",
-        (Side::Tx, StampSource::Tracepoint) => "tx_stamps_tracepoint",
-        (Side::Tx, StampSource::Tc) => "tx_stamps_tc",
-        (Side::Tx, StampSource::Missing) => "tx_stamps_missing",
-        (Side::Rx, StampSource::Hardware) => "rx_stamps_hardware",
-        (Side::Rx, StampSource::Kernel) => "rx_stamps_kernel",
-        (Side::Rx, StampSource::Tracepoint) => "rx_stamps_tracepoint",
-        (Side::Rx, StampSource::Tc) => "rx_stamps_tc",
-        (Side::Rx, StampSource::Missing) => "rx_stamps_missing",
-    }
-}
-
-fn wire_drop_reason(e: &WireError) -> &'static str {
+fn wire_drop_reason(e: &WireError) -> DropReason {
     match e {
-        WireError::Unauthenticated => "unauthenticated",
-        WireError::BadTag => "bad_tag",
-        _ => "malformed",
+        WireError::Unauthenticated => DropReason::Unauthenticated,
+        WireError::BadTag => DropReason::BadTag,
+        _ => DropReason::Malformed,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::StampSource;
     use std::net::{IpAddr, Ipv4Addr};
 
     const T0: i64 = 1_700_000_000_000_000_000;
@@ -1265,7 +1267,7 @@ mod tests {
             },
         };
         let from = Some(member(2).probe_addr());
-        a.handle_datagram(&ack.encode(None), from, &[], T0);
+        let _ = a.handle_datagram(&ack.encode(None), from, &[], T0);
         a
     }
 
@@ -1346,7 +1348,7 @@ mod tests {
     fn under_succession_a_silent_leader_is_passed_over_and_its_return_taken_back() {
         let w = Settings::default().window_ns();
         let mut n = successor();
-        n.handle_tick(T0);
+        let _ = n.handle_tick(T0);
         assert_eq!(n.leader(), Some("n1"), "the lowest id leads first");
         let refused = result_from(&mut n, 2, 1, T0 + w);
         assert_eq!(n.dropped()["not_from_leader"], 1, "2 does not lead yet");
@@ -1356,9 +1358,9 @@ mod tests {
         assert_eq!(published_windows(&taken), [1], "published on arrival");
         // 1 falls silent: passed over after FAILOVER_WINDOWS windows.
         let silent = crate::succession::FAILOVER_WINDOWS * w;
-        n.handle_tick(T0 + w + silent);
+        let _ = n.handle_tick(T0 + w + silent);
         assert_eq!(n.leader(), Some("n1"), "not yet");
-        n.handle_tick(T0 + w + silent + 1);
+        let _ = n.handle_tick(T0 + w + silent + 1);
         assert_eq!(n.leader(), Some("n2"));
         assert_eq!(n.counters()["leader_failovers"], 1);
         result_from(&mut n, 2, 7, T0 + 7 * w);
@@ -1368,7 +1370,7 @@ mod tests {
             "the new leader's result is taken"
         );
         // 2 falls silent too: this node leads itself.
-        n.handle_tick(T0 + 7 * w + silent + 1);
+        let _ = n.handle_tick(T0 + 7 * w + silent + 1);
         assert_eq!((n.leader(), n.is_leader()), (Some("n3"), true));
         // 1 is back: its result shows it leads again.
         result_from(&mut n, 1, 20, T0 + 20 * w);
@@ -1458,7 +1460,7 @@ mod tests {
             ],
         };
         let from = Some(member(1).probe_addr());
-        b.handle_datagram(&batch.encode(None), from, &[], T0);
+        let _ = b.handle_datagram(&batch.encode(None), from, &[], T0);
         assert_eq!(b.counters()["stamp_batches_received"], 1);
         assert_eq!(b.counters()["follow_ups_received"], 1);
         assert_eq!(b.counters()["rx_reports_received"], 1);

@@ -136,6 +136,50 @@ pub enum Message {
     },
 }
 
+/// The kind of a message the node sends, derived from its body: what
+/// it is counted under once sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Sent {
+    Probe,
+    /// A single follow-up or RX report.
+    Report,
+    Hello,
+    HelloAck,
+    EdgeFit,
+    Result,
+    Warmup,
+    StampBatch,
+}
+
+impl Sent {
+    pub fn of(msg: &Message) -> Self {
+        match msg {
+            Message::Probe { .. } => Self::Probe,
+            Message::FollowUp { .. } | Message::RxReport { .. } => Self::Report,
+            Message::Hello { .. } => Self::Hello,
+            Message::HelloAck { .. } => Self::HelloAck,
+            Message::EdgeFit { .. } => Self::EdgeFit,
+            Message::Result { .. } => Self::Result,
+            Message::Warmup { .. } => Self::Warmup,
+            Message::StampBatch { .. } => Self::StampBatch,
+        }
+    }
+
+    /// The counter `/status` and `/metrics` show for it.
+    pub fn counter_name(self) -> &'static str {
+        match self {
+            Self::Probe => "probes_sent",
+            Self::Report => "report_datagrams_sent",
+            Self::Hello => "hellos_sent",
+            Self::HelloAck => "hello_acks_sent",
+            Self::EdgeFit => "edge_fits_sent",
+            Self::Result => "results_sent",
+            Self::Warmup => "warmups_sent",
+            Self::StampBatch => "stamp_batches_sent",
+        }
+    }
+}
+
 /// What a stamp-batch entry reports about pair `seq`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

@@ -516,12 +516,8 @@ impl<'a> Sim<'a> {
 
     fn perform_one(&mut self, i: usize, action: Action) -> Vec<Action> {
         match action {
-            Action::Send {
-                to,
-                datagram,
-                counter,
-            } => {
-                self.hosts[i].node.count(counter);
+            Action::Send { to, datagram, sent } => {
+                self.hosts[i].node.count(sent.counter_name());
                 self.transmit(i, to, datagram, self.now, false);
             }
             Action::SetTargets(targets) => self.set_targets(i, targets),

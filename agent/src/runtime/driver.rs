@@ -14,6 +14,7 @@ use clockmesh_common::{ProbeEvent, kind};
 use clockmesh_core::{
     node::{Action, Node, NodeConfig, TICK_NS},
     settings::Settings,
+    tally::StampTally,
 };
 use clockmesh_proto::clockmesh as pb;
 use serde::Serialize;
@@ -302,7 +303,7 @@ impl<D: Discovery + Coordination> Agent<D> {
     fn attach_tracepoints_if_needed(&mut self) {
         if self.cfg.tracepoint_stamps.value != TracepointStamps::Auto
             || self.capture.tracepoints_attached()
-            || !socket_stamps_missing(self.node.counters())
+            || !socket_stamps_missing(self.node.stamp_tally())
         {
             return;
         }
@@ -327,7 +328,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         }
         let undecided = self.cfg.tracepoint_stamps.value == TracepointStamps::Auto
             && !self.capture.tracepoints_attached()
-            && !socket_stamps_present(self.node.counters());
+            && !socket_stamps_present(self.node.stamp_tally());
         if undecided {
             return;
         }
@@ -402,11 +403,7 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     async fn perform_one(&mut self, action: Action) -> Vec<Action> {
         match action {
-            Action::Send {
-                to,
-                datagram,
-                counter,
-            } => self.send(&datagram, to, counter),
+            Action::Send { to, datagram, sent } => self.send(&datagram, to, sent.counter_name()),
             Action::SetTargets(targets) => self.sender.set_targets(targets),
             Action::History(line) => self.write_line(&line),
             Action::HandOver(line) => {
@@ -860,28 +857,12 @@ fn node_status(r: &pb::NodeOffset, holdover_max_bound_ns: u64) -> NodeOffsetStat
     }
 }
 
-/// Pairs settled on `side` ("tx" or "rx"): (with a socket stamp, kernel or
-/// NIC; in all).
-fn settled_stamps(counters: &BTreeMap<&'static str, u64>, side: &str) -> (u64, u64) {
-    let count = |source: &str| {
-        counters
-            .get(format!("{side}_stamps_{source}").as_str())
-            .copied()
-            .unwrap_or(0)
-    };
-    let socket = count("kernel") + count("hardware");
-    (
-        socket,
-        socket + count("tracepoint") + count("tc") + count("missing"),
-    )
-}
-
 /// Whether enough pairs settled on both sides with socket (kernel or NIC)
 /// stamps: the tp_btf fallback will not be needed.
-fn socket_stamps_present(counters: &BTreeMap<&'static str, u64>) -> bool {
-    ["tx", "rx"]
-        .iter()
-        .all(|side| settled_stamps(counters, side).0 >= STAMP_EVIDENCE_PAIRS)
+fn socket_stamps_present(stamps: &StampTally) -> bool {
+    [Side::Tx, Side::Rx]
+        .into_iter()
+        .all(|side| stamps.settled(side).0 >= STAMP_EVIDENCE_PAIRS)
 }
 
 /// Pairs sent and received before the stamps they settled with are judged.
@@ -889,9 +870,9 @@ const STAMP_EVIDENCE_PAIRS: u64 = 20;
 
 /// Whether enough pairs settled on one side without any socket (kernel or
 /// NIC) stamp: the driver does not stamp, and the eBPF tracepoints must.
-fn socket_stamps_missing(counters: &BTreeMap<&'static str, u64>) -> bool {
-    ["tx", "rx"].iter().any(|side| {
-        let (socket, all) = settled_stamps(counters, side);
+fn socket_stamps_missing(stamps: &StampTally) -> bool {
+    [Side::Tx, Side::Rx].into_iter().any(|side| {
+        let (socket, all) = stamps.settled(side);
         all >= STAMP_EVIDENCE_PAIRS && socket == 0
     })
 }
@@ -914,6 +895,7 @@ fn config_summary(cfg: &AgentConfig) -> BTreeMap<String, String> {
 mod tests {
     use super::*;
     use crate::config::Layers;
+    use clockmesh_core::wire::StampSource;
 
     /// The simulator runs `Settings::default()`; it must be what the agent ships.
     #[test]
@@ -925,33 +907,41 @@ mod tests {
         assert_eq!(settings(&cfg), Settings::default());
     }
 
+    /// A tally of `n` settled stamps per (side, source).
+    fn tally(entries: &[(Side, StampSource, u64)]) -> StampTally {
+        let mut t = StampTally::default();
+        for &(side, source, n) in entries {
+            for _ in 0..n {
+                t.add(side, source);
+            }
+        }
+        t
+    }
+
     #[test]
     fn tracepoints_are_needed_only_when_one_side_lacks_socket_stamps() {
-        let counters = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect();
-        let kernel = counters(&[("tx_stamps_kernel", 40), ("rx_stamps_kernel", 40)]);
+        use StampSource::*;
+        let kernel = tally(&[(Side::Tx, Kernel, 40), (Side::Rx, Kernel, 40)]);
         assert!(!socket_stamps_missing(&kernel));
-        let tx_from_tc = counters(&[("tx_stamps_tc", 40), ("rx_stamps_kernel", 40)]);
+        let tx_from_tc = tally(&[(Side::Tx, Tc, 40), (Side::Rx, Kernel, 40)]);
         assert!(socket_stamps_missing(&tx_from_tc));
-        let nic = counters(&[("tx_stamps_hardware", 40), ("rx_stamps_hardware", 40)]);
+        let nic = tally(&[(Side::Tx, Hardware, 40), (Side::Rx, Hardware, 40)]);
         assert!(!socket_stamps_missing(&nic));
-        let too_few = counters(&[("tx_stamps_tc", 3), ("rx_stamps_kernel", 3)]);
+        let too_few = tally(&[(Side::Tx, Tc, 3), (Side::Rx, Kernel, 3)]);
         assert!(!socket_stamps_missing(&too_few), "not enough evidence yet");
     }
 
     #[test]
     fn privileges_wait_for_socket_stamps_on_both_sides() {
-        let counters = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect();
-        assert!(socket_stamps_present(&counters(&[
-            ("tx_stamps_kernel", 20),
-            ("rx_stamps_hardware", 20)
+        use StampSource::*;
+        assert!(socket_stamps_present(&tally(&[
+            (Side::Tx, Kernel, 20),
+            (Side::Rx, Hardware, 20)
         ])));
-        assert!(!socket_stamps_present(&counters(&[(
-            "tx_stamps_kernel",
-            40
-        )])));
-        assert!(!socket_stamps_present(&counters(&[
-            ("tx_stamps_kernel", 19),
-            ("rx_stamps_kernel", 40)
+        assert!(!socket_stamps_present(&tally(&[(Side::Tx, Kernel, 40)])));
+        assert!(!socket_stamps_present(&tally(&[
+            (Side::Tx, Kernel, 19),
+            (Side::Rx, Kernel, 40)
         ])));
     }
 }
