@@ -25,6 +25,9 @@
 //! message when missing). Inputs are cached in
 //! $CARGO_TARGET_DIR/bench-traces.
 
+mod common;
+use common::{cpu_seconds, parse, peak_rss_kib, target_dir};
+
 use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -68,12 +71,6 @@ const PID: u64 = 2_912_345;
 const GLOO_TID: u64 = 2_912_371;
 /// Inputs' shape version: bump when the generator changes (cache key).
 const SHAPE: &str = "v1";
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
-}
 
 /// Deterministic pseudo-random numbers (SplitMix64).
 struct Rng(u64);
@@ -277,33 +274,6 @@ fn inputs(mb: u64, steps: u64) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Peak resident memory of this process (KiB), from /proc.
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// CPU seconds (user + system) of this process so far, from /proc.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces): utime is the
-    // 12th, stime the 13th, in clock ticks (100 per second on Linux).
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    f.iter().sum::<f64>() / 100.0
-}
-
 /// Child mode: read the job and analyse it in a fresh process, so its
 /// peak memory is its own.
 fn child(files: &[PathBuf]) {
@@ -340,13 +310,6 @@ fn child(files: &[PathBuf]) {
     println!("unmatched={}", a.summary.unmatched);
     println!("straggler_last={straggler_last}");
     println!("late_sum_ns={late_sum}");
-}
-
-fn parse(out: &str, key: &str) -> f64 {
-    out.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
 }
 
 /// The peer's python: CLOCKMESH_PYTHON, else the venv python/test.sh makes

@@ -14,6 +14,9 @@
 //! is skipped with a message when it is missing). Inputs are cached in
 //! $CARGO_TARGET_DIR/bench-traces.
 
+mod common;
+use common::{cpu_seconds, parse, peak_rss_kib, target_dir};
+
 use std::collections::HashMap;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -25,12 +28,6 @@ use clockmesh_trace::synth::{SynthSpec, write_synthetic};
 use clockmesh_trace::{MergeOptions, merge};
 
 const HOSTS: usize = 4;
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
-}
 
 fn spec(host: usize, mb: u64) -> SynthSpec {
     // ~18 bytes per event; 4 planes x 64 lines per host.
@@ -102,33 +99,6 @@ fn drift_history(mb: u64) -> Vec<HistoryEntry> {
     out
 }
 
-/// Peak resident memory of this process (KiB), from /proc.
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// CPU seconds (user + system) of this process so far, from /proc.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces): utime is the
-    // 12th, stime the 13th, in clock ticks (100 per second on Linux).
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    f.iter().sum::<f64>() / 100.0
-}
-
 /// Child mode: one merge in a fresh process, so its peak memory is its own.
 fn merge_child(out: &Path, mode: &str, mb: u64, files: &[PathBuf]) {
     let mut opts = MergeOptions {
@@ -146,13 +116,6 @@ fn merge_child(out: &Path, mode: &str, mb: u64, files: &[PathBuf]) {
     println!("cpu_seconds={:.2}", cpu_seconds());
     println!("bytes={}", report.bytes_in);
     println!("peak_rss_kib={}", peak_rss_kib());
-}
-
-fn parse(out: &str, key: &str) -> f64 {
-    out.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
 }
 
 fn main() {

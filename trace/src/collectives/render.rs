@@ -7,7 +7,7 @@
 
 use std::fmt::Write;
 
-use super::analyse::{Analysis, Instance, UnmatchedReason};
+use super::analyse::{Analysis, Instance, UnmatchedCounts, UnmatchedReason};
 use super::model::{CollectiveKind, Framework, InstanceKey};
 
 /// Rows shown of the straggler, host, step and unmatched tables.
@@ -172,26 +172,7 @@ fn header(out: &mut String, a: &Analysis) {
 fn summary(out: &mut String, a: &Analysis) {
     let s = &a.summary;
     let r = &s.unmatched_by_reason;
-    let reasons: Vec<String> = [
-        (
-            r.missing_ranks,
-            "missing ranks (usually the session's edges)",
-        ),
-        (r.duplicate_call, "duplicate call"),
-        (r.kind_disagrees, "kind disagrees"),
-        (r.group_size_disagrees, "group size disagrees"),
-        (r.more_ranks_than_group_size, "more ranks than group size"),
-        (r.single_rank, "single rank"),
-    ]
-    .iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, what)| format!("{n} {what}"))
-    .collect();
-    let reasons = if reasons.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", reasons.join(", "))
-    };
+    let reasons = unmatched_reasons(r);
     let _ = writeln!(out, "\nSummary");
     let d = &s.calls_dropped;
     let dropped = d.unknown_participant + d.exit_before_enter;
@@ -543,6 +524,31 @@ fn violations(out: &mut String, a: &Analysis, max: usize) {
         &[4, 5, 6],
     );
     more(out, rows.len(), worst.len(), "violations");
+}
+
+/// ` (3 missing ranks (usually the session's edges), 1 duplicate call)`:
+/// why instances went unmatched, empty when none did.
+pub fn unmatched_reasons(r: &UnmatchedCounts) -> String {
+    let reasons: Vec<String> = [
+        (
+            r.missing_ranks,
+            "missing ranks (usually the session's edges)",
+        ),
+        (r.duplicate_call, "duplicate call"),
+        (r.kind_disagrees, "kind disagrees"),
+        (r.group_size_disagrees, "group size disagrees"),
+        (r.more_ranks_than_group_size, "more ranks than group size"),
+        (r.single_rank, "single rank"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    if reasons.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", reasons.join(", "))
+    }
 }
 
 #[cfg(test)]

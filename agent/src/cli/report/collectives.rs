@@ -101,23 +101,7 @@ fn lateness(i: &Instance) -> String {
 fn summary(name: &str, a: &Analysis) -> String {
     let s = &a.summary;
     let r = &s.unmatched_by_reason;
-    let reasons: Vec<String> = [
-        (r.missing_ranks, "missing ranks"),
-        (r.duplicate_call, "duplicate call"),
-        (r.kind_disagrees, "kind disagrees"),
-        (r.group_size_disagrees, "group size disagrees"),
-        (r.more_ranks_than_group_size, "more ranks than group size"),
-        (r.single_rank, "single rank"),
-    ]
-    .iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, what)| format!("{n} {what}"))
-    .collect();
-    let reasons = if reasons.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", reasons.join(", "))
-    };
+    let reasons = clockmesh::trace::collectives::render::unmatched_reasons(r);
     let (clocks, clocks_text) = if a.aligned {
         (
             "aligned",
