@@ -898,6 +898,58 @@ mod tests {
 
     use super::*;
 
+    /// A row of docs/configuration.md's key table: key, env names, file
+    /// aliases, default (`–` in the table: none).
+    type DocRow = (String, Vec<String>, Vec<String>, Option<String>);
+
+    fn doc_rows() -> Vec<DocRow> {
+        let text = include_str!("../../docs/configuration.md");
+        let names = |cell: &str| -> Vec<String> {
+            cell.split(',')
+                .map(|c| c.trim().trim_matches('`').to_string())
+                .filter(|c| !c.is_empty() && c != "–")
+                .collect()
+        };
+        text.lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let default = cells[4].trim_matches('`');
+                (
+                    cells[1].trim_matches('`').to_string(),
+                    names(cells[2]),
+                    names(cells[3]),
+                    (default != "–").then(|| default.to_string()),
+                )
+            })
+            .collect()
+    }
+
+    /// docs/configuration.md lists every key as KEYS defines it: name,
+    /// environment variables, file aliases and default.
+    #[test]
+    fn the_configuration_docs_match_the_keys() {
+        let rows = doc_rows();
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for k in KEYS {
+            let row = rows.iter().find(|r| r.0 == k.name);
+            let want = (
+                k.name.to_string(),
+                strings(k.env),
+                strings(k.file_aliases),
+                k.default.map(str::to_string),
+            );
+            assert_eq!(row, Some(&want), "docs/configuration.md, key {}", k.name);
+        }
+        for r in &rows {
+            assert!(
+                KEYS.iter().any(|k| k.name == r.0),
+                "docs/configuration.md lists {}, which is no key",
+                r.0
+            );
+        }
+    }
+
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let m: HashMap<String, String> = pairs
             .iter()
