@@ -34,11 +34,9 @@ impl StampClass {
 
     /// Most windows an edge's fit may span with these stamps. NIC stamps
     /// are precise enough that one window's pairs pin the line; a longer
-    /// span only adds the clocks' frequency wander (measured in the
-    /// simulator at 1 ppb/√s, `agent-defaults-nic-128`: p99 10.7 ns over
-    /// 1 window, 13.6 over ≤ 2, 24.5 over ≤ 4, 57.7 over ≤ 8). Software
-    /// stamps need the long history (`agent-defaults-software-128`: p99
-    /// 249, 209, 144, 139 ns for the same limits).
+    /// span only adds the clocks' frequency wander. Software stamps need
+    /// the long history. The simulator's figures per limit, dated, are in
+    /// docs/estimator.md ("At the agent's shipped settings").
     pub fn max_history_windows(self) -> usize {
         match self {
             StampClass::Nic => 2,

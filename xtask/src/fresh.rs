@@ -38,9 +38,9 @@ use anyhow::{Context as _, bail};
 use super::{disk, require_root, root, run, setup::require_packages, target_dir};
 
 /// Free space the check needs on the target directory's filesystem: the
-/// root's packages, its build, the test venvs (torch's wheels bring 5 GiB of
-/// CUDA libraries) and pip's cache: 16.3 GiB measured at the peak (the
-/// `disk:` line, 2026-11-24), plus a margin.
+/// root's packages, its build, the test venvs (torch's wheels bring CUDA
+/// libraries) and pip's cache, at the peak its `disk:` line reports (the
+/// measured figure, dated, is in README.md), plus a margin.
 const NEEDS_GIB: f64 = 20.0;
 /// Where the repository is cloned inside the new root.
 const REPO_IN_ROOT: &str = "/work/clockmesh";
