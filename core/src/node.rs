@@ -1345,6 +1345,103 @@ mod tests {
     }
 
     #[test]
+    fn datagrams_from_outside_are_dropped_with_their_reason() {
+        let mut n = node(1);
+        let from_2 = Some(member(2).probe_addr());
+        let probe = |sender, receiver| {
+            Message::Probe {
+                header: ProbeHeader::probe(sender, receiver, 1, 0, 100_000),
+            }
+            .encode(None)
+        };
+        let cases: [(&[u8], Option<SocketAddr>, DropReason); 4] = [
+            (b"not a datagram", from_2, DropReason::Malformed),
+            (&probe(2, 3), from_2, DropReason::WrongReceiver),
+            (&probe(9, 1), from_2, DropReason::UnknownSender),
+            (
+                &probe(2, 1),
+                Some(SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::new(198, 18, 0, 99)),
+                    31_900,
+                )),
+                DropReason::SourceMismatch,
+            ),
+        ];
+        for (bytes, from, reason) in cases {
+            let actions = n.handle_datagram(bytes, from, &[], T0);
+            assert!(actions.is_empty(), "{reason:?}: {actions:?}");
+            assert_eq!(n.dropped().get(reason.as_str()), Some(&1), "{reason:?}");
+        }
+        assert_eq!(n.dropped().values().sum::<u64>(), 4);
+    }
+
+    #[test]
+    fn a_member_list_without_this_node_deregisters_it() {
+        let mut n = node(1);
+        let err = n
+            .handle_members(vec![member(2), member(3)], T0)
+            .unwrap_err();
+        assert!(
+            matches!(err, NodeError::Deregistered(ref name) if name == "n1"),
+            "{err}"
+        );
+        assert!(n.handle_members(vec![member(1), member(3)], T0).is_ok());
+    }
+
+    /// Node 2's hand-over line when it becomes leader, ticking through
+    /// two windows from `T0`.
+    fn hand_over_of(n: &mut Node) -> Option<HandOverLine> {
+        n.handle_leader(Some("n2".into()));
+        let w = Settings::default().window_ns();
+        (0..=2 * w / 100_000_000)
+            .flat_map(|i| n.handle_tick(T0 + i * 100_000_000))
+            .find_map(|a| match a {
+                Action::HandOver(line) => Some(line),
+                _ => None,
+            })
+    }
+
+    #[test]
+    fn a_new_leader_carries_its_last_result_and_a_fresh_one_starts_a_timeline() {
+        let mut fresh = node(2);
+        let line = hand_over_of(&mut fresh).expect("a hand-over at the first solve");
+        assert_eq!(
+            (line.reference.as_str(), line.carried_offset_ns),
+            ("n2", None)
+        );
+        assert_eq!(fresh.counters()["timelines_started"], 1);
+
+        let mut resumed = node(2);
+        resumed.resume_from(pb::NodeOffset {
+            node: "n2".into(),
+            node_id: 2,
+            reference_id: 1,
+            reference_node: "n1".into(),
+            anchor_ns: T0,
+            offset_ns: -5_000_000,
+            drift_ppb: 20_000.0,
+            bound_ns: 300,
+            bound_growth_ppb: 10.0,
+            ..Default::default()
+        });
+        let line = hand_over_of(&mut resumed).expect("a hand-over at the first solve");
+        assert_eq!(line.previous_reference.as_deref(), Some("n1"));
+        assert_eq!(line.carried_offset_ns, Some(-5_000_000));
+        assert_eq!(line.carried_drift_ppb, Some(20_000.0));
+        // The bound grew at 10 ns/s from the anchor to the hand-over.
+        let bound = line.carried_bound_ns.unwrap();
+        assert!((300..=400).contains(&bound), "{bound}");
+        assert_eq!(resumed.counters()["timelines_continued"], 1);
+        // Another node's result is not carried.
+        let mut other = node(2);
+        other.resume_from(pb::NodeOffset {
+            node_id: 1,
+            ..Default::default()
+        });
+        assert_eq!(hand_over_of(&mut other).unwrap().carried_offset_ns, None);
+    }
+
+    #[test]
     fn under_succession_a_silent_leader_is_passed_over_and_its_return_taken_back() {
         let w = Settings::default().window_ns();
         let mut n = successor();
