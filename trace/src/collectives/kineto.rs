@@ -16,34 +16,52 @@
 //! op on each rank (gloo's spans carry no sequence number in PyTorch 2.15).
 //! Occurrence matching needs every rank's session to start at the same
 //! collective; the analysis reports instances whose ranks disagree.
+//!
+//! The file is streamed, never held whole: it is read in chunks (1 MiB),
+//! the top level object by hand and each element of `traceEvents` from
+//! the chunk, borrowing its strings: by hand when it has the plain shape
+//! Kineto writes, else (escapes, exponents, anything wrong) through serde,
+//! which also words the errors. Only the candidate calls of
+//! every tier, the `ProfilerStep#` spans and, per thread, what may come
+//! "before" a call are kept, so memory does not grow with the compute
+//! events. Times are kept as written (µs relative to `baseTimeNanoseconds`,
+//! which may come after the events) and placed at the end. What came
+//! before a call is found in the same pass when the thread's events come
+//! in time order (as Kineto writes them); a call that the pass could not
+//! answer exactly is answered by a second pass over the file.
 
-use std::borrow::Cow;
+mod event;
+mod json;
+mod lanes;
+mod pass;
+mod quick;
+#[cfg(test)]
+#[allow(dead_code)]
+mod reference;
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
+use std::fmt;
+use std::io::Read;
 use std::path::Path;
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde::de::IgnoredAny;
 
-use super::classify::{classify, classify_comms_arg};
 use super::model::{
     CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Participant, Preceding,
 };
-use super::{RankTrace, Timed, preceding_before, step_at};
+use super::{RankTrace, Timed, step_at};
 use crate::TraceError;
-use crate::kineto::us_to_ps;
+use event::{Args, Seq};
+use json::{Source, Top, event, one, walk};
+use lanes::{Before, Lane, Threads, Work};
+use pass::{Again, Pass};
 
-#[derive(Deserialize)]
-struct Doc<'a> {
-    #[serde(rename = "traceEvents", borrow)]
-    events: Vec<Event<'a>>,
-    #[serde(rename = "baseTimeNanoseconds")]
-    base_ns: Option<i64>,
-    #[serde(rename = "distributedInfo")]
-    distributed: Option<DistributedInfo>,
-    #[serde(rename = "clockmesh")]
-    clockmesh: Option<ClockmeshInfo>,
-    host_name: Option<String>,
-}
+/// How much of the file is read at a time (the buffer grows only for a
+/// single value larger than this).
+const CHUNK: usize = 1 << 20;
 
 #[derive(Deserialize)]
 struct DistributedInfo {
@@ -66,44 +84,25 @@ struct ClockmeshInfo {
     merged_source: Option<String>,
 }
 
-/// A thread or process id: Kineto writes numbers, and strings for its own
-/// rows ("Trace PyTorch Profiler").
-#[derive(Deserialize, Clone, PartialEq, Eq, Hash)]
-#[serde(untagged)]
-enum Id<'a> {
-    Num(i64),
-    Text(#[serde(borrow)] Cow<'a, str>),
-}
-
-#[derive(Deserialize)]
-struct Event<'a> {
-    #[serde(borrow)]
-    ph: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    cat: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    pid: Option<Id<'a>>,
-    #[serde(borrow)]
-    tid: Option<Id<'a>>,
-    ts: Option<f64>,
-    dur: Option<f64>,
-    #[serde(borrow)]
-    args: Option<Args<'a>>,
-}
-
-/// The collective metadata PyTorch writes into an event's args.
-#[derive(Deserialize, Default)]
-struct Args<'a> {
-    #[serde(rename = "Collective name", borrow)]
-    collective: Option<Cow<'a, str>>,
-    #[serde(rename = "Process Group Name", borrow)]
-    group: Option<Cow<'a, str>>,
-    #[serde(rename = "Seq")]
-    seq: Option<Value>,
-    #[serde(rename = "Group size")]
+/// [`Args`] of a kept event.
+#[derive(Default)]
+struct CallArgs {
+    collective: Option<String>,
+    group: Option<String>,
+    seq: Option<Seq>,
     group_size: Option<u32>,
+}
+
+impl CallArgs {
+    fn of(a: Option<Args>) -> Self {
+        a.map(|a| Self {
+            collective: a.collective.map(|t| t.0.into_owned()),
+            group: a.group.map(|t| t.0.into_owned()),
+            seq: a.seq,
+            group_size: a.group_size,
+        })
+        .unwrap_or_default()
+    }
 }
 
 /// The source tiers of module doc, best first.
@@ -125,113 +124,249 @@ fn tier(name: &str, cat: Option<&str>) -> Tier {
     }
 }
 
-/// One timed event, as the analysis needs it.
-struct Span<'a> {
-    name: Cow<'a, str>,
-    thread: usize,
-    start_ns: i64,
-    end_ns: i64,
-}
-
-/// A collective event found in the trace.
-struct Found<'a> {
-    span: usize,
+/// A collective event found in the trace (times: ns relative to the
+/// trace's base, as written).
+struct Found {
+    name: String,
     kind: CollectiveKind,
     tier: Tier,
-    args: Args<'a>,
+    thread: usize,
+    start: i128,
+    end: i128,
+    args: CallArgs,
+}
+
+/// A `ProfilerStep#N` span (relative ns).
+struct Step {
+    n: u64,
+    start: i128,
+    end: i128,
 }
 
 fn malformed(what: &'static str) -> TraceError {
     TraceError::Malformed { at: 0, what }
 }
 
+fn not_kineto(what: impl fmt::Display) -> TraceError {
+    TraceError::NotXPlane(format!("not a PyTorch (Kineto) JSON trace: {what}"))
+}
+
 /// Reads one rank's collective calls. `aligned`: the trace is a clockmesh
 /// merge's output and its stated bound applies (else raw host clock, no
 /// bound).
 pub fn read(path: &Path, aligned: bool) -> Result<RankTrace, TraceError> {
-    let bytes = std::fs::read(path).map_err(TraceError::io)?;
-    parse(&bytes, path, aligned)
+    let open = || std::fs::File::open(path).map_err(TraceError::io);
+    read_with(open, CHUNK, path, aligned)
 }
 
 /// [`read`] of a trace already in memory (`path` names it).
 pub fn parse(bytes: &[u8], path: &Path, aligned: bool) -> Result<RankTrace, TraceError> {
-    let doc: Doc = serde_json::from_slice(bytes)
-        .map_err(|e| TraceError::NotXPlane(format!("not a PyTorch (Kineto) JSON trace: {e}")))?;
-    let base_ns = doc.base_ns.unwrap_or(0);
-    let mut threads: HashMap<(Option<Id>, Option<Id>), usize> = HashMap::new();
-    let mut spans = Vec::new();
-    let mut found = Vec::new();
-    for ev in doc.events {
-        if ev.ph.as_deref() != Some("X") {
-            continue;
-        }
-        let (Some(name), Some(ts)) = (ev.name, ev.ts) else {
-            continue;
-        };
-        let start_ns = epoch_ns(base_ns, ts)?;
-        let end_ns = start_ns.saturating_add(epoch_ns(0, ev.dur.unwrap_or(0.0))?);
-        let next = threads.len();
-        let thread = *threads.entry((ev.pid, ev.tid)).or_insert(next);
-        if let Some(kind) = classify_event(&name, ev.args.as_ref()) {
-            found.push(Found {
-                span: spans.len(),
-                kind,
-                tier: tier(&name, ev.cat.as_deref()),
-                args: ev.args.unwrap_or_default(),
-            });
-        }
-        spans.push(Span {
-            name,
-            thread,
-            start_ns,
-            end_ns,
-        });
-    }
-    let participant = participant(
-        path,
-        &doc.clockmesh,
-        doc.host_name,
-        &doc.distributed,
-        aligned,
-    );
-    let calls = calls(&spans, found, doc.distributed.as_ref());
-    Ok(RankTrace { participant, calls })
+    // Read as a file is (the bytes are copied a chunk at a time).
+    read_with(|| Ok(bytes), CHUNK.min(bytes.len() + 1), path, aligned)
 }
 
 /// Whether a file looks like a clockmesh merge's output.
 pub fn is_merged(path: &Path) -> Result<bool, TraceError> {
-    let bytes = std::fs::read(path).map_err(TraceError::io)?;
-    #[derive(Deserialize)]
-    struct Top {
-        #[serde(rename = "clockmesh")]
-        clockmesh: Option<ClockmeshInfo>,
-    }
-    let top: Top = serde_json::from_slice(&bytes)
-        .map_err(|e| TraceError::NotXPlane(format!("not a PyTorch (Kineto) JSON trace: {e}")))?;
+    let file = std::fs::File::open(path).map_err(TraceError::io)?;
+    let mut src = Source::new(file, CHUNK);
+    let top = walk(&mut src, false, |b| {
+        one::<IgnoredAny>(b).map(|(_, n)| (Ok(()), n))
+    })?;
     Ok(top.clockmesh.is_some_and(|c| c.merged_source.is_some()))
 }
 
-fn classify_event(name: &str, args: Option<&Args>) -> Option<CollectiveKind> {
-    if name == "record_param_comms" {
-        // Wraps the dispatcher op; the backend's span or kernel is the call.
-        return None;
-    }
-    classify(name).or_else(|| {
-        // Kernels named by the backend only (RCCL builds) carry the
-        // collective's name in their args.
-        let a = args?;
-        a.collective
-            .as_deref()
-            .filter(|_| a.seq.is_some())
-            .and_then(classify_comms_arg)
-    })
+/// [`read`] from what `open` opens (once, or twice when a second pass is
+/// needed), `chunk` bytes at a time.
+fn read_with<R: Read>(
+    mut open: impl FnMut() -> Result<R, TraceError>,
+    chunk: usize,
+    path: &Path,
+    aligned: bool,
+) -> Result<RankTrace, TraceError> {
+    let (mut pass, top) = first_pass(open()?, chunk)?;
+    let participant = participant(
+        path,
+        &top.clockmesh,
+        top.host_name,
+        &top.distributed,
+        aligned,
+    );
+    let Some(calls) = issued_calls(&pass.found) else {
+        return Ok(RankTrace {
+            participant,
+            calls: Vec::new(),
+        });
+    };
+    let answers = answer(
+        &mut open,
+        chunk,
+        &mut pass.threads,
+        &pass.lanes,
+        pass.seen,
+        &calls,
+    )?;
+    let base = top.base_ns.unwrap_or(0);
+    let calls = place(calls, &answers, &pass.steps, base, top.distributed.as_ref());
+    Ok(RankTrace { participant, calls })
 }
 
-/// µs as written (relative to `base_ns`, or epoch µs) → epoch ns.
-fn epoch_ns(base_ns: i64, us: f64) -> Result<i64, TraceError> {
-    let ps = us_to_ps(us)?;
-    i64::try_from(i128::from(base_ns) + ps.div_euclid(1000))
-        .map_err(|_| malformed("an event time is out of range"))
+/// The first pass over the file: what it kept, and the trace's fields.
+fn first_pass<R: Read>(reader: R, chunk: usize) -> Result<(Pass, Top), TraceError> {
+    let mut pass = Pass::default();
+    let top = {
+        let mut src = Source::new(reader, chunk);
+        walk(&mut src, true, |b| event(b, |ev| pass.event(ev)))?
+    };
+    pass.lanes.iter_mut().for_each(Lane::finish);
+    let base = top.base_ns.unwrap_or(0);
+    if let Some((lo, hi)) = pass.range {
+        // Every event's time must be a time (checked here: the base may
+        // come after the events).
+        for t in [lo, hi] {
+            i64::try_from(i128::from(base) + t)
+                .map_err(|_| malformed("an event time is out of range"))?;
+        }
+    }
+    Ok((pass, top))
+}
+
+/// The calls (those of the best tier found; `None` when there are none),
+/// in time order, each with where it was issued: the dispatcher op of the
+/// same kind before a backend span (gloo's spans run on a worker thread;
+/// what the thread that called did before is the rank's "before"), else
+/// the call itself.
+fn issued_calls(found: &[Found]) -> Option<Vec<(&Found, &Found)>> {
+    let best = found.iter().map(|f| f.tier).min()?;
+    let dispatcher: Vec<&Found> = found
+        .iter()
+        .filter(|f| f.tier == Tier::Dispatcher)
+        .collect();
+    let mut calls: Vec<(&Found, &Found)> = found
+        .iter()
+        .filter(|f| f.tier == best)
+        .map(|f| {
+            let issue = (best == Tier::Backend)
+                .then(|| issuing_op(&dispatcher, f.kind, f.start))
+                .flatten()
+                .unwrap_or(f);
+            (f, issue)
+        })
+        .collect();
+    calls.sort_by_key(|(f, _)| f.start);
+    Some(calls)
+}
+
+/// What came before each call's issue: from the first pass (`first`, one
+/// lane a thread) where it could say, else from `second`.
+struct Answers<'p> {
+    first: &'p [Lane],
+    second: HashMap<usize, Lane>,
+}
+
+impl Answers<'_> {
+    /// The span that came before `issue` on its thread, if any.
+    fn before(&self, issue: &Found) -> Option<&Work> {
+        match self.first[issue.thread].before(issue.start) {
+            Before::Unknown => self
+                .second
+                .get(&issue.thread)
+                .and_then(|l| l.before(issue.start).span()),
+            answered => answered.span(),
+        }
+    }
+}
+
+/// Answers what came before each call's issue: the first pass's lanes
+/// (`first`, of `threads`, over `seen` events), and a second pass over
+/// what `open` opens for the issues they could not answer.
+fn answer<'p, R: Read>(
+    open: impl FnOnce() -> Result<R, TraceError>,
+    chunk: usize,
+    threads: &mut Threads,
+    first: &'p [Lane],
+    seen: u64,
+    calls: &[(&Found, &Found)],
+) -> Result<Answers<'p>, TraceError> {
+    let mut second: HashMap<usize, Lane> = HashMap::new();
+    for (_, issue) in calls {
+        if matches!(first[issue.thread].before(issue.start), Before::Unknown) {
+            second.entry(issue.thread).or_default().ask(issue.start);
+        }
+    }
+    if !second.is_empty() {
+        let mut src = Source::new(open()?, chunk);
+        let mut again = Again {
+            threads,
+            lanes: &mut second,
+            seen: 0,
+        };
+        walk(&mut src, true, |b| event(b, |ev| again.event(ev)))?;
+        if again.seen != seen {
+            return Err(TraceError::Changed);
+        }
+        second.values_mut().for_each(Lane::finish);
+    }
+    Ok(Answers { first, second })
+}
+
+/// The calls as the model has them: epoch times (`base` + relative),
+/// their instance keys, their steps and what came before them.
+fn place(
+    calls: Vec<(&Found, &Found)>,
+    answers: &Answers,
+    steps: &[Step],
+    base: i64,
+    dist: Option<&DistributedInfo>,
+) -> Vec<CollectiveCall> {
+    let steps: Vec<Timed<u64>> = steps
+        .iter()
+        .map(|s| Timed {
+            name: s.n,
+            start_ns: epoch(base, s.start),
+            end_ns: epoch(base, s.end),
+        })
+        .collect();
+    let group = default_group(dist);
+    let world = dist.and_then(|d| {
+        if d.pg_config.len() <= 1 {
+            d.world_size
+        } else {
+            None
+        }
+    });
+    let mut occurrences: HashMap<String, u64> = HashMap::new();
+    calls
+        .into_iter()
+        .map(|(f, issue)| {
+            let preceding = answers.before(issue).map(|w| Preceding {
+                name: w.name.clone(),
+                start_ns: epoch(base, w.start),
+                end_ns: epoch(base, w.end),
+            });
+            let (key, matched_by, group_size) = key(f, &group, world, &mut occurrences);
+            CollectiveCall {
+                participant: 0,
+                kind: f.kind,
+                key,
+                matched_by,
+                op: f.name.clone(),
+                enter_ns: epoch(base, f.start),
+                exit_ns: epoch(base, f.end),
+                step: step_at(&steps, epoch(base, issue.start)),
+                group_size,
+                preceding,
+                track: None,
+            }
+        })
+        .collect()
+}
+
+/// A time relative to the base as epoch ns, saturated (starts are in
+/// range, checked against the extremes; an end is its start plus its
+/// duration, saturated).
+fn epoch(base: i64, rel_ns: i128) -> i64 {
+    let t = i128::from(base) + rel_ns;
+    i64::try_from(t).unwrap_or(if t < 0 { i64::MIN } else { i64::MAX })
 }
 
 fn participant(
@@ -271,125 +406,29 @@ fn default_group(dist: Option<&DistributedInfo>) -> String {
         .unwrap_or_else(|| "default_pg".into())
 }
 
-fn calls(
-    spans: &[Span],
-    mut found: Vec<Found>,
-    dist: Option<&DistributedInfo>,
-) -> Vec<CollectiveCall> {
-    let Some(best) = found.iter().map(|f| f.tier).min() else {
-        return Vec::new();
-    };
-    // Steps (ProfilerStep#N), and what each thread did, for `preceding`.
-    let steps: Vec<Timed<u64>> = spans
-        .iter()
-        .filter_map(|s| {
-            let n = s.name.strip_prefix("ProfilerStep#")?.parse().ok()?;
-            Some(Timed {
-                name: n,
-                start_ns: s.start_ns,
-                end_ns: s.end_ns,
-            })
-        })
-        .collect();
-    let mut by_thread: HashMap<usize, Vec<Timed<&str>>> = HashMap::new();
-    for s in spans
-        .iter()
-        .filter(|s| !s.name.starts_with("ProfilerStep#"))
-    {
-        by_thread.entry(s.thread).or_default().push(Timed {
-            name: s.name.as_ref(),
-            start_ns: s.start_ns,
-            end_ns: s.end_ns,
-        });
-    }
-    for v in by_thread.values_mut() {
-        v.sort_by_key(|t| (t.end_ns, t.start_ns));
-    }
-    let dispatcher: Vec<(CollectiveKind, &Span)> = found
-        .iter()
-        .filter(|f| f.tier == Tier::Dispatcher)
-        .map(|f| (f.kind, &spans[f.span]))
-        .collect();
-    found.retain(|f| f.tier == best);
-    found.sort_by_key(|f| spans[f.span].start_ns);
-    let group = default_group(dist);
-    let world = dist.and_then(|d| {
-        if d.pg_config.len() <= 1 {
-            d.world_size
-        } else {
-            None
-        }
-    });
-    let mut occurrences: HashMap<String, u64> = HashMap::new();
-    found
-        .into_iter()
-        .map(|f| {
-            let span = &spans[f.span];
-            // The call is issued where the dispatcher op ran (gloo's spans
-            // run on a worker thread); what that thread did before is the
-            // rank's "before".
-            let issue = (best == Tier::Backend)
-                .then(|| issuing_op(&dispatcher, f.kind, span.start_ns))
-                .flatten()
-                .unwrap_or(span);
-            let preceding = by_thread
-                .get(&issue.thread)
-                .and_then(|v| preceding_before(v, issue.start_ns))
-                .map(|t| Preceding {
-                    name: t.name.to_string(),
-                    start_ns: t.start_ns,
-                    end_ns: t.end_ns,
-                });
-            let (key, matched_by, group_size) = key(&f, span, &group, world, &mut occurrences);
-            CollectiveCall {
-                participant: 0,
-                kind: f.kind,
-                key,
-                matched_by,
-                op: span.name.to_string(),
-                enter_ns: span.start_ns,
-                exit_ns: span.end_ns,
-                step: step_at(&steps, issue.start_ns),
-                group_size,
-                preceding,
-                track: None,
-            }
-        })
-        .collect()
-}
-
 /// The latest dispatcher op of the same kind that started at or before
-/// `start_ns`: the op that enqueued the backend's work.
-fn issuing_op<'s>(
-    dispatcher: &[(CollectiveKind, &'s Span<'s>)],
+/// `start`: the op that enqueued the backend's work.
+fn issuing_op<'f>(
+    dispatcher: &[&'f Found],
     kind: CollectiveKind,
-    start_ns: i64,
-) -> Option<&'s Span<'s>> {
+    start: i128,
+) -> Option<&'f Found> {
     dispatcher
         .iter()
-        .filter(|(k, s)| *k == kind && s.start_ns <= start_ns)
-        .max_by_key(|(_, s)| s.start_ns)
-        .map(|(_, s)| *s)
+        .filter(|f| f.kind == kind && f.start <= start)
+        .max_by_key(|f| f.start)
+        .copied()
 }
 
 fn key(
     f: &Found,
-    span: &Span,
     default_group: &str,
     world: Option<u32>,
     occurrences: &mut HashMap<String, u64>,
 ) -> (InstanceKey, MatchedBy, Option<u32>) {
-    let seq = f.args.seq.as_ref().and_then(|v| {
-        v.as_u64()
-            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-    });
+    let seq = f.args.seq.and_then(|s| s.0);
     if let (Some(seq), Some(group)) = (seq, f.args.group.as_deref()) {
-        let name = f
-            .args
-            .collective
-            .as_deref()
-            .unwrap_or(&span.name)
-            .to_string();
+        let name = f.args.collective.as_deref().unwrap_or(&f.name).to_string();
         let key = InstanceKey {
             group: group.to_string(),
             name,
@@ -397,110 +436,12 @@ fn key(
         };
         return (key, MatchedBy::Sequence, f.args.group_size);
     }
-    let n = occurrences.entry(span.name.to_string()).or_insert(0);
+    let n = occurrences.entry(f.name.clone()).or_insert(0);
     let key = InstanceKey {
         group: default_group.to_string(),
-        name: span.name.to_string(),
+        name: f.name.clone(),
         ordinal: *n,
     };
     *n += 1;
     (key, MatchedBy::Occurrence, f.args.group_size.or(world))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn write(name: &str, v: &Value) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("cm-coll-kineto-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join(name);
-        std::fs::write(&p, serde_json::to_vec(v).unwrap()).unwrap();
-        p
-    }
-
-    /// The shape PyTorch 2.15 writes for gloo: the dispatcher op on the
-    /// main thread, the work on a gloo thread, no sequence numbers.
-    #[test]
-    fn gloo_spans_are_the_calls_and_the_main_thread_says_what_came_before() {
-        let base = 1_000_000_000_000i64;
-        let doc = json!({
-            "baseTimeNanoseconds": base,
-            "distributedInfo": {"backend": "gloo", "rank": 2, "world_size": 3,
-                "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 3}]},
-            "clockmesh": {"host": "n2", "alignment_bound_ns": 900, "merged_source": "history"},
-            "traceEvents": [
-                {"ph": "X", "name": "ProfilerStep#7", "pid": 1, "tid": 1, "ts": 0.0, "dur": 100.0},
-                {"ph": "X", "cat": "cpu_op", "name": "aten::sum", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0},
-                {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 10.0, "dur": 1.0},
-                {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9, "ts": 10.5, "dur": 20.25},
-                {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 40.0, "dur": 1.0},
-                {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 8, "ts": 40.5, "dur": 5.0},
-                {"ph": "M", "name": "thread_name", "pid": 1, "tid": 9, "args": {"name": "x"}}
-            ]
-        });
-        let t = read(&write("n2.pt.trace.json", &doc), true).unwrap();
-        assert_eq!(t.participant.host, "n2");
-        assert_eq!(t.participant.rank, Some(2));
-        assert_eq!(t.participant.bound_ns, Some(900));
-        assert_eq!(
-            t.calls.len(),
-            2,
-            "one call per gloo span, none for c10d ops"
-        );
-        let c = &t.calls[0];
-        assert_eq!(c.kind, CollectiveKind::AllReduce);
-        assert_eq!((c.enter_ns, c.exit_ns), (base + 10_500, base + 30_750));
-        assert_eq!(c.key.group, "default_pg");
-        assert_eq!((c.key.ordinal, t.calls[1].key.ordinal), (0, 1));
-        assert_eq!(c.matched_by, MatchedBy::Occurrence);
-        assert_eq!(c.group_size, Some(3));
-        assert_eq!(c.step, Some(7));
-        let p = c.preceding.as_ref().unwrap();
-        assert_eq!((p.name.as_str(), p.end_ns), ("aten::sum", base + 3_000));
-        // The second call's issuing op came after the first dispatcher op.
-        assert_eq!(
-            t.calls[1].preceding.as_ref().unwrap().name,
-            "c10d::allreduce_"
-        );
-        // Raw clocks: no bound.
-        let raw = read(&write("n2b.pt.trace.json", &doc), false).unwrap();
-        assert_eq!(raw.participant.bound_ns, None);
-    }
-
-    #[test]
-    fn nccl_kernels_with_sequence_metadata_are_matched_by_sequence() {
-        let doc = json!({
-            "traceEvents": [
-                {"ph": "X", "cat": "cpu_op", "name": "c10d::allgather_", "pid": 1, "tid": 1, "ts": 5.0, "dur": 1.0},
-                {"ph": "X", "cat": "user_annotation", "name": "nccl:all_gather", "pid": 1, "tid": 1, "ts": 5.2, "dur": 0.5},
-                {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
-                 "pid": 0, "tid": 7, "ts": 9.0, "dur": 3.0,
-                 "args": {"Collective name": "_allgather_base", "Process Group Name": "1", "Seq": 41, "Group size": 8}}
-            ]
-        });
-        let t = read(&write("h.pt.trace.json", &doc), true).unwrap();
-        assert_eq!(t.calls.len(), 1, "the kernel tier wins");
-        let c = &t.calls[0];
-        assert_eq!(c.matched_by, MatchedBy::Sequence);
-        assert_eq!(c.key.group, "1");
-        assert_eq!(c.key.ordinal, 41);
-        assert_eq!(c.group_size, Some(8));
-        assert_eq!(c.kind, CollectiveKind::AllGather);
-    }
-
-    #[test]
-    fn bad_input_is_an_error_not_a_panic() {
-        for v in [
-            json!([1, 2]),
-            json!({"traceEvents": 3}),
-            json!({"traceEvents": [{"ph": "X", "name": "a", "ts": 1e300}]}),
-        ] {
-            assert!(read(&write("bad.pt.trace.json", &v), true).is_err(), "{v}");
-        }
-        let p = write("trunc.pt.trace.json", &json!({}));
-        std::fs::write(&p, b"{\"traceEvents\": [{\"ph\": \"X\", \"na").unwrap();
-        assert!(read(&p, true).is_err());
-    }
 }

@@ -1,0 +1,212 @@
+//! The passes over the events: the first keeps what the calls need as
+//! the events stream by, the second answers what the first could not.
+
+use std::collections::HashMap;
+
+use super::event::{Args, Event};
+use super::lanes::{Lane, Threads, Work};
+use super::{CallArgs, Found, Step, malformed, tier};
+use crate::TraceError;
+use crate::collectives::classify::{classify, classify_comms_arg};
+use crate::collectives::model::CollectiveKind;
+use crate::kineto::us_to_ps;
+
+/// Distinct event names whose classification is remembered.
+const NAME_CACHE: usize = 4096;
+
+/// The first pass over the events: the candidate calls, the steps and what
+/// each thread did.
+#[derive(Default)]
+pub(super) struct Pass {
+    pub(super) threads: Threads,
+    pub(super) lanes: Vec<Lane>,
+    /// Spare name buffers (what a lane lets go of).
+    pool: Vec<String>,
+    /// Names already classified.
+    names: Names,
+    pub(super) found: Vec<Found>,
+    pub(super) steps: Vec<Step>,
+    /// Timed `X` events so far (the next one's index in file order).
+    pub(super) seen: u64,
+    /// The earliest and latest start (relative ns).
+    pub(super) range: Option<(i128, i128)>,
+}
+
+/// A timed span of an event (`X` with a name and a time): relative ns.
+fn span(ts: f64, dur: Option<f64>) -> Result<(i128, i128), TraceError> {
+    let start = us_to_ps(ts)?.div_euclid(1000);
+    let dur = i64::try_from(us_to_ps(dur.unwrap_or(0.0))?.div_euclid(1000))
+        .map_err(|_| malformed("an event time is out of range"))?;
+    Ok((start, start + i128::from(dur)))
+}
+
+impl Pass {
+    pub(super) fn event(&mut self, ev: Event) -> Result<(), TraceError> {
+        if ev.ph.as_deref() != Some("X") {
+            return Ok(());
+        }
+        let (Some(name), Some(ts)) = (ev.name, ev.ts) else {
+            return Ok(());
+        };
+        let (start, end) = span(ts, ev.dur)?;
+        self.range = Some(match self.range {
+            Some((lo, hi)) => (lo.min(start), hi.max(start)),
+            None => (start, start),
+        });
+        let idx = self.seen;
+        self.seen += 1;
+        let thread = self.threads.index(ev.pid.as_ref(), ev.tid.as_ref());
+        if thread == self.lanes.len() {
+            self.lanes.push(Lane::default());
+        }
+        let lane = &mut self.lanes[thread];
+        if let Some(kind) = classify_event(&mut self.names, &name, ev.args.as_ref()) {
+            // A call may be issued here: what this thread did before it
+            // is asked now (the spans that end before it may all be known
+            // already) and completed by the spans still to come.
+            lane.ask_now(start);
+            self.found.push(Found {
+                name: name.to_string(),
+                kind,
+                tier: tier(&name, ev.cat.as_deref()),
+                thread,
+                start,
+                end,
+                args: CallArgs::of(ev.args),
+            });
+        }
+        match name.strip_prefix("ProfilerStep#") {
+            Some(n) => {
+                if let Ok(n) = n.parse() {
+                    self.steps.push(Step { n, start, end });
+                }
+            }
+            None => lane.work(
+                Work {
+                    end,
+                    start,
+                    idx,
+                    name: String::new(),
+                },
+                &name,
+                &mut self.pool,
+            ),
+        }
+        Ok(())
+    }
+}
+
+/// The second pass: only what came before the calls the first could not
+/// answer.
+pub(super) struct Again<'a> {
+    pub(super) threads: &'a mut Threads,
+    pub(super) lanes: &'a mut HashMap<usize, Lane>,
+    pub(super) seen: u64,
+}
+
+impl Again<'_> {
+    pub(super) fn event(&mut self, ev: Event) -> Result<(), TraceError> {
+        if ev.ph.as_deref() != Some("X") {
+            return Ok(());
+        }
+        let (Some(name), Some(ts)) = (ev.name, ev.ts) else {
+            return Ok(());
+        };
+        let (start, end) = span(ts, ev.dur)?;
+        let idx = self.seen;
+        self.seen += 1;
+        let Some(thread) = self.threads.find(ev.pid.as_ref(), ev.tid.as_ref()) else {
+            return Err(TraceError::Changed);
+        };
+        if name.starts_with("ProfilerStep#") {
+            return Ok(());
+        }
+        if let Some(lane) = self.lanes.get_mut(&thread) {
+            let w = Work {
+                end,
+                start,
+                idx,
+                name: String::new(),
+            };
+            lane.answer(&w, &name);
+        }
+        Ok(())
+    }
+}
+
+/// Event names already classified.
+type Names = HashMap<Box<str>, Option<CollectiveKind>, NameHash>;
+
+/// A hash for event names: a multiply-rotate over 8 bytes at a time
+/// (SipHash was a few percent of reading a trace), seeded per process.
+#[derive(Clone, Copy)]
+struct NameHash(u64);
+
+impl Default for NameHash {
+    fn default() -> Self {
+        use std::hash::BuildHasher;
+        Self(std::collections::hash_map::RandomState::new().hash_one(0u8) | 1)
+    }
+}
+
+impl std::hash::BuildHasher for NameHash {
+    type Hasher = NameHasher;
+    fn build_hasher(&self) -> NameHasher {
+        NameHasher(self.0)
+    }
+}
+
+struct NameHasher(u64);
+
+impl NameHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::hash::Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.add(u64::from_le_bytes(w.try_into().unwrap_or_default()));
+        }
+        let rest = words.remainder();
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        self.add(u64::from_le_bytes(last) ^ ((rest.len() as u64) << 59));
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+fn classify_event(names: &mut Names, name: &str, args: Option<&Args>) -> Option<CollectiveKind> {
+    if name == "record_param_comms" {
+        // Wraps the dispatcher op; the backend's span or kernel is the call.
+        return None;
+    }
+    let kind = match names.get(name) {
+        Some(k) => *k,
+        None => {
+            let k = classify(name);
+            if names.len() < NAME_CACHE {
+                names.insert(name.into(), k);
+            }
+            k
+        }
+    };
+    kind.or_else(|| {
+        // Kernels named by the backend only (RCCL builds) carry the
+        // collective's name in their args.
+        let a = args?;
+        a.collective
+            .as_deref()
+            .filter(|_| a.seq.is_some())
+            .and_then(classify_comms_arg)
+    })
+}
