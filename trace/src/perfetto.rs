@@ -409,7 +409,7 @@ fn flow_points(a: &Analysis, origin_ns: i64) -> Vec<FlowPoint> {
                 pid: pid_of(r.participant, track.plane),
                 tid: track.line,
                 ts_ps: i128::from(middle - origin_ns) * 1000,
-                name: inst.key.name.clone(),
+                name: inst.key.name.to_string(),
                 args: (k == 0).then(|| {
                     serde_json::json!({
                         "instance": format!("{}/{}#{}", inst.key.group, inst.key.name, inst.key.ordinal),

@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::model::{
-    CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Participant, Track,
+    CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Name, Participant, Track,
 };
 
 /// How to analyse.
@@ -164,7 +164,7 @@ pub struct Instance {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankCall {
     pub participant: usize,
-    pub op: String,
+    pub op: Name,
     /// Enter and exit, each ± `bound_ns`.
     pub enter_ns: i64,
     pub exit_ns: i64,
@@ -181,7 +181,7 @@ pub struct RankCall {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BeforeArrival {
     /// The previous event on the calling thread.
-    pub name: String,
+    pub name: Name,
     /// Its duration (end − start).
     pub compute_ns: u64,
     /// enter − its end, clamped at 0.
@@ -421,8 +421,8 @@ fn group_calls(
 }
 
 /// Who is in each (framework, group): everyone seen calling it.
-fn group_members(by_key: &Calls) -> HashMap<(Framework, String), BTreeSet<usize>> {
-    let mut members: HashMap<(Framework, String), BTreeSet<usize>> = HashMap::new();
+fn group_members(by_key: &Calls) -> HashMap<(Framework, Name), BTreeSet<usize>> {
+    let mut members: HashMap<(Framework, Name), BTreeSet<usize>> = HashMap::new();
     for ((framework, key), calls) in by_key {
         members
             .entry((*framework, key.group.clone()))
@@ -675,7 +675,7 @@ struct ParticipantAcc {
     waited_ns: u64,
     late: Lateness,
     before: BeforeSummary,
-    ops: HashMap<String, (u64, u64)>,
+    ops: HashMap<Name, (u64, u64)>,
 }
 
 fn stragglers(participants: &[Participant], instances: &[Instance], top: usize) -> Vec<Straggler> {
@@ -731,11 +731,11 @@ fn stragglers(participants: &[Participant], instances: &[Instance], top: usize) 
     out
 }
 
-fn top_ops(ops: HashMap<String, (u64, u64)>, top: usize) -> Vec<OpTime> {
+fn top_ops(ops: HashMap<Name, (u64, u64)>, top: usize) -> Vec<OpTime> {
     let mut ops: Vec<OpTime> = ops
         .into_iter()
         .map(|(name, (count, total_ns))| OpTime {
-            name,
+            name: name.to_string(),
             count,
             total_ns,
         })

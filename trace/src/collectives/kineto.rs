@@ -339,7 +339,7 @@ fn place(
         .into_iter()
         .map(|(f, issue)| {
             let preceding = answers.before(issue).map(|w| Preceding {
-                name: w.name.clone(),
+                name: w.name.as_str().into(),
                 start_ns: epoch(base, w.start),
                 end_ns: epoch(base, w.end),
             });
@@ -349,7 +349,7 @@ fn place(
                 kind: f.kind,
                 key,
                 matched_by,
-                op: f.name.clone(),
+                op: f.name.as_str().into(),
                 enter_ns: epoch(base, f.start),
                 exit_ns: epoch(base, f.end),
                 step: step_at(&steps, epoch(base, issue.start)),
@@ -428,18 +428,18 @@ fn key(
 ) -> (InstanceKey, MatchedBy, Option<u32>) {
     let seq = f.args.seq.and_then(|s| s.0);
     if let (Some(seq), Some(group)) = (seq, f.args.group.as_deref()) {
-        let name = f.args.collective.as_deref().unwrap_or(&f.name).to_string();
+        let name = f.args.collective.as_deref().unwrap_or(&f.name);
         let key = InstanceKey {
-            group: group.to_string(),
-            name,
+            group: group.into(),
+            name: name.into(),
             ordinal: seq,
         };
         return (key, MatchedBy::Sequence, f.args.group_size);
     }
     let n = occurrences.entry(f.name.clone()).or_insert(0);
     let key = InstanceKey {
-        group: default_group.to_string(),
-        name: f.name.clone(),
+        group: default_group.into(),
+        name: f.name.as_str().into(),
         ordinal: *n,
     };
     *n += 1;

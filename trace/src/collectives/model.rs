@@ -4,7 +4,29 @@
 //! ([`super::kineto`], [`super::xplane`]) produce these; [`super::analyse`]
 //! turns them into instances, stragglers and the causality check.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+
+/// A name many calls share (an op, a group, a module): one allocation per
+/// distinct name in a trace, however many calls carry it.
+pub type Name = Arc<str>;
+
+/// Hands out one [`Name`] per distinct string (a reader's calls of one op
+/// share it: memory grows with the calls, not with their names' bytes).
+#[derive(Debug, Default)]
+pub(crate) struct Interner(std::collections::HashMap<Box<str>, Name>);
+
+impl Interner {
+    pub(crate) fn name(&mut self, s: &str) -> Name {
+        if let Some(n) = self.0.get(s) {
+            return n.clone();
+        }
+        let n: Name = Arc::from(s);
+        self.0.insert(s.into(), n.clone());
+        n
+    }
+}
 
 /// Which profiler a rank's trace came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -87,10 +109,10 @@ pub enum MatchedBy {
 pub struct InstanceKey {
     /// The framework's group: PyTorch process group name, XLA program
     /// (module) name.
-    pub group: String,
+    pub group: Name,
     /// The collective as the framework names it across ranks (PyTorch
     /// collective name, XLA HLO op name).
-    pub name: String,
+    pub name: Name,
     /// Sequence number, run id or occurrence (see [`MatchedBy`]).
     pub ordinal: u64,
 }
@@ -99,7 +121,7 @@ pub struct InstanceKey {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Preceding {
     /// The last event that ended before the call on the same thread.
-    pub name: String,
+    pub name: Name,
     /// Its start and end on the analysed timeline (ns).
     pub start_ns: i64,
     pub end_ns: i64,
@@ -124,7 +146,7 @@ pub struct CollectiveCall {
     pub matched_by: MatchedBy,
     /// The event's own name in the trace (`gloo:all_reduce`,
     /// `ncclDevKernel_AllReduce_Sum_f32_RING_LL`, `all-reduce.3`).
-    pub op: String,
+    pub op: Name,
     /// Enter and exit on the analysed timeline, epoch ns.
     pub enter_ns: i64,
     pub exit_ns: i64,

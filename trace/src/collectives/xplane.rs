@@ -26,8 +26,8 @@ use std::path::Path;
 
 use super::classify::classify;
 use super::model::{
-    CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Participant, Preceding,
-    Track,
+    CollectiveCall, CollectiveKind, Framework, InstanceKey, Interner, MatchedBy, Name, Participant,
+    Preceding, Track,
 };
 use super::{RankTrace, Timed, preceding_before, step_at};
 use crate::TraceError;
@@ -748,7 +748,11 @@ impl Hasher for Fnv {
 /// What each `hlo_op` string names (bounded: past `OP_CACHE_MAX` names,
 /// classified each time).
 #[derive(Default)]
-struct OpCache(HashMap<Box<[u8]>, Option<CollectiveKind>, BuildHasherDefault<Fnv>>);
+struct OpCache(
+    HashMap<Box<[u8]>, Option<CollectiveKind>, BuildHasherDefault<Fnv>>,
+    /// The calls' names, shared.
+    Interner,
+);
 
 impl OpCache {
     #[inline]
@@ -826,7 +830,16 @@ impl<'h> PlaneWalk<'h> {
             let start_ns = self.first_pass(r, cache, &mut scratch, (pos, len), want_calls)?;
             let line = &mut self.calls[first..];
             if !line.is_empty() {
-                preceding_pass(r, self.head, (pos, len), start_ns, line, &mut scratch)?;
+                let names = &mut cache.1;
+                preceding_pass(
+                    r,
+                    self.head,
+                    (pos, len),
+                    start_ns,
+                    line,
+                    &mut scratch,
+                    names,
+                )?;
             }
         }
         Ok(())
@@ -989,8 +1002,11 @@ fn call_of(head: &PlaneHead, cache: &mut OpCache, ev: &Ev<'_>) -> Option<Collect
         participant: 0,
         kind,
         key: InstanceKey {
-            group,
-            name: op.map_or_else(|| name.to_string(), lossy),
+            group: cache.1.name(&group),
+            name: match op {
+                Some(b) => cache.1.name(&String::from_utf8_lossy(b)),
+                None => cache.1.name(name),
+            },
             // Run ids are i64 in XLA; kept bit for bit.
             ordinal: run.map_or(0, |r| r as u64),
         },
@@ -999,7 +1015,7 @@ fn call_of(head: &PlaneHead, cache: &mut OpCache, ev: &Ev<'_>) -> Option<Collect
         } else {
             MatchedBy::Occurrence
         },
-        op: name.to_string(),
+        op: cache.1.name(name),
         enter_ns: 0,
         exit_ns: 0,
         step: None,
@@ -1038,6 +1054,7 @@ fn preceding_pass<R: Src>(
     line_start: i64,
     calls: &mut [CollectiveCall],
     scratch: &mut Vec<u8>,
+    names: &mut Interner,
 ) -> Result<(), TraceError> {
     let mut enters: Vec<i64> = calls.iter().map(|c| c.enter_ns).collect();
     enters.sort_unstable();
@@ -1093,7 +1110,7 @@ fn preceding_pass<R: Src>(
     winners.sort_by_key(|t| (t.end_ns, t.start_ns, t.name.0));
     for c in calls.iter_mut() {
         c.preceding = preceding_before(&winners, c.enter_ns).map(|t| Preceding {
-            name: head.event_name(t.name.1).to_string(),
+            name: names.name(head.event_name(t.name.1)),
             start_ns: t.start_ns,
             end_ns: t.end_ns,
         });
@@ -1107,7 +1124,7 @@ fn number_occurrences(calls: &mut [CollectiveCall]) {
     if !calls.is_sorted_by_key(|c| c.enter_ns) {
         calls.sort_by_key(|c| c.enter_ns);
     }
-    let mut seen: HashMap<(String, String), u64> = HashMap::new();
+    let mut seen: HashMap<(Name, Name), u64> = HashMap::new();
     for c in calls
         .iter_mut()
         .filter(|c| c.matched_by == MatchedBy::Occurrence)
@@ -1315,8 +1332,8 @@ mod tests {
                         participant: 0,
                         kind,
                         key: InstanceKey {
-                            group,
-                            name: op.to_string(),
+                            group: group.into(),
+                            name: op.into(),
                             // Run ids are i64 in XLA; kept bit for bit.
                             ordinal: run.map_or(0, |r| r as u64),
                         },
@@ -1325,13 +1342,13 @@ mod tests {
                         } else {
                             MatchedBy::Occurrence
                         },
-                        op: name.to_string(),
+                        op: name.into(),
                         enter_ns: enter,
                         exit_ns: exit,
                         step: step_at(steps, enter),
                         group_size: None,
                         preceding: preceding_before(&work, enter).map(|t| Preceding {
-                            name: t.name.to_string(),
+                            name: t.name.into(),
                             start_ns: t.start_ns,
                             end_ns: t.end_ns,
                         }),
@@ -1500,17 +1517,20 @@ mod tests {
             "psum and all_gather; `end:` markers are not calls"
         );
         let c = &t.calls[0];
-        assert_eq!(c.op, "psum.7");
+        assert_eq!(&*c.op, "psum.7");
         assert_eq!(c.matched_by, MatchedBy::RunId);
-        assert_eq!(c.key.group, "jit_step#8");
+        assert_eq!(&*c.key.group, "jit_step#8");
         assert_eq!(c.key.ordinal, (-5i64) as u64);
         let t0 = 1_000_000_000 + 1_000;
         assert_eq!((c.enter_ns, c.exit_ns), (t0 + 5_000, t0 + 9_000));
         assert_eq!(c.step, Some(3));
         let p = c.preceding.as_ref().unwrap();
-        assert_eq!((p.name.as_str(), p.end_ns), ("tanh_fusion", t0 + 3_000));
+        assert_eq!((&*p.name, p.end_ns), ("tanh_fusion", t0 + 3_000));
         // The all-gather came after psum's `end:` marker, which is no work.
-        assert_eq!(t.calls[1].preceding.as_ref().unwrap().name, "psum.7");
+        assert_eq!(
+            t.calls[1].preceding.as_ref().unwrap().name.as_ref(),
+            "psum.7"
+        );
         let raw = read(
             &write("n1raw.xplane.pb", &host(1, Some(700), 5_000_000)),
             false,

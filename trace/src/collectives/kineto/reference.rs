@@ -299,7 +299,7 @@ fn calls(
                 .get(&issue.thread)
                 .and_then(|v| preceding_before(v, issue.start_ns))
                 .map(|t| Preceding {
-                    name: t.name.to_string(),
+                    name: (*t.name).into(),
                     start_ns: t.start_ns,
                     end_ns: t.end_ns,
                 });
@@ -309,7 +309,7 @@ fn calls(
                 kind: f.kind,
                 key,
                 matched_by,
-                op: span.name.to_string(),
+                op: (*span.name).into(),
                 enter_ns: span.start_ns,
                 exit_ns: span.end_ns,
                 step: step_at(&steps, issue.start_ns),
@@ -354,16 +354,16 @@ fn key(
             .unwrap_or(&span.name)
             .to_string();
         let key = InstanceKey {
-            group: group.to_string(),
-            name,
+            group: group.into(),
+            name: name.into(),
             ordinal: seq,
         };
         return (key, MatchedBy::Sequence, f.args.group_size);
     }
     let n = occurrences.entry(span.name.to_string()).or_insert(0);
     let key = InstanceKey {
-        group: default_group.to_string(),
-        name: span.name.to_string(),
+        group: default_group.into(),
+        name: (*span.name).into(),
         ordinal: *n,
     };
     *n += 1;

@@ -44,16 +44,16 @@ fn gloo_spans_are_the_calls_and_the_main_thread_says_what_came_before() {
     let c = &t.calls[0];
     assert_eq!(c.kind, CollectiveKind::AllReduce);
     assert_eq!((c.enter_ns, c.exit_ns), (base + 10_500, base + 30_750));
-    assert_eq!(c.key.group, "default_pg");
+    assert_eq!(&*c.key.group, "default_pg");
     assert_eq!((c.key.ordinal, t.calls[1].key.ordinal), (0, 1));
     assert_eq!(c.matched_by, MatchedBy::Occurrence);
     assert_eq!(c.group_size, Some(3));
     assert_eq!(c.step, Some(7));
     let p = c.preceding.as_ref().unwrap();
-    assert_eq!((p.name.as_str(), p.end_ns), ("aten::sum", base + 3_000));
+    assert_eq!((&*p.name, p.end_ns), ("aten::sum", base + 3_000));
     // The second call's issuing op came after the first dispatcher op.
     assert_eq!(
-        t.calls[1].preceding.as_ref().unwrap().name,
+        t.calls[1].preceding.as_ref().unwrap().name.as_ref(),
         "c10d::allreduce_"
     );
     // Raw clocks: no bound.
@@ -76,7 +76,7 @@ fn nccl_kernels_with_sequence_metadata_are_matched_by_sequence() {
     assert_eq!(t.calls.len(), 1, "the kernel tier wins");
     let c = &t.calls[0];
     assert_eq!(c.matched_by, MatchedBy::Sequence);
-    assert_eq!(c.key.group, "1");
+    assert_eq!(&*c.key.group, "1");
     assert_eq!(c.key.ordinal, 41);
     assert_eq!(c.group_size, Some(8));
     assert_eq!(c.kind, CollectiveKind::AllGather);
@@ -331,7 +331,10 @@ fn in_time_order_one_pass_is_enough() {
     assert_eq!(got.calls.len(), 150);
     let want = reference::parse(&bytes, path, false).unwrap();
     assert_eq!(got.calls, want.calls);
-    assert_eq!(got.calls[0].preceding.as_ref().unwrap().name, "aten::mm");
+    assert_eq!(
+        got.calls[0].preceding.as_ref().unwrap().name.as_ref(),
+        "aten::mm"
+    );
 }
 
 #[test]
@@ -453,7 +456,7 @@ fn the_trace_fields_may_follow_the_events() {
     assert_eq!(b.participant.bound_ns, Some(5));
     let c = &b.calls[0];
     assert_eq!(c.enter_ns, 1_000_000_010_000);
-    assert_eq!(c.key.group, "main");
+    assert_eq!(&*c.key.group, "main");
     assert_eq!(c.group_size, Some(2));
     assert_eq!(c.preceding.as_ref().unwrap().end_ns, 1_000_000_003_500);
     let p = write("merged.pt.trace.json", &Value::Null);
