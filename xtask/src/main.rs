@@ -72,6 +72,15 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// chrony and clockmesh beside each other on 3 netns hosts through
+    /// faults: asymmetric path, 30 % datagram loss, link down, agent restart,
+    /// reference lost; availability, |error| and bound coverage of what a
+    /// reader gets (needs root and nftables). `-- --help` lists the options
+    /// (--backend static|etcd|both, --phase-s, --warmup, --json, --samples).
+    BenchFaults {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Container image as an OCI layout in target/image/clockmesh-oci, no daemon (needs root).
     Image {
         /// Then unpack it and run the binary in it with chroot.
@@ -91,6 +100,7 @@ fn main() -> anyhow::Result<()> {
         Task::Lint => lint(),
         Task::Bench => bench(),
         Task::BenchChrony { args } => bench_chrony(&args),
+        Task::BenchFaults { args } => bench_faults(&args),
         Task::Image { smoke } => image::image(smoke),
     }
 }
@@ -205,7 +215,7 @@ fn build_demo(task: &str) -> anyhow::Result<PathBuf> {
         "--bin",
         "clockmesh",
     ]))?;
-    Ok(root().join("target/release/clockmesh-demo"))
+    Ok(target_dir().join("release/clockmesh-demo"))
 }
 
 fn demo(args: &[String]) -> anyhow::Result<()> {
@@ -389,6 +399,12 @@ fn nightly_cargo() -> Command {
 fn bench_chrony(args: &[String]) -> anyhow::Result<()> {
     run(Command::new(build_demo("bench-chrony")?)
         .arg("bench-chrony")
+        .args(args))
+}
+
+fn bench_faults(args: &[String]) -> anyhow::Result<()> {
+    run(Command::new(build_demo("bench-faults")?)
+        .arg("bench-faults")
         .args(args))
 }
 

@@ -64,6 +64,7 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "chrony",
         "the side-by-side accuracy benchmark (never started as a service)",
     ),
+    ("nftables", "nft: datagram loss in bench-faults"),
     (
         "mmdebstrap",
         "cargo xtask fresh-check builds a new Debian root",

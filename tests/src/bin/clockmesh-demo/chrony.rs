@@ -163,7 +163,7 @@ fn print_table(runs: &[RunFigures]) {
     }
 }
 
-fn which(tool: &str) -> anyhow::Result<()> {
+pub(crate) fn which(tool: &str) -> anyhow::Result<()> {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).exists()))
         .unwrap_or(false);
@@ -369,7 +369,7 @@ fn figures(v: &[f64]) -> ToolFigures {
     }
 }
 
-fn server_conf(dir: &Path) -> String {
+pub(crate) fn server_conf(dir: &Path) -> String {
     format!(
         "# clockmesh bench: serves its own (shared) clock; never adjusts it (-x)\n\
          local stratum 8\nallow 198.18.0.0/15\n{}",
@@ -377,7 +377,7 @@ fn server_conf(dir: &Path) -> String {
     )
 }
 
-fn client_conf(dir: &Path, server: &str) -> String {
+pub(crate) fn client_conf(dir: &Path, server: &str) -> String {
     format!(
         "# clockmesh bench: 16 Hz, interleaved, kernel timestamps; never adjusts the clock (-x)\n\
          server {server} iburst minpoll -4 maxpoll -4 xleave\n{}",
@@ -393,13 +393,14 @@ fn common_conf(dir: &Path, role: &str) -> String {
     )
 }
 
-struct Chronyd {
+pub(crate) struct Chronyd {
     child: Child,
-    sock: PathBuf,
+    /// chronyd's command socket (`chronyc -h <sock>`).
+    pub(crate) sock: PathBuf,
 }
 
 impl Chronyd {
-    fn start(host: &Host, dir: &Path, role: &str, conf: &str) -> anyhow::Result<Self> {
+    pub(crate) fn start(host: &Host, dir: &Path, role: &str, conf: &str) -> anyhow::Result<Self> {
         let conf_path = dir.join(format!("{role}.conf"));
         std::fs::write(&conf_path, conf)?;
         let log = std::fs::File::create(dir.join(format!("{role}.log")))?;

@@ -2,7 +2,8 @@
 //! hosts with etcd and injected skews, printing estimated vs true offsets;
 //! `clockmesh-demo exchange` shows the raw eBPF timestamps of two hosts;
 //! `clockmesh-demo bench` measures the capture path;
-//! `clockmesh-demo bench-chrony` compares clockmesh with chrony on one link.
+//! `clockmesh-demo bench-chrony` compares clockmesh with chrony on one link;
+//! `clockmesh-demo bench-faults` compares them through faults on a bridge.
 //! Run through `cargo xtask demo` (needs root).
 
 use std::time::Duration;
@@ -18,6 +19,7 @@ use serde::Serialize;
 mod bench;
 mod chrony;
 mod cluster;
+mod faults;
 mod pingpong;
 
 #[derive(Parser, Debug)]
@@ -54,6 +56,10 @@ enum Cmd {
     /// chrony and clockmesh side by side on one veth pair, at the same
     /// instants: |error| p50/p99/max, CPU, clockmesh's bound coverage.
     BenchChrony(chrony::ChronyArgs),
+    /// chrony and clockmesh beside each other on 3 hosts through faults
+    /// (asymmetric path, 30 % loss, link down, agent restart, reference
+    /// lost): what a reader gets, availability, |error|, bound coverage.
+    BenchFaults(faults::FaultsArgs),
     /// The bare UDP floor of bench-chrony's CPU-per-pair comparison.
     #[command(hide = true)]
     Pingpong(pingpong::PingPongArgs),
@@ -79,6 +85,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::Bench(b)) => bench::run(b),
         Some(Cmd::Exchange(e)) => exchange_demo(e),
         Some(Cmd::BenchChrony(c)) => chrony::run(c),
+        Some(Cmd::BenchFaults(f)) => faults::run(f),
         Some(Cmd::Pingpong(p)) => pingpong::run(p),
         None => cluster::run(args.cluster),
     }

@@ -1,0 +1,1235 @@
+//! `clockmesh-demo bench-faults` (`cargo xtask bench-faults`): clockmesh
+//! beside chrony through faults — what a *reader* gets at any instant.
+//!
+//! Three netns hosts on the test bridge share one kernel clock, so every
+//! true offset is 0 and each answer's offset is its own error. clockmesh:
+//! three agents at the shipped defaults (100 ms cadence, 4 s windows),
+//! static membership or etcd. chrony (`chronyd -x`, never touches the
+//! clock): server in host 0, clients in hosts 1 and 2 (16 Hz, interleaved),
+//! as in `bench-chrony`. Every 500 ms both tools are read for hosts 1 and 2
+//! at nearly the same instant:
+//!
+//! - clockmesh: `OffsetsReader::now()` on the host's offsets file;
+//!   synchronised and holdover are answers (docs/offsets-format.md), with
+//!   error = the interval's midpoint − the true time, bound = its
+//!   half-width; unknown, stale or an error: unavailable.
+//! - chrony: `chronyc -c tracking`; error = "System time", bound = root
+//!   delay / 2 + root dispersion; "Not synchronised" (or no answer):
+//!   unavailable.
+//!
+//! After a warm-up the faults follow one another, each sampled while it
+//! lasts ("during") and for two windows after it ends ("after"): baseline,
+//! an asymmetric path, 30 % datagram loss, a link down, an agent restart,
+//! the reference's agent lost for good.
+
+use std::{
+    collections::BTreeMap,
+    io::Write as _,
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use clockmesh::publish::{ClockStatus, OffsetsReader, realtime_now_ns};
+use clockmesh_testbed::{
+    cluster::{Backend, Cluster, ClusterConfig, PROBE_PORT, quantile},
+    netns::{HOST_IFACE, Host, SWITCH_ADDR},
+};
+use nix::sys::signal::Signal;
+use serde::Serialize;
+
+use crate::chrony::{Chronyd, client_conf, server_conf, which};
+
+#[derive(clap::Args, Debug)]
+pub struct FaultsArgs {
+    /// Membership backend of the agents; `both` runs static, then etcd.
+    #[arg(long, value_enum, default_value_t = BackendArg::Both)]
+    backend: BackendArg,
+    /// Seconds of each 60 s phase (baseline, asymmetric, loss30,
+    /// reference_lost); link_down lasts half of it. The agent restart
+    /// (5 s) and the 8 s after each fault do not scale.
+    #[arg(long, default_value_t = 60)]
+    phase_s: u64,
+    /// Seconds both tools run before the first phase.
+    #[arg(long, default_value_t = 40)]
+    warmup: u64,
+    /// Print the results as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Also write every sample (both tools, hosts 1 and 2) to this file,
+    /// one JSON object a line.
+    #[arg(long)]
+    samples: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum BackendArg {
+    Static,
+    Etcd,
+    Both,
+}
+
+/// How long each fault's "after" part is sampled: two 4 s windows.
+const AFTER: Duration = Duration::from_secs(8);
+/// Both tools are read this often.
+const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+/// How long host 2's agent stays dead in `agent_restart`.
+const RESTART_AFTER: Duration = Duration::from_secs(5);
+/// NTP's port, for the loss rules.
+const NTP_PORT: u16 = 123;
+/// The nftables table the loss phase adds in hosts 1 and 2.
+const NFT_TABLE: &str = "clockmesh_faults";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// Host 1's traffic to host 0 through an extra IP hop (the switch
+    /// namespace forwards it); host 0 → host 1 stays direct.
+    Asymmetric,
+    /// 30 % of UDP datagrams on the probe and NTP ports dropped, in and
+    /// out, in hosts 1 and 2.
+    Loss30,
+    /// Host 2's interface down.
+    LinkDown,
+    /// Host 2's agent SIGKILLed, restarted [`RESTART_AFTER`] later.
+    AgentRestart,
+    /// Host 0's agent SIGKILLed for good (chrony's server keeps running).
+    ReferenceLost,
+}
+
+struct Phase {
+    name: &'static str,
+    fault: Fault,
+    during: Duration,
+    /// Sampled for [`AFTER`] once the fault ends (not for a fault that
+    /// does not end).
+    after: bool,
+}
+
+fn plan(phase_s: u64) -> Vec<Phase> {
+    let p = Duration::from_secs(phase_s);
+    let phase = |name, fault, during, after| Phase {
+        name,
+        fault,
+        during,
+        after,
+    };
+    vec![
+        phase("baseline", Fault::None, p, true),
+        phase("asymmetric", Fault::Asymmetric, p, true),
+        phase("loss30", Fault::Loss30, p, true),
+        phase("link_down", Fault::LinkDown, p / 2, true),
+        phase("agent_restart", Fault::AgentRestart, RESTART_AFTER, true),
+        phase("reference_lost", Fault::ReferenceLost, p, false),
+    ]
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Part {
+    Warmup,
+    During,
+    After,
+}
+
+impl Part {
+    fn as_str(self) -> &'static str {
+        match self {
+            Part::Warmup => "warmup",
+            Part::During => "during",
+            Part::After => "after",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Tool {
+    Chrony,
+    Clockmesh,
+}
+
+/// One tool's answer for one host at one instant.
+#[derive(Clone, Debug, Serialize)]
+struct Sample {
+    /// Seconds since the cluster started.
+    t_s: f64,
+    phase: &'static str,
+    part: Part,
+    host: usize,
+    tool: Tool,
+    /// clockmesh: synchronised / holdover / stale / unknown / error: …;
+    /// chrony: its leap status, or why there was no answer.
+    state: String,
+    /// Signed error, ns (`None`: no answer).
+    error_ns: Option<f64>,
+    /// The tool's own bound, ns.
+    bound_ns: Option<f64>,
+}
+
+#[derive(Debug)]
+struct Reading {
+    state: String,
+    answer: Option<(f64, f64)>,
+}
+
+impl Reading {
+    fn none(state: impl Into<String>) -> Self {
+        Reading {
+            state: state.into(),
+            answer: None,
+        }
+    }
+}
+
+/// What clockmesh's Rust reader answers now. `now()` reads
+/// CLOCK_REALTIME inside; the midpoint of its interval is the map's
+/// global time at that instant `t_in`, and the error is that minus
+/// `t_in` (the truth is 0). The bench cannot see `t_in`, so it
+/// evaluates the very record `now()` used (read unchanged before and
+/// after the call) at its own clock read `t` just after: the map's
+/// offset moves by drift × (t − t_in), far below 1 ns. The half-width of
+/// `now()`'s interval is the bound.
+fn read_clockmesh(reader: &OffsetsReader) -> Reading {
+    for _ in 0..4 {
+        let before = match reader.snapshot() {
+            Ok(s) => s,
+            Err(e) => return Reading::none(format!("error: {e}")),
+        };
+        let t0 = realtime_now_ns();
+        let now = match reader.now() {
+            Ok(n) => n,
+            Err(e) => return Reading::none(format!("error: {e}")),
+        };
+        let t = realtime_now_ns();
+        let after = match reader.snapshot() {
+            Ok(s) => s,
+            Err(e) => return Reading::none(format!("error: {e}")),
+        };
+        if before != after {
+            continue; // a record was published meanwhile: read again
+        }
+        return match now.status {
+            ClockStatus::Synchronised | ClockStatus::Holdover => {
+                let (global, _) = after.node.to_global(t);
+                let error = (global - t) as f64;
+                // In integers: an f64 holds epoch nanoseconds to 256 ns only.
+                let mid = (now.earliest_ns as i128 + now.latest_ns as i128) / 2;
+                let half = (now.latest_ns as i128 - now.earliest_ns as i128) as f64 / 2.0;
+                // The midpoint read at t_in ∈ [t0, t] agrees with it.
+                debug_assert!(
+                    (mid - t as i128) as f64 <= error + 1.0
+                        && (mid - t0 as i128) as f64 >= error - 1.0,
+                    "midpoint {mid} read within [{t0}, {t}] against error {error}"
+                );
+                Reading {
+                    state: now.status.as_str().into(),
+                    answer: Some((error, half)),
+                }
+            }
+            other => Reading::none(other.as_str()),
+        };
+    }
+    Reading::none("busy")
+}
+
+/// chrony's answer from `chronyc -c tracking`: CSV ref id, name, stratum,
+/// ref time, system time (4), last offset, RMS offset, frequency, residual
+/// frequency, skew, root delay (10), root dispersion (11), update
+/// interval, leap status (last).
+fn parse_tracking(csv: &str) -> Reading {
+    let f: Vec<&str> = csv.trim().split(',').collect();
+    if f.len() < 14 {
+        return Reading::none("no answer from chronyc");
+    }
+    let leap = f[f.len() - 1].trim();
+    if leap == "Not synchronised" {
+        return Reading::none("not synchronised");
+    }
+    let num = |i: usize| f[i].trim().parse::<f64>().ok();
+    match (num(4), num(10), num(11)) {
+        (Some(system), Some(delay), Some(dispersion)) => Reading {
+            state: leap.to_lowercase(),
+            answer: Some((system * 1e9, (delay / 2.0 + dispersion) * 1e9)),
+        },
+        _ => Reading::none("unparsable chronyc output"),
+    }
+}
+
+/// What the sampler is sampling now.
+#[derive(Clone, Copy)]
+struct Label {
+    phase: &'static str,
+    part: Part,
+}
+
+/// Reads both tools for hosts 1 and 2 every [`SAMPLE_EVERY`] on a thread
+/// of its own, tagging each sample with the current label.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    label: Arc<Mutex<Label>>,
+    handle: Option<thread::JoinHandle<Vec<Sample>>>,
+}
+
+impl Sampler {
+    /// `hosts`: (host index, offsets file, chronyd command socket).
+    fn start(hosts: Vec<(usize, PathBuf, PathBuf)>, started: Instant) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let label = Arc::new(Mutex::new(Label {
+            phase: "warmup",
+            part: Part::Warmup,
+        }));
+        let handle = {
+            let (stop, label) = (stop.clone(), label.clone());
+            thread::spawn(move || sample_loop(&hosts, started, &stop, &label))
+        };
+        Sampler {
+            stop,
+            label,
+            handle: Some(handle),
+        }
+    }
+
+    fn set(&self, phase: &'static str, part: Part) {
+        *self.label.lock().unwrap_or_else(|e| e.into_inner()) = Label { phase, part };
+    }
+
+    fn finish(mut self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn sample_loop(
+    hosts: &[(usize, PathBuf, PathBuf)],
+    started: Instant,
+    stop: &AtomicBool,
+    label: &Mutex<Label>,
+) -> Vec<Sample> {
+    let mut readers: Vec<Option<OffsetsReader>> = hosts.iter().map(|_| None).collect();
+    let mut out = Vec::new();
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let l = *label.lock().unwrap_or_else(|e| e.into_inner());
+        let t_s = started.elapsed().as_secs_f64();
+        // chronyc for every host first (a process each, answering within
+        // milliseconds), then clockmesh's readers while they run.
+        let chronyc: Vec<_> = hosts
+            .iter()
+            .map(|(_, _, sock)| {
+                Command::new("chronyc")
+                    .arg("-h")
+                    .arg(sock)
+                    .args(["-c", "tracking"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+            })
+            .collect();
+        let mut push = |host: usize, tool: Tool, r: Reading| {
+            out.push(Sample {
+                t_s,
+                phase: l.phase,
+                part: l.part,
+                host,
+                tool,
+                state: r.state,
+                error_ns: r.answer.map(|a| a.0),
+                bound_ns: r.answer.map(|a| a.1),
+            })
+        };
+        for (k, (host, offsets, _)) in hosts.iter().enumerate() {
+            if readers[k].is_none() {
+                readers[k] = OffsetsReader::open(offsets).ok();
+            }
+            let r = match &readers[k] {
+                Some(reader) => read_clockmesh(reader),
+                None => Reading::none("no offsets file"),
+            };
+            push(*host, Tool::Clockmesh, r);
+        }
+        for ((host, _, _), child) in hosts.iter().zip(chronyc) {
+            let r = match child.and_then(|c| c.wait_with_output()) {
+                Ok(o) => parse_tracking(&String::from_utf8_lossy(&o.stdout)),
+                Err(e) => Reading::none(format!("chronyc: {e}")),
+            };
+            push(*host, Tool::Chrony, r);
+        }
+        next += SAMPLE_EVERY;
+        let now = Instant::now();
+        if next > now {
+            thread::sleep(next - now);
+        } else {
+            next = now;
+        }
+    }
+    out
+}
+
+/// One tool's figures over a set of samples.
+#[derive(Clone, Debug, Serialize)]
+pub struct Figures {
+    pub samples: usize,
+    pub answered: usize,
+    /// % of samples answered.
+    pub availability_pct: f64,
+    /// |error| over the answered samples, ns (null: none answered).
+    pub p50_ns: f64,
+    pub p99_ns: f64,
+    pub max_ns: f64,
+    /// % of answered samples with |error| ≤ the tool's own bound.
+    pub coverage_pct: f64,
+    pub median_bound_ns: f64,
+    /// Samples by state (answers and the reasons for no answer).
+    pub states: BTreeMap<String, usize>,
+}
+
+fn figures<'a>(samples: impl Iterator<Item = &'a Sample>) -> Figures {
+    let (mut n, mut errors, mut bounds, mut covered) = (0, Vec::new(), Vec::new(), 0);
+    let mut states = BTreeMap::new();
+    for s in samples {
+        n += 1;
+        *states.entry(s.state.clone()).or_insert(0) += 1;
+        if let (Some(e), Some(b)) = (s.error_ns, s.bound_ns) {
+            errors.push(e.abs());
+            bounds.push(b);
+            covered += usize::from(e.abs() <= b);
+        }
+    }
+    let q = |v: &[f64], p| quantile(v, p).unwrap_or(f64::NAN);
+    let pct = |a: usize, b: usize| {
+        if b == 0 {
+            f64::NAN
+        } else {
+            a as f64 * 100.0 / b as f64
+        }
+    };
+    Figures {
+        samples: n,
+        answered: errors.len(),
+        availability_pct: pct(errors.len(), n),
+        p50_ns: q(&errors, 0.5),
+        p99_ns: q(&errors, 0.99),
+        max_ns: q(&errors, 1.0),
+        coverage_pct: pct(covered, errors.len()),
+        median_bound_ns: q(&bounds, 0.5),
+        states,
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub phase: &'static str,
+    pub part: &'static str,
+    /// How long this part lasted as planned, s.
+    pub seconds: f64,
+    pub chrony: Figures,
+    pub clockmesh: Figures,
+    /// clockmesh p99 / chrony p99 (< 1: clockmesh is closer).
+    pub p99_ratio: f64,
+    /// The same figures for host 1 and host 2 alone.
+    pub per_host: BTreeMap<usize, BTreeMap<&'static str, Figures>>,
+}
+
+/// What the faults did, read back, and who led.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Notes {
+    /// Datagrams the switch namespace forwarded during `asymmetric` (host
+    /// 1 → host 0 through the extra hop).
+    pub asymmetric_forwarded: Option<u64>,
+    /// Datagrams on the probe and NTP ports the loss rules saw and dropped
+    /// in hosts 1 and 2, in and out.
+    pub loss_seen: Option<u64>,
+    pub loss_dropped: Option<u64>,
+    /// The leader as host 1's agent saw it, before `reference_lost` and at
+    /// the end.
+    pub leader_before_reference_lost: Option<String>,
+    pub leader_at_end: Option<String>,
+    /// Send and TX-stamp counters of every running agent (its `/status`)
+    /// at the end of each phase, by phase and node.
+    pub counters: BTreeMap<&'static str, BTreeMap<String, BTreeMap<String, u64>>>,
+    /// /proc/loadavg (1, 5, 15 min) at the start and end.
+    pub loadavg_start: String,
+    pub loadavg_end: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendRun {
+    pub backend: &'static str,
+    pub notes: Notes,
+    pub rows: Vec<Row>,
+    /// Why the run failed, if it did.
+    pub error: Option<String>,
+}
+
+pub fn run(args: FaultsArgs) -> anyhow::Result<()> {
+    which("chronyd")?;
+    which("chronyc")?;
+    if !on_path("nft") {
+        bail!("nft is missing: the loss phase needs nftables (apt-get install nftables)");
+    }
+    let backends: &[Backend] = match args.backend {
+        BackendArg::Static => &[Backend::Static],
+        BackendArg::Etcd => &[Backend::Etcd],
+        BackendArg::Both => &[Backend::Static, Backend::Etcd],
+    };
+    let mut samples_out = match &args.samples {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let phases = plan(args.phase_s);
+    let total: Duration = phases
+        .iter()
+        .map(|p| p.during + if p.after { AFTER } else { Duration::ZERO })
+        .sum::<Duration>()
+        + Duration::from_secs(args.warmup);
+    let mut runs = Vec::new();
+    for &backend in backends {
+        let name = backend_name(backend);
+        eprintln!(
+            "bench-faults, {name}: 3 hosts on a bridge, warm-up {} s, then {} phases, ≈ {} s",
+            args.warmup,
+            phases.len(),
+            total.as_secs()
+        );
+        let mut notes = Notes {
+            loadavg_start: loadavg(),
+            ..Notes::default()
+        };
+        let result = one_backend(backend, &args, &phases, &mut notes);
+        notes.loadavg_end = loadavg();
+        match result {
+            Ok(samples) => {
+                if let Some(w) = samples_out.as_mut() {
+                    for s in &samples {
+                        let mut v = serde_json::to_value(s)?;
+                        v["backend"] = name.into();
+                        writeln!(w, "{v}")?;
+                    }
+                }
+                runs.push(BackendRun {
+                    backend: name,
+                    rows: rows(&phases, &samples),
+                    notes,
+                    error: None,
+                });
+            }
+            Err(e) => {
+                eprintln!("bench-faults, {name}: failed: {e:#}");
+                runs.push(BackendRun {
+                    backend: name,
+                    rows: Vec::new(),
+                    notes,
+                    error: Some(format!("{e:#}")),
+                });
+            }
+        }
+    }
+    if let Some(mut w) = samples_out {
+        w.flush()?;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "phase_s": args.phase_s,
+                "warmup_s": args.warmup,
+                "after_s": AFTER.as_secs(),
+                "sample_every_ms": SAMPLE_EVERY.as_millis() as u64,
+                "cpu": cpu_name(),
+                "runs": runs,
+            }))?
+        );
+    } else {
+        print_tables(&runs);
+    }
+    let failed: Vec<String> = runs
+        .iter()
+        .filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.backend)))
+        .collect();
+    if !failed.is_empty() {
+        bail!("bench-faults failed for {}", failed.join("; "));
+    }
+    Ok(())
+}
+
+fn backend_name(b: Backend) -> &'static str {
+    match b {
+        Backend::Static => "static",
+        Backend::Etcd => "etcd",
+    }
+}
+
+/// One backend: the cluster, chrony, the sampler, the phases; every fault
+/// undone and everything stopped on the way out, on error too.
+fn one_backend(
+    backend: Backend,
+    args: &FaultsArgs,
+    phases: &[Phase],
+    notes: &mut Notes,
+) -> anyhow::Result<Vec<Sample>> {
+    let mut cfg = ClusterConfig {
+        nodes: 3,
+        backend,
+        direct_pair: false,
+        inject_skew: false,
+        ..ClusterConfig::default()
+    };
+    // The agent's shipped defaults (the testbed's own are faster).
+    cfg.cadence_us = 100_000;
+    cfg.window_s = 4;
+    let started = Instant::now();
+    let mut cluster = Cluster::start(cfg).with_context(|| match backend {
+        Backend::Etcd => "starting etcd (in the switch namespace) and 3 agents",
+        Backend::Static => "starting 3 agents",
+    })?;
+    if backend == Backend::Etcd {
+        lead_from_host0(&mut cluster)?;
+    }
+    let dir = cluster.dir.join("chrony");
+    std::fs::create_dir_all(&dir)?;
+    // chronyd refuses a command socket in a directory others can reach.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    let server = Chronyd::start(cluster.bed.host(0), &dir, "server", &server_conf(&dir))?;
+    // One directory per client: bench-chrony's configuration names its
+    // socket and pid file after the role.
+    let client = |i: usize| -> anyhow::Result<Chronyd> {
+        let dir = dir.join(format!("host{i}"));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        let conf = client_conf(&dir, &cluster.bed.host(0).addr.to_string());
+        Chronyd::start(cluster.bed.host(i), &dir, "client", &conf)
+    };
+    let clients = [client(1)?, client(2)?];
+    let sampler = Sampler::start(
+        (1..=2)
+            .map(|i| {
+                (
+                    i,
+                    cluster.node_dir(i).join("offsets"),
+                    clients[i - 1].sock.clone(),
+                )
+            })
+            .collect(),
+        started,
+    );
+    thread::sleep(Duration::from_secs(args.warmup));
+    for phase in phases {
+        eprintln!(
+            "  {:>5.0} s  {} ({} s)",
+            started.elapsed().as_secs_f64(),
+            phase.name,
+            phase.during.as_secs_f64()
+        );
+        run_phase(&mut cluster, &sampler, phase, notes)
+            .with_context(|| format!("phase {}", phase.name))?;
+    }
+    notes.leader_at_end = leader(&cluster);
+    let samples = sampler.finish();
+    drop(clients);
+    drop(server);
+    drop(cluster);
+    Ok(samples)
+}
+
+fn run_phase(
+    cluster: &mut Cluster,
+    sampler: &Sampler,
+    phase: &Phase,
+    notes: &mut Notes,
+) -> anyhow::Result<()> {
+    sampler.set(phase.name, Part::During);
+    match phase.fault {
+        Fault::None => thread::sleep(phase.during),
+        Fault::Asymmetric => {
+            let sw = cluster.bed.switch_host().context("no switch namespace")?;
+            let fault = Asymmetric::apply(&sw, cluster.bed.host(1), cluster.bed.host(0))?;
+            let before = forwarded(&sw);
+            thread::sleep(phase.during);
+            notes.asymmetric_forwarded =
+                forwarded(&sw).zip(before).map(|(a, b)| a.saturating_sub(b));
+            fault.undo()?;
+        }
+        Fault::Loss30 => {
+            let fault = Loss::apply(&[cluster.bed.host(1), cluster.bed.host(2)])?;
+            thread::sleep(phase.during);
+            let (seen, dropped) = fault.counters();
+            (notes.loss_seen, notes.loss_dropped) = (Some(seen), Some(dropped));
+            fault.undo()?;
+        }
+        Fault::LinkDown => {
+            let fault = LinkDown::apply(cluster.bed.host(2))?;
+            thread::sleep(phase.during);
+            fault.undo()?;
+        }
+        Fault::AgentRestart => {
+            cluster.stop_agent(2, Signal::SIGKILL)?;
+            thread::sleep(phase.during);
+            cluster.start_agent(2)?;
+        }
+        Fault::ReferenceLost => {
+            notes.leader_before_reference_lost = leader(cluster);
+            cluster.stop_agent(0, Signal::SIGKILL)?;
+            thread::sleep(phase.during);
+        }
+    }
+    if phase.after {
+        sampler.set(phase.name, Part::After);
+        thread::sleep(AFTER);
+    }
+    notes.counters.insert(phase.name, send_counters(cluster));
+    Ok(())
+}
+
+/// The agents' counters of failed sends and of TX stamps matched to no
+/// probe (an agent that is not running is left out).
+fn send_counters(cluster: &Cluster) -> BTreeMap<String, BTreeMap<String, u64>> {
+    const KEYS: [&str; 3] = ["probe_send_errors", "send_errors", "unmatched_tx_reports"];
+    (0..cluster.cfg.nodes)
+        .filter_map(|i| {
+            let st = cluster.status(i).ok()?;
+            let picked = KEYS
+                .iter()
+                .map(|k| (k.to_string(), st.counters.get(*k).copied().unwrap_or(0)))
+                .collect();
+            Some((Cluster::name(i), picked))
+        })
+        .collect()
+}
+
+/// etcd elects whichever agent campaigns first, not necessarily host 0's;
+/// the bench wants the reference where chrony's server runs, as static
+/// membership has it (the lowest id leads). While another agent leads, it
+/// is restarted (a stopping leader resigns; its new candidacy queues behind
+/// the others), until host 0's leads.
+fn lead_from_host0(cluster: &mut Cluster) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let leader = cluster.status(0).ok().and_then(|s| s.leader);
+        let index = leader
+            .as_deref()
+            .and_then(|l| (0..cluster.cfg.nodes).find(|&i| Cluster::name(i) == l));
+        match index {
+            Some(0) => return Ok(()),
+            Some(i) => {
+                eprintln!(
+                    "  etcd elected {}: restarting it so that n0 leads",
+                    Cluster::name(i)
+                );
+                cluster.stop_agent(i, Signal::SIGTERM)?;
+                cluster.start_agent(i)?;
+                thread::sleep(Duration::from_secs(2));
+            }
+            None => thread::sleep(Duration::from_millis(500)),
+        }
+        if Instant::now() > deadline {
+            bail!("host 0's agent did not lead within 90 s (leader: {leader:?})");
+        }
+    }
+}
+
+/// The leader as host 1's agent sees it.
+fn leader(cluster: &Cluster) -> Option<String> {
+    cluster.status(1).ok().and_then(|s| s.leader)
+}
+
+/// Host 1's route to host 0 through the switch namespace, which forwards
+/// (and sends no redirects); undone on drop.
+struct Asymmetric {
+    host: String,
+    route: String,
+    /// (namespace, sysctl key, value before).
+    saved: Vec<(String, String, String)>,
+    done: bool,
+}
+
+impl Asymmetric {
+    fn apply(switch: &Host, from: &Host, to: &Host) -> anyhow::Result<Self> {
+        let mut fault = Asymmetric {
+            host: from.netns.clone(),
+            route: format!("{}/32", to.addr),
+            saved: Vec::new(),
+            done: false,
+        };
+        let settings = [
+            (&switch.netns, "net.ipv4.ip_forward", "1"),
+            (&switch.netns, "net.ipv4.conf.all.send_redirects", "0"),
+            (&switch.netns, "net.ipv4.conf.br0.send_redirects", "0"),
+            (&from.netns, "net.ipv4.conf.all.accept_redirects", "0"),
+            (
+                &from.netns,
+                &format!("net.ipv4.conf.{HOST_IFACE}.accept_redirects"),
+                "0",
+            ),
+        ];
+        for (ns, key, value) in settings {
+            let before = sh(&["ip", "netns", "exec", ns, "sysctl", "-n", key])?;
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                &format!("{key}={value}"),
+            ])?;
+            fault
+                .saved
+                .push((ns.clone(), key.to_string(), before.trim().to_string()));
+        }
+        sh(&[
+            "ip",
+            "-n",
+            &from.netns,
+            "route",
+            "add",
+            &fault.route,
+            "via",
+            &SWITCH_ADDR.to_string(),
+        ])?;
+        let got = sh(&[
+            "ip",
+            "-n",
+            &from.netns,
+            "route",
+            "get",
+            &to.addr.to_string(),
+        ])?;
+        anyhow::ensure!(
+            got.contains(&format!("via {SWITCH_ADDR}")),
+            "host 1's route to host 0 is not through the switch: {got}"
+        );
+        Ok(fault)
+    }
+
+    fn undo(mut self) -> anyhow::Result<()> {
+        self.done = true;
+        self.restore()
+    }
+
+    fn restore(&mut self) -> anyhow::Result<()> {
+        let mut result = sh(&["ip", "-n", &self.host, "route", "del", &self.route]).map(drop);
+        for (ns, key, value) in self.saved.drain(..).rev() {
+            let r = sh(&[
+                "ip",
+                "netns",
+                "exec",
+                &ns,
+                "sysctl",
+                "-qw",
+                &format!("{key}={value}"),
+            ]);
+            result = result.and(r.map(drop));
+        }
+        result
+    }
+}
+
+impl Drop for Asymmetric {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.restore();
+        }
+    }
+}
+
+/// IP datagrams the namespace has forwarded so far (`Ip: ForwDatagrams`).
+fn forwarded(host: &Host) -> Option<u64> {
+    let snmp = sh(&["ip", "netns", "exec", &host.netns, "cat", "/proc/net/snmp"]).ok()?;
+    let mut ip = snmp.lines().filter(|l| l.starts_with("Ip:"));
+    let (names, values) = (ip.next()?, ip.next()?);
+    let i = names
+        .split_whitespace()
+        .position(|n| n == "ForwDatagrams")?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
+/// nftables in each host: 30 % of the UDP datagrams to or from the probe
+/// port or NTP's dropped, in and out, one draw per datagram and hook;
+/// removed on drop.
+struct Loss {
+    hosts: Vec<String>,
+    done: bool,
+}
+
+impl Loss {
+    fn apply(hosts: &[&Host]) -> anyhow::Result<Self> {
+        let mut fault = Loss {
+            hosts: Vec::new(),
+            done: false,
+        };
+        let ports = format!("{{ {NTP_PORT}, {PROBE_PORT} }}");
+        let ruleset = format!(
+            "table inet {NFT_TABLE} {{\n\
+             \tchain lossy {{\n\
+             \t\tnumgen random mod 100 < 30 counter drop\n\
+             \t\tcounter accept\n\
+             \t}}\n\
+             \tchain input {{\n\
+             \t\ttype filter hook input priority 0; policy accept;\n\
+             \t\tudp dport {ports} jump lossy\n\
+             \t\tudp sport {ports} jump lossy\n\
+             \t}}\n\
+             \tchain output {{\n\
+             \t\ttype filter hook output priority 0; policy accept;\n\
+             \t\tudp dport {ports} jump lossy\n\
+             \t\tudp sport {ports} jump lossy\n\
+             \t}}\n\
+             }}\n"
+        );
+        for h in hosts {
+            let mut child = Command::new("ip")
+                .args(["netns", "exec", &h.netns, "nft", "-f", "-"])
+                .stdin(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("starting nft")?;
+            child
+                .stdin
+                .take()
+                .context("nft stdin")?
+                .write_all(ruleset.as_bytes())?;
+            let out = child.wait_with_output()?;
+            if !out.status.success() {
+                bail!(
+                    "nft in {}: {}",
+                    h.netns,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+            fault.hosts.push(h.netns.clone());
+        }
+        Ok(fault)
+    }
+
+    /// (datagrams seen, datagrams dropped) over every host and hook.
+    fn counters(&self) -> (u64, u64) {
+        let (mut seen, mut dropped) = (0, 0);
+        for ns in &self.hosts {
+            let Ok(text) = sh(&[
+                "ip", "netns", "exec", ns, "nft", "list", "chain", "inet", NFT_TABLE, "lossy",
+            ]) else {
+                continue;
+            };
+            for line in text.lines() {
+                let packets = line
+                    .split_whitespace()
+                    .skip_while(|w| *w != "packets")
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok());
+                if let Some(p) = packets {
+                    seen += p;
+                    if line.contains("drop") {
+                        dropped += p;
+                    }
+                }
+            }
+        }
+        (seen, dropped)
+    }
+
+    fn undo(mut self) -> anyhow::Result<()> {
+        self.done = true;
+        self.remove()
+    }
+
+    fn remove(&mut self) -> anyhow::Result<()> {
+        let mut result = Ok(());
+        for ns in self.hosts.drain(..) {
+            let r = sh(&[
+                "ip", "netns", "exec", &ns, "nft", "delete", "table", "inet", NFT_TABLE,
+            ]);
+            result = result.and(r.map(drop));
+        }
+        result
+    }
+}
+
+impl Drop for Loss {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.remove();
+        }
+    }
+}
+
+/// A host's interface down; up again on drop.
+struct LinkDown {
+    netns: String,
+    done: bool,
+}
+
+impl LinkDown {
+    fn apply(host: &Host) -> anyhow::Result<Self> {
+        sh(&["ip", "-n", &host.netns, "link", "set", host.iface, "down"])?;
+        Ok(LinkDown {
+            netns: host.netns.clone(),
+            done: false,
+        })
+    }
+
+    fn undo(mut self) -> anyhow::Result<()> {
+        self.done = true;
+        sh(&["ip", "-n", &self.netns, "link", "set", HOST_IFACE, "up"]).map(drop)
+    }
+}
+
+impl Drop for LinkDown {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = sh(&["ip", "-n", &self.netns, "link", "set", HOST_IFACE, "up"]);
+        }
+    }
+}
+
+/// Runs a command; its stdout, or an error with its stderr.
+fn sh(argv: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("starting {}", argv[0]))?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed: {}",
+            argv.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// The table's rows: every phase's parts in order, warm-up left out.
+fn rows(phases: &[Phase], samples: &[Sample]) -> Vec<Row> {
+    let mut out = Vec::new();
+    for p in phases {
+        let parts = [(Part::During, p.during)]
+            .into_iter()
+            .chain(p.after.then_some((Part::After, AFTER)));
+        for (part, seconds) in parts {
+            let of = |tool: Tool, host: Option<usize>| {
+                figures(samples.iter().filter(|s| {
+                    s.phase == p.name
+                        && s.part == part
+                        && s.tool == tool
+                        && host.is_none_or(|h| s.host == h)
+                }))
+            };
+            let (chrony, clockmesh) = (of(Tool::Chrony, None), of(Tool::Clockmesh, None));
+            let per_host = [1, 2]
+                .into_iter()
+                .map(|h| {
+                    (
+                        h,
+                        BTreeMap::from([
+                            ("chrony", of(Tool::Chrony, Some(h))),
+                            ("clockmesh", of(Tool::Clockmesh, Some(h))),
+                        ]),
+                    )
+                })
+                .collect();
+            out.push(Row {
+                phase: p.name,
+                part: part.as_str(),
+                seconds: seconds.as_secs_f64(),
+                p99_ratio: clockmesh.p99_ns / chrony.p99_ns,
+                chrony,
+                clockmesh,
+                per_host,
+            });
+        }
+    }
+    out
+}
+
+fn print_tables(runs: &[BackendRun]) {
+    println!(
+        "bench-faults: 3 netns hosts on a bridge, one kernel clock (true offset 0); hosts 1 and 2 \
+         sampled every {} ms; CPU {}",
+        SAMPLE_EVERY.as_millis(),
+        cpu_name()
+    );
+    for r in runs {
+        println!(
+            "\n== backend {} (load average {} at the start, {} at the end) ==",
+            r.backend, r.notes.loadavg_start, r.notes.loadavg_end
+        );
+        if let Some(e) = &r.error {
+            println!("failed: {e}");
+            continue;
+        }
+        println!(
+            "{:<15} {:<6} {:<9} {:>7} {:>7}  {:>24}  {:>8}  {:>12}  states",
+            "phase",
+            "part",
+            "tool",
+            "samples",
+            "avail %",
+            "|error| p50 / p99 / max ns",
+            "cover %",
+            "median bound"
+        );
+        for row in &r.rows {
+            for (tool, f) in [("chrony", &row.chrony), ("clockmesh", &row.clockmesh)] {
+                let first = tool == "chrony";
+                println!(
+                    "{:<15} {:<6} {:<9} {:>7} {:>7.1}  {:>7} / {:>6} / {:>7}  {:>8.1}  {:>12}  {}",
+                    if first { row.phase } else { "" },
+                    if first { row.part } else { "" },
+                    tool,
+                    f.samples,
+                    f.availability_pct,
+                    ns(f.p50_ns),
+                    ns(f.p99_ns),
+                    ns(f.max_ns),
+                    f.coverage_pct,
+                    ns(f.median_bound_ns),
+                    f.states
+                        .iter()
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            println!(
+                "{:<15} {:<6} clockmesh p99 / chrony p99 = {:.3}",
+                "", "", row.p99_ratio
+            );
+        }
+        let n = &r.notes;
+        println!(
+            "asymmetric: {} datagrams forwarded by the switch; loss30: {} of {} datagrams dropped ({:.1} %); \
+             leader before reference_lost {}, at the end {}",
+            opt(n.asymmetric_forwarded),
+            opt(n.loss_dropped),
+            opt(n.loss_seen),
+            n.loss_dropped.unwrap_or(0) as f64 * 100.0 / n.loss_seen.unwrap_or(0).max(1) as f64,
+            n.leader_before_reference_lost.as_deref().unwrap_or("?"),
+            n.leader_at_end.as_deref().unwrap_or("?"),
+        );
+        let mut phases: Vec<&str> = r.rows.iter().map(|row| row.phase).collect();
+        phases.dedup();
+        for (phase, nodes) in phases
+            .into_iter()
+            .filter_map(|p| Some((p, n.counters.get(p)?)))
+        {
+            let nonzero: Vec<String> = nodes
+                .iter()
+                .flat_map(|(node, c)| {
+                    c.iter()
+                        .filter(|(_, v)| **v > 0)
+                        .map(move |(k, v)| format!("{node} {k} {v}"))
+                })
+                .collect();
+            if !nonzero.is_empty() {
+                println!("after {phase}: {}", nonzero.join(", "));
+            }
+        }
+    }
+}
+
+fn ns(v: f64) -> String {
+    if v.is_nan() {
+        "—".into()
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or("?".into(), |v| v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracking_csv_gives_the_system_time_and_chronys_own_bound() {
+        let r = parse_tracking(
+            "C612000,198.18.0.1,9,1764072000.1,-0.000000123,0.000000010,0.000000050,\
+             -1.0,0.0,0.1,0.000040000,0.000010000,0.1,Normal\n",
+        );
+        let (error, bound) = r.answer.unwrap();
+        assert!((error + 123.0).abs() < 1e-6);
+        assert!((bound - 30_000.0).abs() < 1e-6);
+        assert_eq!(r.state, "normal");
+        let r = parse_tracking("0,,0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,Not synchronised\n");
+        assert!(r.answer.is_none());
+        assert!(parse_tracking("").answer.is_none());
+    }
+
+    #[test]
+    fn figures_count_unanswered_samples_against_availability_only() {
+        let s = |error: Option<f64>, bound: f64| Sample {
+            t_s: 0.0,
+            phase: "p",
+            part: Part::During,
+            host: 1,
+            tool: Tool::Clockmesh,
+            state: if error.is_some() {
+                "synchronised"
+            } else {
+                "stale"
+            }
+            .into(),
+            error_ns: error,
+            bound_ns: error.map(|_| bound),
+        };
+        let v = [
+            s(Some(-10.0), 20.0),
+            s(Some(30.0), 20.0),
+            s(None, 0.0),
+            s(Some(5.0), 5.0),
+        ];
+        let f = figures(v.iter());
+        assert_eq!((f.samples, f.answered), (4, 3));
+        assert_eq!(f.availability_pct, 75.0);
+        assert!((f.coverage_pct - 200.0 / 3.0).abs() < 1e-9);
+        assert_eq!((f.p50_ns, f.max_ns), (10.0, 30.0));
+        assert_eq!(f.states["stale"], 1);
+    }
+}
