@@ -27,7 +27,7 @@
 //! 4 merged JAX hosts' `.xplane.pb` instead (see [`xla`]).
 
 mod common;
-use common::{cpu_seconds, parse, peak_rss_kib, target_dir};
+use common::{cpu_seconds, parse, peak_rss_kib, run_child, target_dir};
 
 use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
@@ -370,17 +370,8 @@ fn main() {
     );
     let mbps = |s: f64| bytes as f64 / s / 1e6;
 
-    let out = Command::new(std::env::current_exe().unwrap())
-        .arg("--collectives-child")
-        .args(&files)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rust = String::from_utf8_lossy(&out.stdout).to_string();
+    let child_args = std::iter::once(PathBuf::from("--collectives-child")).chain(files.clone());
+    let rust = run_child(child_args);
     check("rust", &rust, &shape);
     let (rs, rcpu, rmem) = (
         parse(&rust, "seconds"),
@@ -833,17 +824,8 @@ fn xplane_bench(mb: u64) -> Option<()> {
         shape.instances,
         t.elapsed().as_secs_f64()
     );
-    let out = Command::new(std::env::current_exe().unwrap())
-        .arg("--xplane-child")
-        .args(&files)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rust = String::from_utf8_lossy(&out.stdout).to_string();
+    let child_args = std::iter::once(PathBuf::from("--xplane-child")).chain(files.clone());
+    let rust = run_child(child_args);
     check("rust xplane", &rust, &shape);
     let parse_s = parse(&rust, "parse_seconds");
     println!(

@@ -15,7 +15,7 @@
 //! $CARGO_TARGET_DIR/bench-traces.
 
 mod common;
-use common::{cpu_seconds, parse, peak_rss_kib, target_dir};
+use common::{cpu_seconds, parse, peak_rss_kib, run_child, target_dir};
 
 use std::collections::HashMap;
 use std::io::BufWriter;
@@ -149,19 +149,13 @@ fn main() {
 fn bench_mode(mode: &str, mb: u64, bytes: u64, files: &[PathBuf]) {
     let work = target_dir().join("bench-traces/out");
     let _ = std::fs::remove_dir_all(&work);
-    let out = Command::new(std::env::current_exe().unwrap())
-        .arg("--merge-child")
-        .arg(work.join("rust"))
-        .arg(mode)
-        .args(files)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rust = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut child_args = vec![
+        PathBuf::from("--merge-child"),
+        work.join("rust"),
+        PathBuf::from(mode),
+    ];
+    child_args.extend(files.iter().cloned());
+    let rust = run_child(child_args);
     let (rs, rmem) = (parse(&rust, "seconds"), parse(&rust, "peak_rss_kib"));
     let rcpu = parse(&rust, "cpu_seconds");
     let mbps = |s: f64| bytes as f64 / s / 1e6;

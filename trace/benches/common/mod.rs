@@ -2,7 +2,9 @@
 //! peak memory and CPU time read from /proc, printed by a child as
 //! `key=value` lines and parsed back by the parent.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// The cargo target directory (the inputs are cached there).
 pub fn target_dir() -> PathBuf {
@@ -44,4 +46,20 @@ pub fn parse(out: &str, key: &str) -> f64 {
         .find_map(|l| l.strip_prefix(&format!("{key}=")))
         .and_then(|v| v.parse().ok())
         .unwrap_or(f64::NAN)
+}
+
+/// Runs this bench binary again with `args` (a child mode, so its peak
+/// memory is its own) and returns what it printed; panics with its stderr
+/// if it failed.
+pub fn run_child<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
