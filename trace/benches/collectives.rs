@@ -278,9 +278,17 @@ fn inputs(mb: u64, steps: u64) -> Vec<PathBuf> {
 /// Child mode: read the job and analyse it in a fresh process, so its
 /// peak memory is its own.
 fn child(files: &[PathBuf]) {
+    measure_job(files, 0.0);
+}
+
+/// Reads and analyses the job, printing what the parent parses back: times,
+/// CPU seconds since `cpu0`, peak memory after reading and in all, and what
+/// the analysis found.
+fn measure_job(files: &[PathBuf], cpu0: f64) {
     let t = Instant::now();
     let job = read_job(files, false).unwrap();
     let read_s = t.elapsed().as_secs_f64();
+    println!("read_peak_rss_kib={}", peak_rss_kib());
     let calls = job.calls.len();
     let a = analyse(
         &job.participants,
@@ -303,7 +311,7 @@ fn child(files: &[PathBuf]) {
     let late_sum: u64 = a.instances.iter().map(|i| i.late_by_ns).sum();
     println!("seconds={secs:.3}");
     println!("read_seconds={read_s:.3}");
-    println!("cpu_seconds={:.2}", cpu_seconds());
+    println!("cpu_seconds={:.2}", cpu_seconds() - cpu0);
     println!("bytes={bytes}");
     println!("peak_rss_kib={}", peak_rss_kib());
     println!("calls={calls}");
@@ -859,8 +867,8 @@ fn xplane_bench(mb: u64) -> Option<()> {
 }
 
 /// The xplane job's child: first the reader alone (each host read and its
-/// calls dropped: the reader's own memory), then what [`child`] measures,
-/// with the peak after reading.
+/// calls dropped: the reader's own memory), then what [`measure_job`]
+/// measures.
 fn xplane_child(files: &[PathBuf]) {
     let t = Instant::now();
     for f in files {
@@ -868,33 +876,5 @@ fn xplane_child(files: &[PathBuf]) {
     }
     println!("parse_seconds={:.3}", t.elapsed().as_secs_f64());
     println!("parse_peak_rss_kib={}", peak_rss_kib());
-    let (t, cpu0) = (Instant::now(), cpu_seconds());
-    let job = read_job(files, false).unwrap();
-    let read_s = t.elapsed().as_secs_f64();
-    println!("read_peak_rss_kib={}", peak_rss_kib());
-    let calls = job.calls.len();
-    let a = analyse(
-        &job.participants,
-        job.calls,
-        &AnalysisOptions {
-            aligned: false,
-            top_preceding: 5,
-        },
-    );
-    let secs = t.elapsed().as_secs_f64();
-    let straggler_last = a
-        .instances
-        .iter()
-        .filter(|i| a.participants[i.last].rank == Some(STRAGGLER as u64))
-        .count();
-    let late_sum: u64 = a.instances.iter().map(|i| i.late_by_ns).sum();
-    println!("seconds={secs:.3}");
-    println!("read_seconds={read_s:.3}");
-    println!("cpu_seconds={:.2}", cpu_seconds() - cpu0);
-    println!("peak_rss_kib={}", peak_rss_kib());
-    println!("calls={calls}");
-    println!("matched={}", a.summary.matched);
-    println!("unmatched={}", a.summary.unmatched);
-    println!("straggler_last={straggler_last}");
-    println!("late_sum_ns={late_sum}");
+    measure_job(files, cpu_seconds());
 }
