@@ -1094,6 +1094,9 @@ impl Node {
 
     /// Under succession: passes over a leader silent for too long.
     fn follow_succession(&mut self, now_ns: i64) {
+        if self.succession.is_none() {
+            return; // an engine elects: nothing to do each tick
+        }
         let ids = self.member_ids();
         let Some(s) = self.succession.as_mut() else {
             return;
@@ -1101,7 +1104,9 @@ impl Node {
         let change = s.tick(&ids, now_ns);
         let leader = s.leader(&ids);
         self.note_leader_change(change);
-        self.set_leader_id(leader);
+        if leader != self.reference() {
+            self.set_leader_id(leader);
+        }
     }
 
     fn note_leader_change(&mut self, change: LeaderChange) {

@@ -585,14 +585,16 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     /// Under succession the core decides who leads: logged when it changes.
     fn note_succession(&mut self) {
+        // Every tick: compare before allocating (is_me follows the name).
+        if self.node.leader() == self.leadership.leader.as_deref() {
+            return;
+        }
         let l = Leadership {
             leader: self.node.leader().map(str::to_string),
             is_me: self.node.is_leader(),
         };
-        if l != self.leadership {
-            info!(leader = ?l.leader, is_me = l.is_me, "leadership (static succession)");
-            self.leadership = l;
-        }
+        info!(leader = ?l.leader, is_me = l.is_me, "leadership (static succession)");
+        self.leadership = l;
     }
 
     // ---- stamps ----
