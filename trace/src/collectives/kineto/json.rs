@@ -118,10 +118,32 @@ impl<R: Read> Source<R> {
                     self.pos += n;
                     return Ok(u);
                 }
-                Err(e) if e.is_eof() && !self.eof => self.fill()?,
+                Err(e) if !self.eof && self.runs_past_the_read(&e) => self.fill()?,
                 Err(e) => return Err(self.json_error(&e)),
             }
         }
+    }
+
+    /// Whether serde stopped because the value runs on past what is read:
+    /// it says "EOF", or (skipping a number cut at `-`, `1.` or `1e`)
+    /// "invalid number" at the last byte read.
+    fn runs_past_the_read(&self, e: &serde_json::Error) -> bool {
+        let read = self.end - self.pos;
+        e.is_eof() || self.error_offset(e) + 1 >= read
+    }
+
+    /// Where in `buf[pos..end]` serde's error (line and column from
+    /// `pos`) lies.
+    fn error_offset(&self, e: &serde_json::Error) -> usize {
+        let rest = &self.buf[self.pos..self.end];
+        let mut at = 0;
+        for _ in 1..e.line() {
+            match rest[at..].iter().position(|&b| b == b'\n') {
+                Some(i) => at += i + 1,
+                None => break,
+            }
+        }
+        (at + e.column().saturating_sub(1)).min(rest.len())
     }
 
     /// An error at the current position.
@@ -137,15 +159,7 @@ impl<R: Read> Source<R> {
     fn json_error(&self, e: &serde_json::Error) -> TraceError {
         let text = e.to_string();
         let what = text.rfind(" at line ").map_or(&text[..], |i| &text[..i]);
-        let rest = &self.buf[self.pos..self.end];
-        let mut at = 0;
-        for _ in 1..e.line() {
-            match rest[at..].iter().position(|&b| b == b'\n') {
-                Some(i) => at += i + 1,
-                None => break,
-            }
-        }
-        let at = (at + e.column().saturating_sub(1)).min(rest.len());
+        let at = self.error_offset(e);
         not_kineto(format_args!(
             "{what} at byte {}",
             self.base + (self.pos + at) as u64
