@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod etcd;
 pub mod exchange;
+pub mod firewall;
 pub mod load;
 pub mod netns;
 pub mod shim;

@@ -41,6 +41,27 @@ pub enum StampMode {
 
 /// Enables timestamping on `sock` (UDP, IPv4 or IPv6).
 pub fn enable(sock: &impl AsFd, mode: StampMode) -> nix::Result<()> {
+    setsockopt(sock, Timestamping, &tx_flags(mode))
+}
+
+/// Restarts the `OPT_ID` numbering: the next datagram sent is numbered 0.
+///
+/// A send that fails may or may not have used a number (a drop in
+/// netfilter's OUTPUT hook or the qdisc has, a missing route has not),
+/// so after one the sender's count and the kernel's can differ. The
+/// kernel sets its counter to 0 when `OPT_ID` is switched on, so it is
+/// switched off and on again.
+pub fn restart_tx_ids(sock: &impl AsFd, mode: StampMode) -> nix::Result<()> {
+    setsockopt(
+        sock,
+        Timestamping,
+        &(tx_flags(mode) - F::SOF_TIMESTAMPING_OPT_ID),
+    )?;
+    enable(sock, mode)
+}
+
+/// RX and TX stamps, TX reports numbered (`OPT_ID`) without the packet.
+fn tx_flags(mode: StampMode) -> F {
     let mut flags = F::SOF_TIMESTAMPING_SOFTWARE
         | F::SOF_TIMESTAMPING_RX_SOFTWARE
         | F::SOF_TIMESTAMPING_TX_SOFTWARE
@@ -51,7 +72,7 @@ pub fn enable(sock: &impl AsFd, mode: StampMode) -> nix::Result<()> {
             | F::SOF_TIMESTAMPING_RX_HARDWARE
             | F::SOF_TIMESTAMPING_TX_HARDWARE;
     }
-    setsockopt(sock, Timestamping, &flags)
+    flags
 }
 
 /// Enables RX timestamps only: for a socket that also sends datagrams whose
@@ -260,5 +281,35 @@ mod tests {
                 .iter()
                 .all(|r| r.stamps.software_ns > 0 && r.tstype == 0)
         );
+    }
+
+    /// Sends `n` datagrams to `to` and returns the ids of their TX reports.
+    fn report_ids(tx: &UdpSocket, to: SocketAddr, n: usize) -> Vec<u32> {
+        for _ in 0..n {
+            tx.send_to(&[7; 16], to).unwrap();
+        }
+        let mut reports = Vec::new();
+        for _ in 0..1000 {
+            drain_tx_reports(tx, &mut reports).unwrap();
+            if reports.len() >= n {
+                break;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        reports.iter().map(|r| r.id).collect()
+    }
+
+    #[test]
+    fn restarting_tx_ids_numbers_the_next_datagram_zero() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        enable(&tx, StampMode::Software).unwrap();
+        assert_eq!(report_ids(&tx, to, 3), [0, 1, 2]);
+        restart_tx_ids(&tx, StampMode::Software).unwrap();
+        assert_eq!(report_ids(&tx, to, 2), [0, 1]);
+        // Enabling again without the switch keeps counting.
+        enable(&tx, StampMode::Software).unwrap();
+        assert_eq!(report_ids(&tx, to, 1), [2]);
     }
 }

@@ -765,6 +765,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             "unmatched_tx_reports".into(),
             stats.unmatched_tx_reports.load(Relaxed),
         );
+        counters.insert("tx_id_restarts".into(), stats.tx_id_restarts.load(Relaxed));
         counters.insert("pairs_settled".into(), self.node.collector_stats().settled);
         let b = self.node.book_stats();
         counters.insert("probes_completed".into(), b.completed);

@@ -79,6 +79,8 @@ pub struct SenderStats {
     pub send_errors: AtomicU64,
     /// TX reports that did not match a probe we remember.
     pub unmatched_tx_reports: AtomicU64,
+    /// Times the TX report numbering restarted after a failed send.
+    pub tx_id_restarts: AtomicU64,
 }
 
 /// Handle to the running sender; dropping it stops the thread.
@@ -333,8 +335,29 @@ impl Worker {
             Err(e) => {
                 self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
                 debug!(peer = target.id, "probe send failed: {e}");
+                self.restart_tx_ids();
                 false
             }
+        }
+    }
+
+    /// After a failed send, the kernel may have used a TX report number or
+    /// not: the reports queued so far are matched under the old numbers,
+    /// then both sides count from 0 again. Otherwise every later report
+    /// would be matched to the probe before its own.
+    fn restart_tx_ids(&mut self) {
+        // Software stamps are queued during the send itself: all of them
+        // are in. A NIC stamp still to come is lost (not mismatched: its
+        // probe is forgotten).
+        self.read_tx_reports();
+        match timestamping::restart_tx_ids(&self.sock, self.cfg.stamp_mode) {
+            Ok(()) => {
+                self.next_id = 0;
+                self.sent_ids.clear();
+                self.awaiting_reports = 0;
+                self.stats.tx_id_restarts.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => warn!("sender: restarting TX report numbers: {e}"),
         }
     }
 

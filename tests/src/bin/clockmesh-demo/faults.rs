@@ -39,6 +39,7 @@ use anyhow::{Context as _, bail};
 use clockmesh::publish::{ClockStatus, OffsetsReader, realtime_now_ns};
 use clockmesh_testbed::{
     cluster::{Backend, Cluster, ClusterConfig, PROBE_PORT, quantile},
+    firewall::{Hooks, Loss, LossSpec},
     netns::{HOST_IFACE, Host, SWITCH_ADDR},
 };
 use nix::sys::signal::Signal;
@@ -670,7 +671,16 @@ fn run_phase(
             fault.undo()?;
         }
         Fault::Loss30 => {
-            let fault = Loss::apply(&[cluster.bed.host(1), cluster.bed.host(2)])?;
+            let hosts = [cluster.bed.host(1), cluster.bed.host(2)].map(|h| h.netns.as_str());
+            let fault = Loss::apply(
+                &hosts,
+                &LossSpec {
+                    table: NFT_TABLE,
+                    percent: 30,
+                    ports: vec![NTP_PORT, PROBE_PORT],
+                    hooks: Hooks::InputAndOutput,
+                },
+            )?;
             thread::sleep(phase.during);
             let (seen, dropped) = fault.counters();
             (notes.loss_seen, notes.loss_dropped) = (Some(seen), Some(dropped));
@@ -861,115 +871,6 @@ fn forwarded(host: &Host) -> Option<u64> {
         .split_whitespace()
         .position(|n| n == "ForwDatagrams")?;
     values.split_whitespace().nth(i)?.parse().ok()
-}
-
-/// nftables in each host: 30 % of the UDP datagrams to or from the probe
-/// port or NTP's dropped, in and out, one draw per datagram and hook;
-/// removed on drop.
-struct Loss {
-    hosts: Vec<String>,
-    done: bool,
-}
-
-impl Loss {
-    fn apply(hosts: &[&Host]) -> anyhow::Result<Self> {
-        let mut fault = Loss {
-            hosts: Vec::new(),
-            done: false,
-        };
-        let ports = format!("{{ {NTP_PORT}, {PROBE_PORT} }}");
-        let ruleset = format!(
-            "table inet {NFT_TABLE} {{\n\
-             \tchain lossy {{\n\
-             \t\tnumgen random mod 100 < 30 counter drop\n\
-             \t\tcounter accept\n\
-             \t}}\n\
-             \tchain input {{\n\
-             \t\ttype filter hook input priority 0; policy accept;\n\
-             \t\tudp dport {ports} jump lossy\n\
-             \t\tudp sport {ports} jump lossy\n\
-             \t}}\n\
-             \tchain output {{\n\
-             \t\ttype filter hook output priority 0; policy accept;\n\
-             \t\tudp dport {ports} jump lossy\n\
-             \t\tudp sport {ports} jump lossy\n\
-             \t}}\n\
-             }}\n"
-        );
-        for h in hosts {
-            let mut child = Command::new("ip")
-                .args(["netns", "exec", &h.netns, "nft", "-f", "-"])
-                .stdin(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .context("starting nft")?;
-            child
-                .stdin
-                .take()
-                .context("nft stdin")?
-                .write_all(ruleset.as_bytes())?;
-            let out = child.wait_with_output()?;
-            if !out.status.success() {
-                bail!(
-                    "nft in {}: {}",
-                    h.netns,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-            }
-            fault.hosts.push(h.netns.clone());
-        }
-        Ok(fault)
-    }
-
-    /// (datagrams seen, datagrams dropped) over every host and hook.
-    fn counters(&self) -> (u64, u64) {
-        let (mut seen, mut dropped) = (0, 0);
-        for ns in &self.hosts {
-            let Ok(text) = sh(&[
-                "ip", "netns", "exec", ns, "nft", "list", "chain", "inet", NFT_TABLE, "lossy",
-            ]) else {
-                continue;
-            };
-            for line in text.lines() {
-                let packets = line
-                    .split_whitespace()
-                    .skip_while(|w| *w != "packets")
-                    .nth(1)
-                    .and_then(|v| v.parse::<u64>().ok());
-                if let Some(p) = packets {
-                    seen += p;
-                    if line.contains("drop") {
-                        dropped += p;
-                    }
-                }
-            }
-        }
-        (seen, dropped)
-    }
-
-    fn undo(mut self) -> anyhow::Result<()> {
-        self.done = true;
-        self.remove()
-    }
-
-    fn remove(&mut self) -> anyhow::Result<()> {
-        let mut result = Ok(());
-        for ns in self.hosts.drain(..) {
-            let r = sh(&[
-                "ip", "netns", "exec", &ns, "nft", "delete", "table", "inet", NFT_TABLE,
-            ]);
-            result = result.and(r.map(drop));
-        }
-        result
-    }
-}
-
-impl Drop for Loss {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = self.remove();
-        }
-    }
 }
 
 /// A host's interface down; up again on drop.
