@@ -13,6 +13,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use clockmesh_core::settings;
 use serde::Serialize;
 use thiserror::Error;
 
@@ -56,219 +57,318 @@ pub enum ConfigError {
         origin: Source,
         reason: String,
     },
-    #[error("{key} must be set (flag --{flag}, or {env})")]
+    #[error("{key} must be set (flag --{flag}, or {env})", flag = key.replace('_', "-"))]
     Missing {
         key: &'static str,
-        flag: &'static str,
         env: &'static str,
     },
     #[error("--set expects KEY=VALUE, got {0:?}")]
     BadSet(String),
 }
 
-/// One configuration key.
+/// One configuration key, as [`config_keys!`] defines it.
 pub struct Key {
     pub name: &'static str,
     /// Environment variables, highest priority first.
     pub env: &'static [&'static str],
     /// Other names accepted in files.
     pub file_aliases: &'static [&'static str],
-    pub default: Option<&'static str>,
+    /// The default as the text a file, variable or flag would carry
+    /// (computed from the typed default where one is defined in code).
+    pub default: Option<fn() -> String>,
+    /// What the flag's value looks like in `--help`.
+    pub value_name: &'static str,
+    /// The flag's value may start with `-` (a negative number).
+    pub hyphen_values: bool,
     pub help: &'static str,
 }
 
-/// All keys. Defaults are documented here and in `docs/configuration.md`.
-pub const KEYS: &[Key] = &[
-    Key {
-        name: "enabled",
-        env: &["CLOCKMESH_ENABLED", "XLA_ENABLE_DISTRIBUTED_PROFILING"],
-        file_aliases: &[],
-        default: Some("true"),
+impl Key {
+    /// The command-line flag: the name with dashes (`--probe-cadence-us`).
+    pub fn flag(&self) -> String {
+        format!("--{}", self.name.replace('_', "-"))
+    }
+
+    /// The default's text, if the key has one.
+    pub fn default_text(&self) -> Option<String> {
+        self.default.map(|f| f())
+    }
+}
+
+/// A key's default, as text: none, or a typed value's `Display`.
+macro_rules! key_default {
+    () => {
+        None
+    };
+    ($value:expr) => {
+        Some(|| ToString::to_string(&$value))
+    };
+}
+
+/// The field type of a key in [`AgentConfig`].
+macro_rules! key_field {
+    (required, $ty:ty) => { Sourced<$ty> };
+    (host_name, $ty:ty) => { Sourced<$ty> };
+    (optional, $ty:ty) => { Option<Sourced<$ty>> };
+}
+
+/// A key's typed value from the layers.
+macro_rules! key_value {
+    (required, $layers:expr, $host:expr, $name:expr, $parse:expr) => {
+        required(typed($layers, $name, $parse)?, $name)?
+    };
+    (host_name, $layers:expr, $host:expr, $name:expr, $parse:expr) => {
+        typed($layers, $name, $parse)?.unwrap_or_else(|| Sourced {
+            value: $host.to_owned(),
+            source: Source::Default,
+        })
+    };
+    (optional, $layers:expr, $host:expr, $name:expr, $parse:expr) => {
+        typed($layers, $name, $parse)?
+    };
+}
+
+/// Every configuration key, each defined once: its typed field in
+/// [`AgentConfig`] and whether it must have a value, the parser that
+/// checks it, its environment variables, file aliases, default, the
+/// flag's value name and the help text. [`KEYS`] (files, environment,
+/// `--set`, the flags of `clockmesh agent` and `clockmesh config`, and the
+/// docs test) and [`AgentConfig::from_layers`] come from this one list.
+macro_rules! config_keys {
+    ($(
+        $field:ident: $ty:ty = $presence:ident($parse:expr) {
+            env: [$($env:literal),* $(,)?],
+            aliases: [$($alias:literal),* $(,)?],
+            default: [$($default:tt)*],
+            value: $value_name:literal,
+            $(hyphen_values: $hyphen:literal,)?
+            help: $help:literal $(,)?
+        }
+    ),* $(,)?) => {
+        /// All keys, in the order `clockmesh config` prints them.
+        pub const KEYS: &[Key] = &[$(
+            Key {
+                name: stringify!($field),
+                env: &[$($env),*],
+                file_aliases: &[$($alias),*],
+                default: key_default!($($default)*),
+                value_name: $value_name,
+                hyphen_values: false $(|| $hyphen)?,
+                help: $help,
+            }
+        ),*];
+
+        /// The typed, validated configuration.
+        #[derive(Clone, Debug, PartialEq, Serialize)]
+        pub struct AgentConfig {
+            $(pub $field: key_field!($presence, $ty),)*
+        }
+
+        impl AgentConfig {
+            /// Every key parsed, before the cross-key rules.
+            fn parse_keys(layers: &Layers, hostname: &str) -> Result<Self, ConfigError> {
+                Ok(AgentConfig {
+                    $($field: key_value!(
+                        $presence, layers, hostname, stringify!($field), $parse
+                    ),)*
+                })
+            }
+        }
+    };
+}
+
+config_keys! {
+    enabled: bool = required(boolean) {
+        env: ["CLOCKMESH_ENABLED", "XLA_ENABLE_DISTRIBUTED_PROFILING"],
+        aliases: [],
+        default: [true],
+        value: "true|false",
         help: "run probing at all (false: the agent idles)",
     },
-    Key {
-        name: "interface",
-        env: &["CLOCKMESH_INTERFACE", "NCCL_SOCKET_IFNAME"],
-        file_aliases: &["probe_interface"],
-        default: None,
+    interface: String = required(interface_name) {
+        env: ["CLOCKMESH_INTERFACE", "NCCL_SOCKET_IFNAME"],
+        aliases: ["probe_interface"],
+        default: [],
+        value: "IFACE",
         help: "network interface probes use (the NCCL data interface)",
     },
-    Key {
-        name: "node_name",
-        env: &["CLOCKMESH_NODE_NAME", "NODE_NAME"],
-        file_aliases: &[],
-        default: None,
+    node_name: String = host_name(non_empty) {
+        env: ["CLOCKMESH_NODE_NAME", "NODE_NAME"],
+        aliases: [],
+        default: [],
+        value: "NAME",
         help: "this node's name (default: the host name)",
     },
-    Key {
-        name: "probe_port",
-        env: &["CLOCKMESH_PROBE_PORT"],
-        file_aliases: &[],
-        default: Some("31900"),
+    probe_port: u16 = required(int_in(1u16, u16::MAX)) {
+        env: ["CLOCKMESH_PROBE_PORT"],
+        aliases: [],
+        default: [31900],
+        value: "PORT",
         help: "UDP port this agent owns for probes",
     },
-    Key {
-        name: "probe_cadence_us",
-        env: &["CLOCKMESH_PROBE_CADENCE_US", "XLA_PROBE_CADENCE_US"],
-        file_aliases: &[],
-        default: Some("100000"),
+    probe_cadence_us: u64 = required(int_in(50u64, 10_000_000)) {
+        env: ["CLOCKMESH_PROBE_CADENCE_US", "XLA_PROBE_CADENCE_US"],
+        aliases: [],
+        default: [settings::DEFAULT_PROBE_CADENCE_US],
+        value: "US",
         help: "interval between coded pairs on one edge, µs",
     },
-    Key {
-        name: "packet_spacing_us",
-        env: &["CLOCKMESH_PACKET_SPACING_US", "XLA_PACKET_SPACING_US"],
-        file_aliases: &[],
-        default: Some("100"),
+    packet_spacing_us: u64 = required(int_in(1u64, 100_000)) {
+        env: ["CLOCKMESH_PACKET_SPACING_US", "XLA_PACKET_SPACING_US"],
+        aliases: [],
+        default: [settings::DEFAULT_PACKET_SPACING_US],
+        value: "US",
         help: "spacing between the two probes of a pair, µs",
     },
-    Key {
-        name: "probe_window_s",
-        env: &["CLOCKMESH_PROBE_WINDOW_S", "XLA_PROBE_WINDOW_S"],
-        file_aliases: &[],
-        default: Some("4"),
+    probe_window_s: u64 = required(int_in(1u64, 3600)) {
+        env: ["CLOCKMESH_PROBE_WINDOW_S", "XLA_PROBE_WINDOW_S"],
+        aliases: [],
+        default: [settings::DEFAULT_PROBE_WINDOW_S],
+        value: "S",
         help: "estimation window, s",
     },
-    Key {
-        name: "degree",
-        env: &["CLOCKMESH_DEGREE"],
-        file_aliases: &["k", "out_degree"],
-        default: Some("4"),
+    degree: usize = required(int_in(1usize, crate::probe::graph::MAX_DEGREE)) {
+        env: ["CLOCKMESH_DEGREE"],
+        aliases: ["k", "out_degree"],
+        default: [settings::DEFAULT_DEGREE],
+        value: "N",
         help: "out-neighbours each node probes (1-20)",
     },
-    Key {
-        name: "tracepoint_stamps",
-        env: &["CLOCKMESH_TRACEPOINT_STAMPS"],
-        file_aliases: &[],
-        default: Some("auto"),
-        help: "tp_btf stamp programs (they run for every packet on the host): auto (attached only if the socket's kernel stamps are missing), on or off",
+    tracepoint_stamps: TracepointStamps = required(tracepoint_stamps) {
+        env: ["CLOCKMESH_TRACEPOINT_STAMPS"],
+        aliases: [],
+        default: ["auto"],
+        value: "auto|on|off",
+        help: "tp_btf stamp programs, which run for every packet on the host: `auto` (attached only once the socket's kernel stamps turn out to be missing), `on`, `off`",
     },
-    Key {
-        name: "max_path_asymmetry_ns",
-        env: &["CLOCKMESH_MAX_PATH_ASYMMETRY_NS"],
-        file_aliases: &[],
-        default: None,
-        help: "known limit on the paths' one-way delay difference, ns: replaces the ½-RTT asymmetry allowance in the bound (unset: unknown; a wrong value makes the bound lie, see docs/configuration.md)",
+    max_path_asymmetry_ns: u64 = optional(int_in(0u64, 1_000_000_000)) {
+        env: ["CLOCKMESH_MAX_PATH_ASYMMETRY_NS"],
+        aliases: [],
+        default: [],
+        value: "NS",
+        help: "known limit on the difference between the two directions' minimum one-way delays, ns; replaces the ½-RTT asymmetry allowance in each edge's bound (unset: unknown; a wrong value makes every bound lie)",
     },
-    Key {
-        name: "output_dir",
-        env: &["CLOCKMESH_OUTPUT_DIR", "XLA_DIST_PROF_OUTPUT_DIR"],
-        file_aliases: &[],
-        default: Some("/var/lib/clockmesh"),
+    output_dir: PathBuf = required(path) {
+        env: ["CLOCKMESH_OUTPUT_DIR", "XLA_DIST_PROF_OUTPUT_DIR"],
+        aliases: [],
+        default: ["/var/lib/clockmesh"],
+        value: "DIR",
         help: "where per-window JSONL results go",
     },
-    Key {
-        name: "offsets_path",
-        env: &["CLOCKMESH_OFFSETS_PATH"],
-        file_aliases: &[],
-        default: Some("/run/clockmesh/offsets"),
+    offsets_path: PathBuf = required(path) {
+        env: ["CLOCKMESH_OFFSETS_PATH"],
+        aliases: [],
+        default: ["/run/clockmesh/offsets"],
+        value: "FILE",
         help: "the published offsets file",
     },
-    Key {
-        name: "holdover_max_bound_ns",
-        env: &["CLOCKMESH_HOLDOVER_MAX_BOUND_NS"],
-        file_aliases: &[],
-        default: Some("10000"),
-        help: "holdover ceiling written into every offsets record, ns: past a result's validity readers keep answering (state holdover) while its bound, grown at the published rate, is at most this; then stale. 0: stale right past the validity",
+    holdover_max_bound_ns: u64 = required(int_in(0u64, 1_000_000_000)) {
+        env: ["CLOCKMESH_HOLDOVER_MAX_BOUND_NS"],
+        aliases: [],
+        default: [10_000],
+        value: "NS",
+        help: "holdover ceiling written into every offsets record, ns: past a result's validity readers keep answering (state holdover) while its bound, grown at the published rate, stays at most this; then stale. 0: stale right past the validity",
     },
-    Key {
-        name: "metrics_addr",
-        env: &["CLOCKMESH_METRICS_ADDR"],
-        file_aliases: &[],
-        default: Some("127.0.0.1:9977"),
+    metrics_addr: SocketAddr = required(socket_addr) {
+        env: ["CLOCKMESH_METRICS_ADDR"],
+        aliases: [],
+        default: ["127.0.0.1:9977"],
+        value: "IP:PORT",
         help: "address of /metrics, /healthz, /readyz",
     },
-    Key {
-        name: "snapshot_period_ms",
-        env: &["CLOCKMESH_SNAPSHOT_PERIOD_MS"],
-        file_aliases: &[],
-        default: Some("1000"),
+    snapshot_period_ms: u64 = required(int_in(1u64, 3_600_000)) {
+        env: ["CLOCKMESH_SNAPSHOT_PERIOD_MS"],
+        aliases: [],
+        default: [1000],
+        value: "MS",
         help: "GPU clock snapshot period, ms",
     },
-    Key {
-        name: "gpu_clock",
-        env: &["CLOCKMESH_GPU_CLOCK"],
-        file_aliases: &[],
-        default: Some("off"),
-        help: "GPU clock source: off, cuda, cuda-launch, rocm or synthetic (opt-in: a CUDA context costs ~0.5 GiB of GPU memory)",
+    gpu_clock: GpuClockKind = required(gpu_clock_kind) {
+        env: ["CLOCKMESH_GPU_CLOCK"],
+        aliases: [],
+        default: ["off"],
+        value: "off|cuda|cuda-launch|rocm|synthetic",
+        help: "GPU clock source: `off`, `cuda` (ping-pong kernel), `cuda-launch` (launch per sample), `rocm` (KFD ioctl) or `synthetic`; opt-in: a CUDA context costs ≈ 0.5 GiB of GPU memory per GPU",
     },
-    Key {
-        name: "gpu_devices",
-        env: &["CLOCKMESH_GPU_DEVICES"],
-        file_aliases: &[],
-        default: Some("all"),
-        help: "GPUs whose clocks are mapped: `all` or indices, comma separated",
+    gpu_devices: GpuDevices = required(gpu_devices) {
+        env: ["CLOCKMESH_GPU_DEVICES"],
+        aliases: [],
+        default: ["all"],
+        value: "all|0,1,…",
+        help: "GPUs whose clocks are mapped: `all` (every GPU the source finds, at most 16) or indices, e.g. `0,1`",
     },
-    Key {
-        name: "auth_key_file",
-        env: &["CLOCKMESH_AUTH_KEY_FILE"],
-        file_aliases: &[],
-        default: None,
-        help: "file holding the shared probe HMAC key (≥ 16 bytes); unset: no authentication",
+    auth_key_file: PathBuf = optional(path) {
+        env: ["CLOCKMESH_AUTH_KEY_FILE"],
+        aliases: [],
+        default: [],
+        value: "FILE",
+        help: "file holding the shared probe HMAC key (≥ 16 bytes); unset or absent file: no authentication (logged)",
     },
-    Key {
-        name: "discovery",
-        env: &["CLOCKMESH_DISCOVERY"],
-        file_aliases: &[],
-        default: Some("static"),
-        help: "membership backend: static (the `members` list), etcd or kubernetes",
+    discovery: DiscoveryKind = required(discovery_kind) {
+        env: ["CLOCKMESH_DISCOVERY"],
+        aliases: [],
+        default: ["static"],
+        value: "static|etcd|kubernetes",
+        help: "membership backend: `static` (the `members` list), `etcd` or `kubernetes`",
     },
-    Key {
-        name: "members",
-        env: &["CLOCKMESH_MEMBERS"],
-        file_aliases: &[],
-        default: None,
-        help: "static members, comma separated `name=ip:port` (or `name#id=ip:port`)",
+    members: Vec<String> = optional(static_members) {
+        env: ["CLOCKMESH_MEMBERS"],
+        aliases: [],
+        default: [],
+        value: "NAME=IP:PORT,…",
+        help: "static members, `name=ip:port` (or `name#id=ip:port`), comma separated or a list in the file",
     },
-    Key {
-        name: "etcd_endpoints",
-        env: &["CLOCKMESH_ETCD_ENDPOINTS"],
-        file_aliases: &[],
-        default: Some("http://127.0.0.1:2379"),
+    etcd_endpoints: Vec<String> = required(list) {
+        env: ["CLOCKMESH_ETCD_ENDPOINTS"],
+        aliases: [],
+        default: ["http://127.0.0.1:2379"],
+        value: "URL,…",
         help: "etcd client URLs, comma separated",
     },
-    Key {
-        name: "cluster",
-        env: &["CLOCKMESH_CLUSTER"],
-        file_aliases: &[],
-        default: Some("default"),
-        help: "cluster name: the etcd key prefix /clockmesh/<cluster>/",
+    cluster: String = required(non_empty) {
+        env: ["CLOCKMESH_CLUSTER"],
+        aliases: [],
+        default: ["default"],
+        value: "NAME",
+        help: "cluster name: etcd key prefix `/clockmesh/<cluster>/`",
     },
-    Key {
-        name: "kube_namespace",
-        env: &["CLOCKMESH_KUBE_NAMESPACE"],
-        file_aliases: &[],
-        default: Some("clockmesh"),
-        help: "kubernetes discovery: namespace of the agent pods and the leader Lease",
+    kube_namespace: String = required(kube_name(true)) {
+        env: ["CLOCKMESH_KUBE_NAMESPACE"],
+        aliases: [],
+        default: ["clockmesh"],
+        value: "NAMESPACE",
+        help: "`discovery = kubernetes`: namespace of the agent pods and of the leader Lease (a DNS label)",
     },
-    Key {
-        name: "kube_selector",
-        env: &["CLOCKMESH_KUBE_SELECTOR"],
-        file_aliases: &[],
-        default: Some("app.kubernetes.io/name=clockmesh"),
-        help: "kubernetes discovery: label selector of the agent pods",
+    kube_selector: String = required(non_empty) {
+        env: ["CLOCKMESH_KUBE_SELECTOR"],
+        aliases: [],
+        default: ["app.kubernetes.io/name=clockmesh"],
+        value: "SELECTOR",
+        help: "`discovery = kubernetes`: label selector of the agent pods",
     },
-    Key {
-        name: "kube_lease",
-        env: &["CLOCKMESH_KUBE_LEASE"],
-        file_aliases: &[],
-        default: Some("clockmesh-leader"),
-        help: "kubernetes discovery: name of the leader Lease (coordination.k8s.io/v1)",
+    kube_lease: String = required(kube_name(false)) {
+        env: ["CLOCKMESH_KUBE_LEASE"],
+        aliases: [],
+        default: ["clockmesh-leader"],
+        value: "NAME",
+        help: "`discovery = kubernetes`: name of the leader Lease (`coordination.k8s.io/v1`)",
     },
-    Key {
-        name: "advertise_addr",
-        env: &["CLOCKMESH_ADVERTISE_ADDR"],
-        file_aliases: &[],
-        default: None,
+    advertise_addr: std::net::IpAddr = optional(ip_addr) {
+        env: ["CLOCKMESH_ADVERTISE_ADDR"],
+        aliases: [],
+        default: [],
+        value: "IP",
         help: "address peers probe (default: the interface's first IPv4 address)",
     },
-    Key {
-        name: "inject_skew",
-        env: &["CLOCKMESH_INJECT_SKEW"],
-        file_aliases: &[],
-        default: None,
-        help: "TESTING ONLY: `offset_ns,drift_ppb,epoch_ns[,wander_ppb_per_sqrt_s[,seed]]` added to every local stamp",
+    inject_skew: InjectedSkew = optional(skew) {
+        env: ["CLOCKMESH_INJECT_SKEW"],
+        aliases: [],
+        default: [],
+        value: "OFFSET_NS,DRIFT_PPB,EPOCH_NS",
+        hyphen_values: true,
+        help: "**testing only**: `offset_ns,drift_ppb,epoch_ns[,wander_ppb_per_sqrt_s[,seed]]` added to every local stamp",
     },
-];
+}
 
 /// Configuration files are looked for here unless `--config` says otherwise.
 pub const CONFIG_ENV: &[&str] = &["CLOCKMESH_CONFIG", "XLA_DIST_PROF_CONFIG"];
@@ -288,8 +388,8 @@ impl Layers {
     pub fn with_defaults() -> Self {
         let mut l = Layers::default();
         for k in KEYS {
-            if let Some(d) = k.default {
-                l.values.insert(k.name, (d.to_owned(), Source::Default));
+            if let Some(d) = k.default_text() {
+                l.values.insert(k.name, (d, Source::Default));
             }
         }
         l
@@ -395,38 +495,6 @@ fn scalar_text(v: &serde_json::Value) -> String {
 pub struct Sourced<T> {
     pub value: T,
     pub source: Source,
-}
-
-/// The typed, validated configuration.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct AgentConfig {
-    pub enabled: Sourced<bool>,
-    pub interface: Sourced<String>,
-    pub node_name: Sourced<String>,
-    pub probe_port: Sourced<u16>,
-    pub probe_cadence_us: Sourced<u64>,
-    pub packet_spacing_us: Sourced<u64>,
-    pub probe_window_s: Sourced<u64>,
-    pub degree: Sourced<usize>,
-    pub max_path_asymmetry_ns: Option<Sourced<u64>>,
-    pub tracepoint_stamps: Sourced<TracepointStamps>,
-    pub output_dir: Sourced<PathBuf>,
-    pub offsets_path: Sourced<PathBuf>,
-    pub holdover_max_bound_ns: Sourced<u64>,
-    pub metrics_addr: Sourced<SocketAddr>,
-    pub snapshot_period_ms: Sourced<u64>,
-    pub gpu_clock: Sourced<GpuClockKind>,
-    pub gpu_devices: Sourced<GpuDevices>,
-    pub auth_key_file: Option<Sourced<PathBuf>>,
-    pub discovery: Sourced<DiscoveryKind>,
-    pub members: Option<Sourced<Vec<String>>>,
-    pub etcd_endpoints: Sourced<Vec<String>>,
-    pub cluster: Sourced<String>,
-    pub kube_namespace: Sourced<String>,
-    pub kube_selector: Sourced<String>,
-    pub kube_lease: Sourced<String>,
-    pub advertise_addr: Option<Sourced<std::net::IpAddr>>,
-    pub inject_skew: Option<Sourced<InjectedSkew>>,
 }
 
 /// When the tp_btf stamp programs are attached (`tracepoint_stamps`).
@@ -641,23 +709,20 @@ fn typed<T>(
 /// The agent's HTTP endpoint alone (`clockmesh status` needs nothing else,
 /// so it works where the agent's other required keys are not set).
 pub fn metrics_addr(layers: &Layers) -> Result<Sourced<SocketAddr>, ConfigError> {
-    required(
-        typed(layers, "metrics_addr", |s| {
-            s.parse().map_err(|_| "expected IP:PORT".to_string())
-        })?,
-        "metrics_addr",
-        "metrics-addr",
-    )
+    required(typed(layers, "metrics_addr", socket_addr)?, "metrics_addr")
 }
 
-fn required<T>(
-    v: Option<Sourced<T>>,
-    name: &'static str,
-    flag: &'static str,
-) -> Result<Sourced<T>, ConfigError> {
+fn socket_addr(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| "expected IP:PORT".to_string())
+}
+
+fn ip_addr(s: &str) -> Result<std::net::IpAddr, String> {
+    s.parse().map_err(|_| "expected an IP address".to_string())
+}
+
+fn required<T>(v: Option<Sourced<T>>, name: &'static str) -> Result<Sourced<T>, ConfigError> {
     v.ok_or(ConfigError::Missing {
         key: name,
-        flag,
         env: key(name).and_then(|k| k.env.first().copied()).unwrap_or(""),
     })
 }
@@ -742,126 +807,8 @@ fn path(s: &str) -> Result<PathBuf, String> {
 
 impl AgentConfig {
     /// Validates `layers`; `hostname` fills `node_name` when unset.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "one line per configuration key, until each key is defined in one place"
-    )]
     pub fn from_layers(layers: &Layers, hostname: &str) -> Result<Self, ConfigError> {
-        let host_default = Sourced {
-            value: hostname.to_owned(),
-            source: Source::Default,
-        };
-        let cfg = AgentConfig {
-            enabled: required(typed(layers, "enabled", boolean)?, "enabled", "enabled")?,
-            interface: required(
-                typed(layers, "interface", interface_name)?,
-                "interface",
-                "interface",
-            )?,
-            node_name: typed(layers, "node_name", non_empty)?.unwrap_or(host_default),
-            probe_port: required(
-                typed(layers, "probe_port", int_in(1u16, u16::MAX))?,
-                "probe_port",
-                "probe-port",
-            )?,
-            probe_cadence_us: required(
-                typed(layers, "probe_cadence_us", int_in(50u64, 10_000_000))?,
-                "probe_cadence_us",
-                "probe-cadence-us",
-            )?,
-            packet_spacing_us: required(
-                typed(layers, "packet_spacing_us", int_in(1u64, 100_000))?,
-                "packet_spacing_us",
-                "packet-spacing-us",
-            )?,
-            probe_window_s: required(
-                typed(layers, "probe_window_s", int_in(1u64, 3600))?,
-                "probe_window_s",
-                "probe-window-s",
-            )?,
-            degree: required(
-                typed(
-                    layers,
-                    "degree",
-                    int_in(1usize, crate::probe::graph::MAX_DEGREE),
-                )?,
-                "degree",
-                "degree",
-            )?,
-            tracepoint_stamps: required(
-                typed(layers, "tracepoint_stamps", tracepoint_stamps)?,
-                "tracepoint_stamps",
-                "tracepoint-stamps",
-            )?,
-            max_path_asymmetry_ns: typed(
-                layers,
-                "max_path_asymmetry_ns",
-                int_in(0u64, 1_000_000_000),
-            )?,
-            output_dir: required(
-                typed(layers, "output_dir", path)?,
-                "output_dir",
-                "output-dir",
-            )?,
-            offsets_path: required(
-                typed(layers, "offsets_path", path)?,
-                "offsets_path",
-                "offsets-path",
-            )?,
-            holdover_max_bound_ns: required(
-                typed(layers, "holdover_max_bound_ns", int_in(0u64, 1_000_000_000))?,
-                "holdover_max_bound_ns",
-                "holdover-max-bound-ns",
-            )?,
-            metrics_addr: metrics_addr(layers)?,
-            snapshot_period_ms: required(
-                typed(layers, "snapshot_period_ms", int_in(1u64, 3_600_000))?,
-                "snapshot_period_ms",
-                "snapshot-period-ms",
-            )?,
-            gpu_clock: required(
-                typed(layers, "gpu_clock", gpu_clock_kind)?,
-                "gpu_clock",
-                "gpu-clock",
-            )?,
-            gpu_devices: required(
-                typed(layers, "gpu_devices", gpu_devices)?,
-                "gpu_devices",
-                "gpu-devices",
-            )?,
-            auth_key_file: typed(layers, "auth_key_file", path)?,
-            discovery: required(
-                typed(layers, "discovery", discovery_kind)?,
-                "discovery",
-                "discovery",
-            )?,
-            members: typed(layers, "members", static_members)?,
-            etcd_endpoints: required(
-                typed(layers, "etcd_endpoints", list)?,
-                "etcd_endpoints",
-                "etcd-endpoints",
-            )?,
-            cluster: required(typed(layers, "cluster", non_empty)?, "cluster", "cluster")?,
-            kube_namespace: required(
-                typed(layers, "kube_namespace", kube_name(true))?,
-                "kube_namespace",
-                "kube-namespace",
-            )?,
-            kube_selector: required(
-                typed(layers, "kube_selector", non_empty)?,
-                "kube_selector",
-                "kube-selector",
-            )?,
-            kube_lease: required(
-                typed(layers, "kube_lease", kube_name(false))?,
-                "kube_lease",
-                "kube-lease",
-            )?,
-            advertise_addr: typed(layers, "advertise_addr", |s| {
-                s.parse().map_err(|_| "expected an IP address".to_string())
-            })?,
-            inject_skew: typed(layers, "inject_skew", skew)?,
-        };
+        let cfg = Self::parse_keys(layers, hostname)?;
         cfg.check_consistency()?;
         Ok(cfg)
     }
@@ -899,8 +846,8 @@ mod tests {
     use super::*;
 
     /// A row of docs/configuration.md's key table: key, env names, file
-    /// aliases, default (`–` in the table: none).
-    type DocRow = (String, Vec<String>, Vec<String>, Option<String>);
+    /// aliases, default (`–` in the table: none), meaning.
+    type DocRow = (String, Vec<String>, Vec<String>, Option<String>, String);
 
     fn doc_rows() -> Vec<DocRow> {
         let text = include_str!("../../docs/configuration.md");
@@ -920,13 +867,15 @@ mod tests {
                     names(cells[2]),
                     names(cells[3]),
                     (default != "–").then(|| default.to_string()),
+                    cells[5].to_string(),
                 )
             })
             .collect()
     }
 
     /// docs/configuration.md lists every key as KEYS defines it: name,
-    /// environment variables, file aliases and default.
+    /// environment variables, file aliases, default, and a meaning that
+    /// starts with the key's help.
     #[test]
     fn the_configuration_docs_match_the_keys() {
         let rows = doc_rows();
@@ -937,9 +886,18 @@ mod tests {
                 k.name.to_string(),
                 strings(k.env),
                 strings(k.file_aliases),
-                k.default.map(str::to_string),
+                k.default_text(),
             );
-            assert_eq!(row, Some(&want), "docs/configuration.md, key {}", k.name);
+            let got = row.map(|r| (r.0.clone(), r.1.clone(), r.2.clone(), r.3.clone()));
+            assert_eq!(got, Some(want), "docs/configuration.md, key {}", k.name);
+            let meaning = row.map_or("", |r| r.4.as_str());
+            assert!(
+                meaning.starts_with(k.help),
+                "docs/configuration.md, key {}: the meaning {meaning:?} does not start with \
+                 the help {:?}",
+                k.name,
+                k.help
+            );
         }
         for r in &rows {
             assert!(

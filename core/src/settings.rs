@@ -62,13 +62,13 @@ pub const MIN_SPACING_ERROR_NS: i64 = 20_000;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
-    /// Interval between coded pairs on one edge, µs (default 100,000).
+    /// Interval between coded pairs on one edge, µs ([`DEFAULT_PROBE_CADENCE_US`]).
     pub probe_cadence_us: u64,
-    /// Spacing between the two probes of a pair, µs (default 100).
+    /// Spacing between the two probes of a pair, µs ([`DEFAULT_PACKET_SPACING_US`]).
     pub packet_spacing_us: u64,
-    /// Estimation window, s (default 4).
+    /// Estimation window, s ([`DEFAULT_PROBE_WINDOW_S`]).
     pub probe_window_s: u64,
-    /// Out-neighbours each node probes (default 4).
+    /// Out-neighbours each node probes ([`DEFAULT_DEGREE`]).
     pub degree: usize,
     /// Operator knowledge: the paths' minimum one-way delays differ by at
     /// most this, ns. Replaces the ½-RTT asymmetry allowance in each edge's
@@ -76,13 +76,20 @@ pub struct Settings {
     pub max_path_asymmetry_ns: Option<u64>,
 }
 
+/// The shipped defaults: the agent's configuration keys take theirs from
+/// here (agent/src/config.rs), so the simulator runs what ships.
+pub const DEFAULT_PROBE_CADENCE_US: u64 = 100_000;
+pub const DEFAULT_PACKET_SPACING_US: u64 = 100;
+pub const DEFAULT_PROBE_WINDOW_S: u64 = 4;
+pub const DEFAULT_DEGREE: usize = 4;
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            probe_cadence_us: 100_000,
-            packet_spacing_us: 100,
-            probe_window_s: 4,
-            degree: 4,
+            probe_cadence_us: DEFAULT_PROBE_CADENCE_US,
+            packet_spacing_us: DEFAULT_PACKET_SPACING_US,
+            probe_window_s: DEFAULT_PROBE_WINDOW_S,
+            degree: DEFAULT_DEGREE,
             max_path_asymmetry_ns: None,
         }
     }

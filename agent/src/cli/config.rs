@@ -5,101 +5,93 @@ use std::path::PathBuf;
 
 use clockmesh::config::{self, AgentConfig, Layers};
 
-/// Configuration flags (highest priority; see `docs/configuration.md`).
-#[derive(clap::Args, Debug, Default)]
+/// Configuration flags (highest priority; see `docs/configuration.md`):
+/// `--config`, `--set`, and one flag per configuration key, made from
+/// [`config::KEYS`] (its name with dashes, value name and help).
+#[derive(Debug, Default)]
 pub struct ConfigFlags {
-    /// Config file, TOML (`.toml`) or JSON; default from CLOCKMESH_CONFIG or XLA_DIST_PROF_CONFIG.
-    #[arg(long, value_name = "FILE")]
+    /// Config file, TOML (`.toml`) or JSON.
     pub config: Option<PathBuf>,
-    /// Probe interface (also CLOCKMESH_INTERFACE, NCCL_SOCKET_IFNAME).
-    #[arg(long)]
-    pub interface: Option<String>,
-    /// This node's name (default: host name).
-    #[arg(long)]
-    pub node_name: Option<String>,
-    /// UDP port this agent owns for probes.
-    #[arg(long)]
-    pub probe_port: Option<u16>,
-    /// Interval between coded pairs on one edge, µs.
-    #[arg(long)]
-    pub probe_cadence_us: Option<u64>,
-    /// Estimation window, seconds.
-    #[arg(long)]
-    pub probe_window_s: Option<u64>,
-    /// Spacing between the two packets of a coded pair, µs.
-    #[arg(long)]
-    pub packet_spacing_us: Option<u64>,
-    /// Out-neighbours each node probes (1–20).
-    #[arg(long)]
-    pub degree: Option<usize>,
-    /// Known limit on the paths' one-way delay difference, ns: replaces the
-    /// ½-RTT asymmetry allowance in the bound. Unset: unknown (honest). A
-    /// wrong value makes every bound lie.
-    #[arg(long, value_name = "NS")]
-    pub max_path_asymmetry_ns: Option<u64>,
-    /// tp_btf stamp programs, which run for every packet on the host:
-    /// `auto` (attached only if the socket's kernel stamps are missing), `on`, `off`.
-    #[arg(long, value_name = "auto|on|off")]
-    pub tracepoint_stamps: Option<String>,
-    /// Directory for the per-window JSONL results.
-    #[arg(long, value_name = "DIR")]
-    pub output_dir: Option<PathBuf>,
-    /// The offsets file readers (XLA hook, Python) map.
-    #[arg(long, value_name = "FILE")]
-    pub offsets_path: Option<PathBuf>,
-    /// Holdover ceiling, ns: past a result's validity readers keep
-    /// answering (holdover) while its grown bound is at most this; 0: off.
-    #[arg(long, value_name = "NS")]
-    pub holdover_max_bound_ns: Option<u64>,
-    /// Local HTTP endpoint for /metrics, /healthz, /readyz, /status.
-    #[arg(long, value_name = "IP:PORT")]
-    pub metrics_addr: Option<String>,
-    /// GPU clock snapshot period, ms.
-    #[arg(long)]
-    pub snapshot_period_ms: Option<u64>,
-    /// GPU clock source: off, cuda, cuda-launch, rocm or synthetic (opt-in).
-    #[arg(long)]
-    pub gpu_clock: Option<String>,
-    /// GPUs whose clocks are mapped: `all` or indices, e.g. `0,1`.
-    #[arg(long)]
-    pub gpu_devices: Option<String>,
-    /// File with the shared probe HMAC key (≥ 16 bytes).
-    #[arg(long, value_name = "FILE")]
-    pub auth_key_file: Option<PathBuf>,
-    /// Membership backend: static, etcd or kubernetes.
-    #[arg(long)]
-    pub discovery: Option<String>,
-    /// Static members, `name=ip:port,...`.
-    #[arg(long)]
-    pub members: Option<String>,
-    /// etcd client URLs, comma separated.
-    #[arg(long)]
-    pub etcd_endpoints: Option<String>,
-    /// Cluster name (etcd key prefix).
-    #[arg(long)]
-    pub cluster: Option<String>,
-    /// Kubernetes discovery: namespace of the agent pods and the Lease.
-    #[arg(long)]
-    pub kube_namespace: Option<String>,
-    /// Kubernetes discovery: label selector of the agent pods.
-    #[arg(long)]
-    pub kube_selector: Option<String>,
-    /// Kubernetes discovery: name of the leader Lease.
-    #[arg(long)]
-    pub kube_lease: Option<String>,
-    /// Address peers probe (default: the interface's first IPv4).
-    #[arg(long)]
-    pub advertise_addr: Option<String>,
-    /// TESTING ONLY: add a known skew `offset_ns,drift_ppb,epoch_ns` to every local timestamp.
-    #[arg(
-        long,
-        value_name = "OFFSET_NS,DRIFT_PPB,EPOCH_NS",
-        allow_hyphen_values = true
-    )]
-    pub inject_skew: Option<String>,
-    /// Any key as KEY=VALUE (repeatable), e.g. `--set degree=8`.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
+    /// Each key given as a flag: (key, flag, value), in command-line order.
+    pub keys: Vec<(&'static str, String, String)>,
+    /// `--set KEY=VALUE`, in order.
     pub set: Vec<String>,
+}
+
+/// The id of a key's flag in clap's matches: the key's name.
+fn key_arg(k: &config::Key) -> clap::Arg {
+    let mut help = k.help.to_owned();
+    let env = k.env.join(", ");
+    help.push_str(&format!(" [env: {env}]"));
+    if let Some(d) = k.default_text() {
+        help.push_str(&format!(" [default: {d}]"));
+    }
+    clap::Arg::new(k.name)
+        .long(k.name.replace('_', "-"))
+        .value_name(k.value_name)
+        .allow_hyphen_values(k.hyphen_values)
+        .action(clap::ArgAction::Set)
+        .help(help)
+}
+
+impl clap::Args for ConfigFlags {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        let cmd = cmd
+            .arg(
+                clap::Arg::new("config")
+                    .long("config")
+                    .value_name("FILE")
+                    .value_parser(clap::value_parser!(PathBuf))
+                    .help(format!(
+                        "Config file, TOML (`.toml`) or JSON [env: {}]",
+                        config::CONFIG_ENV.join(", ")
+                    )),
+            )
+            .arg(
+                clap::Arg::new("set")
+                    .long("set")
+                    .value_name("KEY=VALUE")
+                    .action(clap::ArgAction::Append)
+                    .help("Any key as KEY=VALUE (repeatable), e.g. `--set degree=8`"),
+            );
+        config::KEYS.iter().fold(cmd, |cmd, k| cmd.arg(key_arg(k)))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl clap::FromArgMatches for ConfigFlags {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = ConfigFlags::default();
+        flags.update_from_arg_matches(m)?;
+        Ok(flags)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        if let Some(p) = m.get_one::<PathBuf>("config") {
+            self.config = Some(p.clone());
+        }
+        if let Some(v) = m.get_many::<String>("set") {
+            self.set.extend(v.cloned());
+        }
+        let mut given: Vec<(usize, &'static str, String)> = config::KEYS
+            .iter()
+            .filter_map(|k| {
+                let value = m.get_one::<String>(k.name)?.clone();
+                let at = m.index_of(k.name).unwrap_or(usize::MAX);
+                Some((at, k.name, value))
+            })
+            .collect();
+        given.sort_by_key(|(at, ..)| *at);
+        self.keys.extend(
+            given
+                .into_iter()
+                .map(|(_, name, value)| (name, format!("--{}", name.replace('_', "-")), value)),
+        );
+        Ok(())
+    }
 }
 
 impl ConfigFlags {
@@ -118,104 +110,14 @@ impl ConfigFlags {
             layers.apply_file(&file)?;
         }
         layers.apply_env(lookup);
-        let flags = [
-            ("interface", "--interface", self.interface.clone()),
-            ("node_name", "--node-name", self.node_name.clone()),
-            (
-                "probe_port",
-                "--probe-port",
-                self.probe_port.map(|v| v.to_string()),
-            ),
-            (
-                "probe_cadence_us",
-                "--probe-cadence-us",
-                self.probe_cadence_us.map(|v| v.to_string()),
-            ),
-            (
-                "probe_window_s",
-                "--probe-window-s",
-                self.probe_window_s.map(|v| v.to_string()),
-            ),
-            (
-                "packet_spacing_us",
-                "--packet-spacing-us",
-                self.packet_spacing_us.map(|v| v.to_string()),
-            ),
-            ("degree", "--degree", self.degree.map(|v| v.to_string())),
-            (
-                "tracepoint_stamps",
-                "--tracepoint-stamps",
-                self.tracepoint_stamps.clone(),
-            ),
-            (
-                "max_path_asymmetry_ns",
-                "--max-path-asymmetry-ns",
-                self.max_path_asymmetry_ns.map(|v| v.to_string()),
-            ),
-            ("output_dir", "--output-dir", path_text(&self.output_dir)),
-            (
-                "offsets_path",
-                "--offsets-path",
-                path_text(&self.offsets_path),
-            ),
-            (
-                "holdover_max_bound_ns",
-                "--holdover-max-bound-ns",
-                self.holdover_max_bound_ns.map(|v| v.to_string()),
-            ),
-            ("metrics_addr", "--metrics-addr", self.metrics_addr.clone()),
-            (
-                "snapshot_period_ms",
-                "--snapshot-period-ms",
-                self.snapshot_period_ms.map(|v| v.to_string()),
-            ),
-            ("gpu_clock", "--gpu-clock", self.gpu_clock.clone()),
-            ("gpu_devices", "--gpu-devices", self.gpu_devices.clone()),
-            (
-                "auth_key_file",
-                "--auth-key-file",
-                path_text(&self.auth_key_file),
-            ),
-            ("discovery", "--discovery", self.discovery.clone()),
-            ("members", "--members", self.members.clone()),
-            (
-                "etcd_endpoints",
-                "--etcd-endpoints",
-                self.etcd_endpoints.clone(),
-            ),
-            ("cluster", "--cluster", self.cluster.clone()),
-            (
-                "kube_namespace",
-                "--kube-namespace",
-                self.kube_namespace.clone(),
-            ),
-            (
-                "kube_selector",
-                "--kube-selector",
-                self.kube_selector.clone(),
-            ),
-            ("kube_lease", "--kube-lease", self.kube_lease.clone()),
-            (
-                "advertise_addr",
-                "--advertise-addr",
-                self.advertise_addr.clone(),
-            ),
-            ("inject_skew", "--inject-skew", self.inject_skew.clone()),
-        ];
-        for (key, flag, value) in flags {
-            if let Some(v) = value {
-                layers.apply_flag(key, v, flag)?;
-            }
+        for (key, flag, value) in &self.keys {
+            layers.apply_flag(key, value.clone(), flag)?;
         }
         for s in &self.set {
             layers.apply_set(s)?;
         }
         Ok(layers)
     }
-}
-
-fn path_text(p: &Option<PathBuf>) -> Option<String> {
-    p.as_ref().map(|p| p.display().to_string())
 }
 
 fn hostname() -> String {

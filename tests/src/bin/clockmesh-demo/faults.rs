@@ -38,7 +38,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use clockmesh::publish::{ClockStatus, OffsetsReader, realtime_now_ns};
 use clockmesh_testbed::{
-    cluster::{Backend, Cluster, ClusterConfig, PROBE_PORT, quantile},
+    cluster::{Backend, Cluster, ClusterConfig, HandOver, PROBE_PORT, carried_offset_at, quantile},
     firewall::{Hooks, Loss, LossSpec},
     netns::{HOST_IFACE, Host, SWITCH_ADDR},
 };
@@ -168,16 +168,29 @@ struct Sample {
     /// clockmesh: synchronised / holdover / stale / unknown / error: …;
     /// chrony: its leap status, or why there was no answer.
     state: String,
-    /// Signed error, ns (`None`: no answer).
+    /// Signed error, ns (`None`: no answer): against the timeline the
+    /// answer claims (clockmesh: host 0's clock, or after a hand-over the
+    /// new reference's clock plus what it carried, docs/coordination.md;
+    /// chrony: its server's clock, host 0's).
     error_ns: Option<f64>,
     /// The tool's own bound, ns.
     bound_ns: Option<f64>,
+    /// clockmesh: the error against host 0's clock, where it differs
+    /// (the timeline was continued by another reference).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_vs_host0_ns: Option<f64>,
+    /// clockmesh: CLOCK_REALTIME of the read, the record's window and
+    /// reference id (which timeline it claims).
+    #[serde(skip)]
+    read: Option<(i64, u64, u64)>,
 }
 
 #[derive(Debug)]
 struct Reading {
     state: String,
     answer: Option<(f64, f64)>,
+    /// clockmesh: (CLOCK_REALTIME of the read, window, reference id).
+    read: Option<(i64, u64, u64)>,
 }
 
 impl Reading {
@@ -185,6 +198,7 @@ impl Reading {
         Reading {
             state: state.into(),
             answer: None,
+            read: None,
         }
     }
 }
@@ -209,11 +223,13 @@ fn read_clockmesh(reader: &OffsetsReader) -> Reading {
             Err(e) => return Reading::none(format!("error: {e}")),
         };
         let t = realtime_now_ns();
-        let after = match reader.snapshot() {
+        let after = match reader.read_record() {
             Ok(s) => s,
             Err(e) => return Reading::none(format!("error: {e}")),
         };
-        if before != after {
+        if (before.flags, before.valid_until_ns, before.node)
+            != (after.flags, after.valid_until_ns, after.node)
+        {
             continue; // a record was published meanwhile: read again
         }
         return match now.status {
@@ -232,6 +248,7 @@ fn read_clockmesh(reader: &OffsetsReader) -> Reading {
                 Reading {
                     state: now.status.as_str().into(),
                     answer: Some((error, half)),
+                    read: Some((t, after.window, after.reference_id)),
                 }
             }
             other => Reading::none(other.as_str()),
@@ -258,6 +275,7 @@ fn parse_tracking(csv: &str) -> Reading {
         (Some(system), Some(delay), Some(dispersion)) => Reading {
             state: leap.to_lowercase(),
             answer: Some((system * 1e9, (delay / 2.0 + dispersion) * 1e9)),
+            read: None,
         },
         _ => Reading::none("unparsable chronyc output"),
     }
@@ -356,6 +374,8 @@ fn sample_loop(
                 state: r.state,
                 error_ns: r.answer.map(|a| a.0),
                 bound_ns: r.answer.map(|a| a.1),
+                error_vs_host0_ns: None,
+                read: r.read,
             })
         };
         for (k, (host, offsets, _)) in hosts.iter().enumerate() {
@@ -468,6 +488,9 @@ pub struct Notes {
     /// Send and TX-stamp counters of every running agent (its `/status`)
     /// at the end of each phase, by phase and node.
     pub counters: BTreeMap<&'static str, BTreeMap<String, BTreeMap<String, u64>>>,
+    /// Every timeline hand-over (a member continuing the timeline), with
+    /// how far the continued timeline was from host 0's clock.
+    pub hand_overs: Vec<HandOverStep>,
     /// /proc/loadavg (1, 5, 15 min) at the start and end.
     pub loadavg_start: String,
     pub loadavg_end: String,
@@ -645,7 +668,10 @@ fn one_backend(
             .with_context(|| format!("phase {}", phase.name))?;
     }
     notes.leader_at_end = leader(&cluster);
-    let samples = sampler.finish();
+    let mut samples = sampler.finish();
+    let timelines = Timelines::read(&cluster);
+    timelines.score(&mut samples);
+    notes.hand_overs = timelines.steps(&samples);
     drop(clients);
     drop(server);
     drop(cluster);
@@ -713,7 +739,12 @@ fn run_phase(
 /// The agents' counters of failed sends and of TX stamps matched to no
 /// probe (an agent that is not running is left out).
 fn send_counters(cluster: &Cluster) -> BTreeMap<String, BTreeMap<String, u64>> {
-    const KEYS: [&str; 3] = ["probe_send_errors", "send_errors", "unmatched_tx_reports"];
+    const KEYS: [&str; 4] = [
+        "probe_send_errors",
+        "send_errors",
+        "unmatched_tx_reports",
+        "tx_id_restarts",
+    ];
     (0..cluster.cfg.nodes)
         .filter_map(|i| {
             let st = cluster.status(i).ok()?;
@@ -760,6 +791,101 @@ fn lead_from_host0(cluster: &mut Cluster) -> anyhow::Result<()> {
 /// The leader as host 1's agent sees it.
 fn leader(cluster: &Cluster) -> Option<String> {
     cluster.status(1).ok().and_then(|s| s.leader)
+}
+
+/// A hand-over as the new reference's history records it, and how far the
+/// timeline it continued sat from host 0's clock (the truth before it).
+#[derive(Clone, Debug, Serialize)]
+pub struct HandOverStep {
+    pub reference: String,
+    pub window: u64,
+    /// The bound the new reference carried (absent: a new timeline).
+    pub carried_bound_ns: Option<u64>,
+    /// The continued timeline minus host 0's clock at the first read
+    /// under it, and the largest |difference| over the reads under it.
+    pub first_ns: Option<f64>,
+    pub max_abs_ns: Option<f64>,
+    /// Reads that claimed this timeline.
+    pub reads: usize,
+}
+
+/// Which timeline each clockmesh answer claims: the hand-over lines of
+/// every agent's history, and node ids by host.
+struct Timelines {
+    /// (node id, host index, the hand-over lines it wrote).
+    hosts: Vec<(Option<u32>, usize, Vec<HandOver>)>,
+}
+
+impl Timelines {
+    fn read(cluster: &Cluster) -> Self {
+        let hosts = (0..cluster.cfg.nodes)
+            .map(|i| {
+                let id = cluster.node_lines(i).iter().find_map(|l| l.node_id);
+                (id, i, cluster.hand_overs(i))
+            })
+            .collect();
+        Timelines { hosts }
+    }
+
+    /// The hand-over in force for a record of `window` under reference
+    /// `reference_id`: that reference's last hand-over at or before it.
+    fn hand_over(&self, reference_id: u64, window: u64) -> Option<(usize, &HandOver)> {
+        let (_, host, lines) = self
+            .hosts
+            .iter()
+            .find(|(id, ..)| id.map(u64::from) == Some(reference_id))?;
+        let line = lines.iter().rev().find(|h| h.window <= window)?;
+        Some((*host, line))
+    }
+
+    /// The claimed timeline minus host 0's clock at `t` (the hosts share
+    /// one clock: the carried offset is all of it).
+    fn timeline_vs_host0(&self, read: (i64, u64, u64)) -> f64 {
+        let (t, window, reference) = read;
+        self.hand_over(reference, window)
+            .map_or(0.0, |(_, h)| carried_offset_at(h, t))
+    }
+
+    /// Moves every clockmesh error onto the timeline its answer claims,
+    /// keeping the error against host 0's clock beside it where they differ.
+    fn score(&self, samples: &mut [Sample]) {
+        for s in samples {
+            let (Some(read), Some(e)) = (s.read, s.error_ns) else {
+                continue;
+            };
+            let timeline = self.timeline_vs_host0(read);
+            if timeline != 0.0 {
+                s.error_vs_host0_ns = Some(e);
+                s.error_ns = Some(e - timeline);
+            }
+        }
+    }
+
+    fn steps(&self, samples: &[Sample]) -> Vec<HandOverStep> {
+        let mut out = Vec::new();
+        for (_, host, lines) in &self.hosts {
+            for h in lines {
+                let under: Vec<f64> = samples
+                    .iter()
+                    .filter_map(|s| s.read)
+                    .filter(|&(_, window, reference)| {
+                        self.hand_over(reference, window)
+                            .is_some_and(|(r, x)| r == *host && x.window == h.window)
+                    })
+                    .map(|read| self.timeline_vs_host0(read))
+                    .collect();
+                out.push(HandOverStep {
+                    reference: h.reference.clone(),
+                    window: h.window,
+                    carried_bound_ns: h.carried_bound_ns,
+                    first_ns: under.first().copied(),
+                    max_abs_ns: under.iter().map(|x| x.abs()).reduce(f64::max),
+                    reads: under.len(),
+                });
+            }
+        }
+        out
+    }
 }
 
 /// Host 1's route to host 0 through the switch namespace, which forwards
@@ -982,7 +1108,8 @@ fn rows(phases: &[Phase], samples: &[Sample]) -> Vec<Row> {
 fn print_tables(runs: &[BackendRun]) {
     println!(
         "bench-faults: 3 netns hosts on a bridge, one kernel clock (true offset 0); hosts 1 and 2 \
-         sampled every {} ms; CPU {}",
+         sampled every {} ms; errors against the timeline each answer claims (host 0's clock; \
+         after a hand-over the new reference's plus what it carried, listed below); CPU {}",
         SAMPLE_EVERY.as_millis(),
         cpu_name()
     );
@@ -1061,6 +1188,18 @@ fn print_tables(runs: &[BackendRun]) {
             if !nonzero.is_empty() {
                 println!("after {phase}: {}", nonzero.join(", "));
             }
+        }
+        for h in &n.hand_overs {
+            println!(
+                "hand-over to {} at window {}: carried bound {} ns; the continued timeline \
+                 minus host 0's clock {} ns at the first read, |max| {} ns over {} reads",
+                h.reference,
+                h.window,
+                opt(h.carried_bound_ns),
+                h.first_ns.map_or("—".into(), ns),
+                h.max_abs_ns.map_or("—".into(), ns),
+                h.reads
+            );
         }
     }
 }
