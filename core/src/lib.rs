@@ -15,7 +15,9 @@
 //!   turns them into the estimator's configuration;
 //! - [`report`]: what a node reports (edge status, edge lines, timings);
 //! - [`window_clock`]: when each window phase is due on the local clock;
-//! - [`node`]: one node's protocol as a state machine that returns actions.
+//! - [`node`]: one node's protocol as a state machine that returns actions;
+//! - [`publication`]: what a node publishes for a result (the history line
+//!   and its validity rule).
 //!
 //! The agent (`agent/`) does the I/O around these; the estimator
 //! (`clockmesh-estimator`) does the maths.
@@ -28,6 +30,7 @@ pub mod history;
 pub mod node;
 pub mod pairs;
 pub mod peers;
+pub mod publication;
 pub mod report;
 pub mod settings;
 pub mod stamps;

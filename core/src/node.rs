@@ -55,10 +55,12 @@ pub const SETTLE_NS: i64 = 150_000_000;
 /// per tick. Reports of a window's last second reach the peer after its fit
 /// and count in the next one (the fit history spans several windows).
 pub const REPORT_DELAY_NS: i64 = 1_000_000_000;
+use crate::publication::Publication;
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
 use crate::succession::{LeaderChange, Succession};
 use crate::tally::{DropReason, StampTally};
 use crate::timeline::{Carry, HandOverLine};
+use clockmesh_offsets::history::AnchorKind;
 
 /// Bounds on per-packet state (a flood cannot grow memory past these).
 const MAX_PENDING_PAIRS: usize = 8192;
@@ -156,7 +158,7 @@ pub enum Action {
     /// [`Node::handle_result`].
     FetchResult,
     /// Publish this node's new result (offsets file, history).
-    Publish(pb::NodeOffset),
+    Publish(Publication),
     /// Write an edge line to the JSONL history.
     History(EdgeLine),
     /// This node took the timeline over as leader: write the hand-over to
@@ -957,7 +959,7 @@ impl Node {
             hops: n.hops,
             node_id: n.node,
             reference_id: reference,
-            anchor_kind: published_anchor_kind(n.anchor_kind).into(),
+            anchor_kind: published_anchor_kind(n.anchor_kind).as_str().into(),
         };
         self.onto_timeline(&mut r, epoch);
         r
@@ -985,7 +987,7 @@ impl Node {
             valid_until_ns: anchor.saturating_add(self.est_cfg.max_age_ns) as u64,
             node_id: me,
             reference_id: me,
-            anchor_kind: "reference".into(),
+            anchor_kind: AnchorKind::Reference.as_str().into(),
             ..Default::default()
         };
         self.onto_timeline(&mut r, anchor);
@@ -1026,7 +1028,8 @@ impl Node {
         }
         self.count("results_published");
         self.own_result = Some(r.clone());
-        vec![Action::Publish(r)]
+        let window_ns = self.settings.window_ns();
+        vec![Action::Publish(Publication::of(r, window_ns))]
     }
 
     // ---- relayed records ----
@@ -1187,14 +1190,13 @@ fn edge_line(
     }
 }
 
-/// The estimator's anchor kind under its published name (the offsets
-/// crate's `AnchorKind` parses the same names).
-fn published_anchor_kind(kind: SolveAnchor) -> &'static str {
+/// The estimator's anchor kind as published.
+fn published_anchor_kind(kind: SolveAnchor) -> AnchorKind {
     match kind {
-        SolveAnchor::Reference => "reference",
-        SolveAnchor::Substitute => "substitute",
-        SolveAnchor::Detached => "detached",
-        SolveAnchor::Holdover => "holdover",
+        SolveAnchor::Reference => AnchorKind::Reference,
+        SolveAnchor::Substitute => AnchorKind::Substitute,
+        SolveAnchor::Detached => AnchorKind::Detached,
+        SolveAnchor::Holdover => AnchorKind::Holdover,
     }
 }
 
@@ -1343,7 +1345,7 @@ mod tests {
         actions
             .iter()
             .filter_map(|a| match a {
-                Action::Publish(r) => Some(r.window),
+                Action::Publish(p) => Some(p.result.window),
                 _ => None,
             })
             .collect()

@@ -523,7 +523,7 @@ impl<'a> Sim<'a> {
             Action::SetTargets(targets) => self.set_targets(i, targets),
             Action::History(_) => {}
             Action::HandOver(line) => self.hand_over(i, &line),
-            Action::Publish(r) => self.score(i, r),
+            Action::Publish(p) => self.score(i, p.result),
             Action::PutFits(snapshot) => {
                 let name = self.hosts[i].node.me().name.clone();
                 let t = &mut self.hosts[i].traffic;

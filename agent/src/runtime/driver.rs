@@ -13,6 +13,7 @@ use std::{
 use clockmesh_common::{ProbeEvent, kind};
 use clockmesh_core::{
     node::{Action, Node, NodeConfig, TICK_NS},
+    publication::Publication,
     settings::Settings,
     tally::StampTally,
 };
@@ -42,7 +43,7 @@ use crate::{
     probe::wire::{AuthKey, StampSource, WireStamp},
     publish::{
         OffsetsWriter,
-        history::{AnchorKind, HistoryEntry, NodeLine},
+        history::{AnchorKind, NodeLine},
         layout::{Record, flags},
         realtime_now_ns, sample_kernel_clocks,
     },
@@ -415,7 +416,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 );
                 self.write_line(&line);
             }
-            Action::Publish(r) => self.publish_result(&r),
+            Action::Publish(p) => self.publish_result(&p),
             Action::PutFits(snapshot) => self.put_fits(snapshot).await,
             Action::FetchFits { window } => return self.fetch_fits(window).await,
             Action::PutResults { window, results } => self.put_results(window, results).await,
@@ -500,8 +501,8 @@ impl<D: Discovery + Coordination> Agent<D> {
         }
     }
 
-    fn publish_result(&mut self, r: &pb::NodeOffset) {
-        let anchor_kind = AnchorKind::from_name(&r.anchor_kind);
+    fn publish_result(&mut self, p: &Publication) {
+        let r = &p.result;
         let mut status = NodeOffsetStatus {
             window_ns: self.node.settings().window_ns(),
             ..node_status(r, self.cfg.holdover_max_bound_ns.value)
@@ -510,7 +511,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         // the state from exactly what readers of the file see.
         let view = status.reader_view();
         let mut record_flags = view.flags;
-        if r.node_id == r.reference_id {
+        if p.is_reference() {
             record_flags |= flags::REFERENCE;
         }
         let record = Record {
@@ -526,23 +527,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             devices: self.device_entries(),
         };
         self.publish_record(&record);
-        let window_ns = self.node.settings().window_ns();
-        let entry = HistoryEntry {
-            host: r.node.clone(),
-            window: r.window,
-            anchor_ns: r.anchor_ns,
-            offset_ns: r.offset_ns,
-            drift_ppb: r.drift_ppb,
-            bound_ns: r.bound_ns,
-            valid_from_ns: Some(r.anchor_ns.saturating_sub(2 * window_ns)),
-            valid_until_ns: Some(r.valid_until_ns as i64),
-            reference: Some(r.reference_node.clone()),
-            node_id: Some(r.node_id),
-            bound_growth_ppb: r.bound_growth_ppb,
-            reference_id: Some(r.reference_id),
-            anchor_kind,
-        };
-        self.write_line(&NodeLine::new(&entry));
+        self.write_line(&NodeLine::new(&p.entry));
         status.rms_update_ns = self
             .update_rms
             .add(self.status_extra.offset.as_ref(), &status);
@@ -831,7 +816,7 @@ fn previous_result(r: &Record, me: &clockmesh_core::node::Member) -> Option<pb::
         reference_node: r.reference_id.to_string(),
         window: r.window,
         valid_until_ns: u64::try_from(r.valid_until_ns).unwrap_or(0),
-        anchor_kind: "holdover".into(),
+        anchor_kind: AnchorKind::Holdover.as_str().into(),
         ..Default::default()
     })
 }
