@@ -23,6 +23,17 @@ pub mod kind {
     /// Handshake request / reply (not timed).
     pub const HELLO: u8 = 3;
     pub const HELLO_ACK: u8 = 4;
+    /// Receiver → sender: RX stamps of a pair (not seen by the eBPF programs,
+    /// nor are the kinds below).
+    pub const RX_REPORT: u8 = 5;
+    /// An edge fit sent to the leader (backends without a shared store).
+    pub const EDGE_FIT: u8 = 6;
+    /// A node result sent by the leader.
+    pub const RESULT: u8 = 7;
+    /// A warm-up datagram (probe-sized, untimed).
+    pub const WARMUP: u8 = 8;
+    /// A batch of follow-ups and RX reports for one peer.
+    pub const STAMP_BATCH: u8 = 9;
 }
 
 /// Fixed 32-byte header at the start of every clockmesh UDP payload.

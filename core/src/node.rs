@@ -38,9 +38,8 @@ use crate::{
     settings::{Settings, estimator_config},
     window_clock::{Phase, WindowClock},
     wire::{
-        self, AuthKey, BatchEntry, Hello, KIND_EDGE_FIT, KIND_RESULT, KIND_RX_REPORT,
-        KIND_STAMP_BATCH, MAX_BATCH_ENTRIES, Message, ReplayWindow, Report, Sent, WireError,
-        WireStamp,
+        self, AuthKey, BatchEntry, Hello, MAX_BATCH_ENTRIES, Message, ReplayWindow, Report, Sent,
+        WireError, WireStamp,
     },
 };
 
@@ -772,7 +771,7 @@ impl Node {
         let mut actions = Vec::new();
         for chunk in entries.chunks(MAX_BATCH_ENTRIES) {
             self.batch_seq += 1;
-            let header = control_header(KIND_STAMP_BATCH, self.me.id, peer, self.batch_seq);
+            let header = control_header(kind::STAMP_BATCH, self.me.id, peer, self.batch_seq);
             let msg = Message::StampBatch {
                 header,
                 entries: chunk.to_vec(),
@@ -790,7 +789,7 @@ impl Node {
                 tx: e.stamps,
             },
             Report::RxReport => Message::RxReport {
-                header: control_header(KIND_RX_REPORT, self.me.id, peer, e.seq),
+                header: control_header(kind::RX_REPORT, self.me.id, peer, e.seq),
                 rx: e.stamps,
             },
         }
@@ -885,7 +884,7 @@ impl Node {
                 self.relay.edges.insert((fit.from_id, fit.to_id), fit);
             } else {
                 let seq = k.saturating_mul(64).saturating_add(i as u64);
-                actions.extend(self.send_record(KIND_EDGE_FIT, leader, seq, fit.encode_to_vec()));
+                actions.extend(self.send_record(kind::EDGE_FIT, leader, seq, fit.encode_to_vec()));
             }
         }
         actions
@@ -1006,7 +1005,7 @@ impl Node {
                 self.relay.result = Some(r.clone());
                 actions.extend(self.publish_if_new(r));
             } else {
-                actions.extend(self.send_record(KIND_RESULT, r.node_id, k, r.encode_to_vec()));
+                actions.extend(self.send_record(kind::RESULT, r.node_id, k, r.encode_to_vec()));
             }
         }
         actions
@@ -1129,7 +1128,7 @@ impl Node {
     fn send_record(&self, kind: u8, to: NodeId, seq: u64, payload: Vec<u8>) -> Option<Action> {
         let addr = self.member(to).map(Member::probe_addr)?;
         let header = control_header(kind, self.me.id, to, seq);
-        let msg = if kind == KIND_EDGE_FIT {
+        let msg = if kind == kind::EDGE_FIT {
             Message::EdgeFit { header, payload }
         } else {
             Message::Result { header, payload }
@@ -1330,7 +1329,7 @@ mod tests {
             ..Default::default()
         };
         let msg = Message::Result {
-            header: control_header(KIND_RESULT, from, 3, window),
+            header: control_header(kind::RESULT, from, 3, window),
             payload: r.encode_to_vec(),
         };
         n.handle_datagram(
@@ -1549,7 +1548,7 @@ mod tests {
         let mut b = node(2);
         let stamps = [WireStamp::MISSING; 2];
         let batch = Message::StampBatch {
-            header: control_header(KIND_STAMP_BATCH, 1, 2, 7),
+            header: control_header(kind::STAMP_BATCH, 1, 2, 7),
             entries: vec![
                 BatchEntry {
                     report: Report::FollowUp,

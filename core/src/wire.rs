@@ -5,7 +5,10 @@
 //! body, and, when authentication is on (`flags & FLAG_AUTH`), a 16-byte
 //! HMAC-SHA256 tag over everything before it. Layout: `docs/protocol.md`.
 
-use clockmesh_common::{MAX_PROBE_PAYLOAD, PROBE_HEADER_LEN, ProbeHeader, header_is_valid, kind};
+/// Every message kind, in one place (`clockmesh_common::kind`, which the
+/// eBPF programs share).
+pub use clockmesh_common::kind;
+use clockmesh_common::{MAX_PROBE_PAYLOAD, PROBE_HEADER_LEN, ProbeHeader, header_is_valid};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use thiserror::Error;
@@ -22,9 +25,9 @@ pub mod capability {
     pub const HW_RX: u32 = 1;
     /// TX stamps from the NIC (PHC domain).
     pub const HW_TX: u32 = 2;
-    /// Understands warm-up datagrams (`KIND_WARMUP`): only such peers get them.
+    /// Understands warm-up datagrams (`kind::WARMUP`): only such peers get them.
     pub const WARMUP: u32 = 4;
-    /// Understands stamp batches (`KIND_STAMP_BATCH`): only such peers get
+    /// Understands stamp batches (`kind::STAMP_BATCH`): only such peers get
     /// their follow-ups and RX reports batched.
     pub const STAMP_BATCH: u32 = 8;
 }
@@ -235,16 +238,6 @@ pub struct Hello {
     pub probe_port: u16,
 }
 
-/// `kind` value of RX reports (not seen by the eBPF programs).
-pub const KIND_RX_REPORT: u8 = 5;
-/// `kind` of an edge fit sent to the leader (backends without a shared store).
-pub const KIND_EDGE_FIT: u8 = 6;
-/// `kind` of a node result sent by the leader.
-pub const KIND_RESULT: u8 = 7;
-/// `kind` of a warm-up datagram (probe-sized, untimed).
-pub const KIND_WARMUP: u8 = 8;
-/// `kind` of a batch of follow-ups and RX reports for one peer.
-pub const KIND_STAMP_BATCH: u8 = 9;
 /// Largest protobuf payload of an edge fit or result message.
 pub const MAX_RECORD_LEN: usize = MAX_PROBE_PAYLOAD as usize - PROBE_HEADER_LEN - TAG_LEN - 2;
 
@@ -296,7 +289,7 @@ impl std::fmt::Debug for AuthKey {
 
 /// Body length of kind `k`; records carry their own (u16 LE, then the bytes).
 fn body_len(k: u8, body: &[u8]) -> Result<usize, WireError> {
-    if matches!(k, KIND_EDGE_FIT | KIND_RESULT) {
+    if matches!(k, kind::EDGE_FIT | kind::RESULT) {
         let n = body.get(..2).ok_or(WireError::Truncated)?;
         let n = usize::from(u16::from_le_bytes([n[0], n[1]]));
         if n > MAX_RECORD_LEN {
@@ -304,7 +297,7 @@ fn body_len(k: u8, body: &[u8]) -> Result<usize, WireError> {
         }
         return Ok(2 + n);
     }
-    if k == KIND_STAMP_BATCH {
+    if k == kind::STAMP_BATCH {
         let n = body.get(..2).ok_or(WireError::Truncated)?;
         let n = usize::from(u16::from_le_bytes([n[0], n[1]]));
         if n == 0 || n > MAX_BATCH_ENTRIES {
@@ -317,8 +310,8 @@ fn body_len(k: u8, body: &[u8]) -> Result<usize, WireError> {
 
 fn fixed_body_len(k: u8) -> Option<usize> {
     Some(match k {
-        kind::PROBE | KIND_WARMUP => PROBE_LEN - PROBE_HEADER_LEN,
-        kind::FOLLOW_UP | KIND_RX_REPORT => 2 * WireStamp::LEN,
+        kind::PROBE | kind::WARMUP => PROBE_LEN - PROBE_HEADER_LEN,
+        kind::FOLLOW_UP | kind::RX_REPORT => 2 * WireStamp::LEN,
         kind::HELLO | kind::HELLO_ACK => 8,
         _ => return None,
     })
@@ -339,9 +332,28 @@ impl Message {
         }
     }
 
+    /// The kind on the wire, from the body: a header's `kind` never
+    /// decides it.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Message::Probe { .. } => kind::PROBE,
+            Message::FollowUp { .. } => kind::FOLLOW_UP,
+            Message::RxReport { .. } => kind::RX_REPORT,
+            Message::Hello { .. } => kind::HELLO,
+            Message::HelloAck { .. } => kind::HELLO_ACK,
+            Message::EdgeFit { .. } => kind::EDGE_FIT,
+            Message::Result { .. } => kind::RESULT,
+            Message::Warmup { .. } => kind::WARMUP,
+            Message::StampBatch { .. } => kind::STAMP_BATCH,
+        }
+    }
+
     /// Encodes the message; with `key`, sets `FLAG_AUTH` and appends the tag.
+    /// The header's kind is the body's ([`Message::kind`]), whatever the
+    /// caller put there.
     pub fn encode(&self, key: Option<&AuthKey>) -> Vec<u8> {
         let mut header = *self.header();
+        header.kind = self.kind();
         header.flags = if key.is_some() {
             header.flags | FLAG_AUTH
         } else {
@@ -439,24 +451,24 @@ fn decode_body(header: ProbeHeader, body: &[u8]) -> Result<Message, WireError> {
     };
     Ok(match header.kind {
         kind::PROBE => Message::Probe { header },
-        KIND_WARMUP => Message::Warmup { header },
+        kind::WARMUP => Message::Warmup { header },
         kind::FOLLOW_UP => Message::FollowUp {
             header,
             tx: stamps()?,
         },
-        KIND_RX_REPORT => Message::RxReport {
+        kind::RX_REPORT => Message::RxReport {
             header,
             rx: stamps()?,
         },
-        KIND_EDGE_FIT => Message::EdgeFit {
+        kind::EDGE_FIT => Message::EdgeFit {
             header,
             payload: body[2..].to_vec(),
         },
-        KIND_RESULT => Message::Result {
+        kind::RESULT => Message::Result {
             header,
             payload: body[2..].to_vec(),
         },
-        KIND_STAMP_BATCH => Message::StampBatch {
+        kind::STAMP_BATCH => Message::StampBatch {
             header,
             entries: body[2..]
                 .chunks_exact(BatchEntry::LEN)
@@ -542,6 +554,22 @@ impl ReplayWindow {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_kind_on_the_wire_is_the_body_s() {
+        let wrong = ProbeHeader {
+            kind: kind::PROBE,
+            ..h(kind::RESULT, 1, 0)
+        };
+        let m = Message::Result {
+            header: wrong,
+            payload: vec![1, 2, 3],
+        };
+        assert_eq!(m.kind(), kind::RESULT);
+        let parsed = parse(&m.encode(None), None).unwrap();
+        assert!(matches!(parsed, Message::Result { ref payload, .. } if payload == &[1, 2, 3]));
+        assert_eq!(parsed.header().kind, kind::RESULT);
+    }
+
     fn h(k: u8, seq: u64, idx: u8) -> ProbeHeader {
         ProbeHeader {
             kind: k,
@@ -572,7 +600,7 @@ mod tests {
                 tx: [stamp(1_700_000_000_000_000_001), stamp(-5)],
             },
             Message::RxReport {
-                header: h(KIND_RX_REPORT, 3, 0),
+                header: h(kind::RX_REPORT, 3, 0),
                 rx: [stamp(i64::MAX), WireStamp::MISSING],
             },
             Message::Hello {
@@ -584,18 +612,18 @@ mod tests {
                 hello,
             },
             Message::EdgeFit {
-                header: h(KIND_EDGE_FIT, 5, 0),
+                header: h(kind::EDGE_FIT, 5, 0),
                 payload: vec![1, 2, 3, 250],
             },
             Message::Result {
-                header: h(KIND_RESULT, 6, 0),
+                header: h(kind::RESULT, 6, 0),
                 payload: Vec::new(),
             },
             Message::Warmup {
-                header: h(KIND_WARMUP, 7, 0),
+                header: h(kind::WARMUP, 7, 0),
             },
             Message::StampBatch {
-                header: h(KIND_STAMP_BATCH, 8, 0),
+                header: h(kind::STAMP_BATCH, 8, 0),
                 entries: vec![
                     BatchEntry {
                         report: Report::FollowUp,
@@ -621,7 +649,7 @@ mod tests {
             stamps: [stamp(1), stamp(2)],
         };
         let full = Message::StampBatch {
-            header: h(KIND_STAMP_BATCH, 1, 0),
+            header: h(kind::STAMP_BATCH, 1, 0),
             entries: vec![entry; MAX_BATCH_ENTRIES],
         };
         let signed = full.encode(Some(&key));
@@ -647,7 +675,7 @@ mod tests {
     #[test]
     fn record_lengths_are_checked() {
         let m = Message::EdgeFit {
-            header: h(KIND_EDGE_FIT, 1, 0),
+            header: h(kind::EDGE_FIT, 1, 0),
             payload: vec![7; 10],
         };
         let mut bytes = m.encode(None);

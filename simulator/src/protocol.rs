@@ -18,7 +18,7 @@ use clockmesh_core::{
     collector::{PairKey, Side},
     node::{Action, Exchange, Member, Node, NodeConfig, TICK_NS, Target},
     timeline::{Carry, HandOverLine},
-    wire::{KIND_EDGE_FIT, KIND_RESULT, Message, StampSource, WireStamp},
+    wire::{Message, StampSource, WireStamp, kind},
 };
 use clockmesh_estimator::NodeId;
 use clockmesh_proto::{clockmesh as pb, prost::Message as _};
@@ -745,7 +745,7 @@ enum Flow {
 /// The flow of a datagram, from its header's `kind` (byte 5).
 fn flow_of(datagram: &[u8]) -> Flow {
     match datagram.get(5).copied() {
-        Some(KIND_EDGE_FIT | KIND_RESULT) => Flow::Coordination,
+        Some(kind::EDGE_FIT | kind::RESULT) => Flow::Coordination,
         _ => Flow::Probing, // probes, follow-ups, RX reports, handshakes
     }
 }

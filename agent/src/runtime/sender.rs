@@ -32,7 +32,7 @@ use crate::{
     },
     probe::{
         ProbeHeader,
-        wire::{AuthKey, KIND_WARMUP, Message},
+        wire::{AuthKey, Message, kind},
     },
 };
 
@@ -306,7 +306,7 @@ impl Worker {
 
     fn warmup(&self, target: Target, seq: u64) -> Vec<u8> {
         let header = ProbeHeader {
-            kind: KIND_WARMUP,
+            kind: kind::WARMUP,
             ..ProbeHeader::probe(self.cfg.me, target.id, seq, 0, self.spacing_ns())
         };
         Message::Warmup { header }.encode(self.cfg.key.as_ref())

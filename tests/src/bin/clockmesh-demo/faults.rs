@@ -1251,6 +1251,8 @@ mod tests {
             .into(),
             error_ns: error,
             bound_ns: error.map(|_| bound),
+            error_vs_host0_ns: None,
+            read: None,
         };
         let v = [
             s(Some(-10.0), 20.0),
@@ -1264,5 +1266,54 @@ mod tests {
         assert!((f.coverage_pct - 200.0 / 3.0).abs() < 1e-9);
         assert_eq!((f.p50_ns, f.max_ns), (10.0, 30.0));
         assert_eq!(f.states["stale"], 1);
+    }
+
+    /// After a hand-over, an answer is scored against the timeline it
+    /// claims (the new reference's clock plus its carry), and its error
+    /// against host 0's clock is kept beside it.
+    #[test]
+    fn answers_are_scored_against_the_timeline_they_claim() {
+        let carry = HandOver {
+            window: 10,
+            reference: "n1".into(),
+            previous_reference: Some("n0".into()),
+            carried_anchor_ns: Some(1_000_000_000),
+            carried_offset_ns: Some(100),
+            carried_drift_ppb: Some(10.0),
+            carried_bound_ns: Some(5_000),
+        };
+        let timelines = Timelines {
+            hosts: vec![(Some(0), 0, Vec::new()), (Some(1), 1, vec![carry])],
+        };
+        let sample = |read, error| Sample {
+            t_s: 0.0,
+            phase: "p",
+            part: Part::During,
+            host: 2,
+            tool: Tool::Clockmesh,
+            state: "synchronised".into(),
+            error_ns: Some(error),
+            bound_ns: Some(50.0),
+            error_vs_host0_ns: None,
+            read: Some(read),
+        };
+        let mut v = [
+            // Under n0: host 0's clock is the timeline.
+            sample((3_000_000_000, 12, 0), 40.0),
+            // Under n1, 2 s after the carry's anchor: 100 + 10 ppb × 2 s = 120.
+            sample((3_000_000_000, 12, 1), 150.0),
+            // Under n1 before its hand-over window: no carry in force.
+            sample((3_000_000_000, 9, 1), 70.0),
+        ];
+        timelines.score(&mut v);
+        assert_eq!(v[0].error_ns, Some(40.0));
+        assert_eq!(v[0].error_vs_host0_ns, None);
+        assert_eq!(v[1].error_ns, Some(30.0));
+        assert_eq!(v[1].error_vs_host0_ns, Some(150.0));
+        assert_eq!(v[2].error_ns, Some(70.0));
+        let steps = timelines.steps(&v);
+        assert_eq!(steps.len(), 1);
+        assert_eq!((steps[0].reads, steps[0].max_abs_ns), (1, Some(120.0)));
+        assert_eq!(steps[0].carried_bound_ns, Some(5_000));
     }
 }
