@@ -57,7 +57,7 @@ pub const REPORT_DELAY_NS: i64 = 1_000_000_000;
 use crate::publication::Publication;
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
 use crate::succession::{LeaderChange, Succession};
-use crate::tally::{DropReason, StampTally};
+use crate::tally::{DropReason, NodeCounters, StampTally};
 use crate::timeline::{Carry, HandOverLine};
 use clockmesh_offsets::history::AnchorKind;
 
@@ -134,8 +134,8 @@ pub struct Target {
 #[derive(Clone, Debug, PartialEq)]
 #[must_use = "an action not performed is a message not sent or a result not published"]
 pub enum Action {
-    /// Send `datagram` to `to`; on success count it under
-    /// `sent.counter_name()` ([`Node::count`]).
+    /// Send `datagram` to `to`; on success count it with
+    /// [`Node::count_sent`].
     Send {
         to: SocketAddr,
         datagram: Vec<u8>,
@@ -214,10 +214,8 @@ pub struct Node {
     relay: Relay,
     last_results: Vec<pb::NodeOffset>,
     timings: Timings,
-    counters: BTreeMap<&'static str, u64>,
+    counters: NodeCounters,
     dropped: BTreeMap<&'static str, u64>,
-    /// Settled stamps by side and source (also counted by name for status).
-    stamps: StampTally,
     /// Last stamp batch's sequence number (replay protection).
     batch_seq: u64,
     /// Reports waiting to fill a batch, per peer, with the time each was queued.
@@ -251,9 +249,8 @@ impl Node {
             relay: Relay::default(),
             last_results: Vec::new(),
             timings: Timings::default(),
-            counters: BTreeMap::new(),
+            counters: NodeCounters::default(),
             dropped: BTreeMap::new(),
-            stamps: StampTally::default(),
             batch_seq: cfg.nonce_base,
             pending_reports: BTreeMap::new(),
             own_result: None,
@@ -348,7 +345,7 @@ impl Node {
 
     /// The sender sent both probes of pair `seq` to `to`.
     pub fn handle_sent(&mut self, to: NodeId, seq: u64, now_ns: i64) {
-        self.count("pairs_sent");
+        self.counters.pairs_sent += 1;
         let key = PairKey {
             from: self.me.id,
             to,
@@ -393,7 +390,7 @@ impl Node {
                 self.on_report(header.sender, Report::RxReport, header.seq, rx)
             }
             Message::StampBatch { header, entries } => {
-                self.count("stamp_batches_received");
+                self.counters.stamp_batches_received += 1;
                 for e in entries {
                     self.on_report(header.sender, e.report, e.seq, e.stamps);
                 }
@@ -402,7 +399,7 @@ impl Node {
             Message::HelloAck { header, hello } => {
                 return self.on_hello_ack(header, hello, now_ns);
             }
-            Message::Warmup { .. } => self.count("warmups_received"),
+            Message::Warmup { .. } => self.counters.warmups_received += 1,
             Message::EdgeFit { header, payload } => self.on_edge_fit(header, &payload),
             Message::Result { header, payload } => {
                 return self.on_result(header, &payload, now_ns);
@@ -480,7 +477,7 @@ impl Node {
         let solution = match estimator.apply_fits(epoch, &measurements) {
             Ok(s) => s.clone(),
             Err(_) => {
-                self.count("solve_errors");
+                self.counters.solve_errors += 1;
                 return Vec::new();
             }
         };
@@ -577,13 +574,13 @@ impl Node {
         &self.timings
     }
 
-    pub fn counters(&self) -> &BTreeMap<&'static str, u64> {
+    pub fn counters(&self) -> &NodeCounters {
         &self.counters
     }
 
     /// Settled stamps by side and source: what the driver decides on.
     pub fn stamp_tally(&self) -> &StampTally {
-        &self.stamps
+        &self.counters.stamps
     }
 
     pub fn dropped(&self) -> &BTreeMap<&'static str, u64> {
@@ -598,12 +595,9 @@ impl Node {
         self.book.stats()
     }
 
-    pub fn count(&mut self, name: &'static str) {
-        self.count_by(name, 1);
-    }
-
-    pub fn count_by(&mut self, name: &'static str, n: u64) {
-        *self.counters.entry(name).or_default() += n;
+    /// A datagram of [`Action::Send`] left: counted under its kind.
+    pub fn count_sent(&mut self, sent: Sent) {
+        self.counters.sent.add(sent);
     }
 
     // ---- handshakes and probes ----
@@ -643,7 +637,7 @@ impl Node {
     }
 
     fn on_hello(&mut self, header: ProbeHeader) -> Vec<Action> {
-        self.count("hellos_received");
+        self.counters.hellos_received += 1;
         let Some(addr) = self.member(header.sender).map(Member::probe_addr) else {
             return Vec::new();
         };
@@ -671,7 +665,7 @@ impl Node {
     }
 
     fn on_probe(&mut self, header: ProbeHeader, stamps: &[WireStamp], now_ns: i64) {
-        self.count("probes_received");
+        self.counters.probes_received += 1;
         let key = PairKey {
             from: header.sender,
             to: self.me.id,
@@ -688,8 +682,7 @@ impl Node {
         let PairKey { from, to, seq } = s.key;
         let me = self.me.id;
         for st in s.stamps {
-            self.stamps.add(s.side, st.source);
-            self.count(StampTally::counter_name(s.side, st.source));
+            self.counters.stamps.add(s.side, st.source);
         }
         let (peer, report) = match s.side {
             Side::Tx => {
@@ -720,10 +713,10 @@ impl Node {
     fn send_reports(&mut self, reports: Vec<(NodeId, BatchEntry)>, now_ns: i64) -> Vec<Action> {
         let mut actions = Vec::new();
         for (peer, entry) in reports {
-            self.count(match entry.report {
-                Report::FollowUp => "follow_ups_sent",
-                Report::RxReport => "rx_reports_sent",
-            });
+            *match entry.report {
+                Report::FollowUp => &mut self.counters.follow_ups_sent,
+                Report::RxReport => &mut self.counters.rx_reports_sent,
+            } += 1;
             let Some(addr) = self.member(peer).map(Member::probe_addr) else {
                 continue;
             };
@@ -801,13 +794,13 @@ impl Node {
         let me = self.me.id;
         match report {
             Report::FollowUp => {
-                self.count("follow_ups_received");
+                self.counters.follow_ups_received += 1;
                 for (i, s) in (0u8..).zip(stamps) {
                     self.book.tx(peer, me, seq, i, s);
                 }
             }
             Report::RxReport => {
-                self.count("rx_reports_received");
+                self.counters.rx_reports_received += 1;
                 for (i, s) in (0u8..).zip(stamps) {
                     self.book.rx(me, peer, seq, i, s);
                 }
@@ -924,11 +917,11 @@ impl Node {
             .as_ref()
             .and_then(|r| Carry::from_result(r, now));
         let line = HandOverLine::new(k, &self.me.name, carry.as_ref());
-        self.count(if carry.is_some() {
-            "timelines_continued"
+        *if carry.is_some() {
+            &mut self.counters.timelines_continued
         } else {
-            "timelines_started"
-        });
+            &mut self.counters.timelines_started
+        } += 1;
         self.timeline = carry.map_or(LeaderTimeline::Own, LeaderTimeline::Carried);
         vec![Action::HandOver(line)]
     }
@@ -1025,7 +1018,7 @@ impl Node {
         if !self.windows.take_new_result(r.window, r.anchor_ns) {
             return Vec::new();
         }
-        self.count("results_published");
+        self.counters.results_published += 1;
         self.own_result = Some(r.clone());
         let window_ns = self.settings.window_ns();
         vec![Action::Publish(Publication::of(r, window_ns))]
@@ -1044,7 +1037,7 @@ impl Node {
             self.drop_msg(DropReason::BadRecord);
             return;
         }
-        self.count("edge_fits_received");
+        self.counters.edge_fits_received += 1;
         self.relay.edges.insert((fit.from_id, fit.to_id), fit);
     }
 
@@ -1063,7 +1056,7 @@ impl Node {
         if !self.is_leader_heard(header.sender, now_ns) {
             return self.drop_msg(DropReason::NotFromLeader);
         }
-        self.count("results_received");
+        self.counters.results_received += 1;
         self.relay.result = Some(r.clone());
         self.publish_if_new(r)
     }
@@ -1114,8 +1107,8 @@ impl Node {
     fn note_leader_change(&mut self, change: LeaderChange) {
         match change {
             LeaderChange::Kept => {}
-            LeaderChange::FailedOver { .. } => self.count("leader_failovers"),
-            LeaderChange::Returned { .. } => self.count("leader_returns"),
+            LeaderChange::FailedOver { .. } => self.counters.leader_failovers += 1,
+            LeaderChange::Returned { .. } => self.counters.leader_returns += 1,
         }
     }
 
@@ -1415,7 +1408,7 @@ mod tests {
             (line.reference.as_str(), line.carried_offset_ns),
             ("n2", None)
         );
-        assert_eq!(fresh.counters()["timelines_started"], 1);
+        assert_eq!(fresh.counters().timelines_started, 1);
 
         let mut resumed = node(2);
         resumed.resume_from(pb::NodeOffset {
@@ -1437,7 +1430,7 @@ mod tests {
         // The bound grew at 10 ns/s from the anchor to the hand-over.
         let bound = line.carried_bound_ns.unwrap();
         assert!((300..=400).contains(&bound), "{bound}");
-        assert_eq!(resumed.counters()["timelines_continued"], 1);
+        assert_eq!(resumed.counters().timelines_continued, 1);
         // Another node's result is not carried.
         let mut other = node(2);
         other.resume_from(pb::NodeOffset {
@@ -1457,7 +1450,7 @@ mod tests {
         assert_eq!(n.dropped()["not_from_leader"], 1, "2 does not lead yet");
         assert!(published_windows(&refused).is_empty());
         let taken = result_from(&mut n, 1, 1, T0 + w);
-        assert_eq!(n.counters()["results_received"], 1);
+        assert_eq!(n.counters().results_received, 1);
         assert_eq!(published_windows(&taken), [1], "published on arrival");
         // 1 falls silent: passed over after FAILOVER_WINDOWS windows.
         let silent = crate::succession::FAILOVER_WINDOWS * w;
@@ -1465,10 +1458,10 @@ mod tests {
         assert_eq!(n.leader(), Some("n1"), "not yet");
         let _ = n.handle_tick(T0 + w + silent + 1);
         assert_eq!(n.leader(), Some("n2"));
-        assert_eq!(n.counters()["leader_failovers"], 1);
+        assert_eq!(n.counters().leader_failovers, 1);
         result_from(&mut n, 2, 7, T0 + 7 * w);
         assert_eq!(
-            n.counters()["results_received"],
+            n.counters().results_received,
             2,
             "the new leader's result is taken"
         );
@@ -1478,8 +1471,8 @@ mod tests {
         // 1 is back: its result shows it leads again.
         result_from(&mut n, 1, 20, T0 + 20 * w);
         assert_eq!(n.leader(), Some("n1"));
-        assert_eq!(n.counters()["leader_returns"], 1);
-        assert_eq!(n.counters()["results_received"], 3);
+        assert_eq!(n.counters().leader_returns, 1);
+        assert_eq!(n.counters().results_received, 3);
     }
 
     #[test]
@@ -1493,7 +1486,7 @@ mod tests {
         let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [0, 1, 2]);
         assert!(entries.iter().all(|e| e.report == Report::FollowUp));
-        assert_eq!(a.counters()["follow_ups_sent"], 3);
+        assert_eq!(a.counters().follow_ups_sent, 3);
     }
 
     #[test]
@@ -1564,8 +1557,8 @@ mod tests {
         };
         let from = Some(member(1).probe_addr());
         let _ = b.handle_datagram(&batch.encode(None), from, &[], T0);
-        assert_eq!(b.counters()["stamp_batches_received"], 1);
-        assert_eq!(b.counters()["follow_ups_received"], 1);
-        assert_eq!(b.counters()["rx_reports_received"], 1);
+        assert_eq!(b.counters().stamp_batches_received, 1);
+        assert_eq!(b.counters().follow_ups_received, 1);
+        assert_eq!(b.counters().rx_reports_received, 1);
     }
 }

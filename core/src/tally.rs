@@ -4,10 +4,74 @@
 //! `/status` and `/metrics` show are derived here, once; nothing reads a
 //! formatted name back, so a misspelt one cannot read as a silent zero.
 
-use serde::Serialize;
+use serde::{Serialize, ser::SerializeMap};
 
 use crate::collector::Side;
-use crate::wire::StampSource;
+use crate::wire::{Sent, StampSource};
+
+/// What the node counts, one named field per counter: the field's name is
+/// the counter `/status` and `/metrics` show. Tests and the driver read
+/// fields; nothing is looked up by a formatted name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NodeCounters {
+    pub probes_received: u64,
+    pub warmups_received: u64,
+    pub follow_ups_received: u64,
+    pub rx_reports_received: u64,
+    pub stamp_batches_received: u64,
+    pub hellos_received: u64,
+    pub edge_fits_received: u64,
+    pub results_received: u64,
+    /// Coded pairs whose two probes left (from the sender's reports).
+    pub pairs_sent: u64,
+    /// Reports queued for peers (each goes alone or in a batch).
+    pub follow_ups_sent: u64,
+    pub rx_reports_sent: u64,
+    pub results_published: u64,
+    pub solve_errors: u64,
+    /// This node passed a silent leader over, or saw it return (static
+    /// succession).
+    pub leader_failovers: u64,
+    pub leader_returns: u64,
+    /// Taking the timeline over as leader: with a carry, or a new one.
+    pub timelines_continued: u64,
+    pub timelines_started: u64,
+    /// Datagrams the driver sent, by kind.
+    #[serde(flatten)]
+    pub sent: SentCounts,
+    /// Settled stamps by side and source (`tx_stamps_kernel`, …).
+    #[serde(flatten)]
+    pub stamps: StampTally,
+}
+
+/// Datagrams sent, by the kind their body has ([`Sent`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SentCounts {
+    pub probes_sent: u64,
+    /// Single follow-ups and RX reports (peers that take no batches).
+    pub report_datagrams_sent: u64,
+    pub hellos_sent: u64,
+    pub hello_acks_sent: u64,
+    pub edge_fits_sent: u64,
+    pub results_sent: u64,
+    pub warmups_sent: u64,
+    pub stamp_batches_sent: u64,
+}
+
+impl SentCounts {
+    pub fn add(&mut self, sent: Sent) {
+        *match sent {
+            Sent::Probe => &mut self.probes_sent,
+            Sent::Report => &mut self.report_datagrams_sent,
+            Sent::Hello => &mut self.hellos_sent,
+            Sent::HelloAck => &mut self.hello_acks_sent,
+            Sent::EdgeFit => &mut self.edge_fits_sent,
+            Sent::Result => &mut self.results_sent,
+            Sent::Warmup => &mut self.warmups_sent,
+            Sent::StampBatch => &mut self.stamp_batches_sent,
+        } += 1;
+    }
+}
 
 const SOURCES: [StampSource; 5] = [
     StampSource::Missing,
@@ -50,7 +114,7 @@ impl StampTally {
     }
 
     /// The counter name `/status` and `/metrics` show (`tx_stamps_kernel`).
-    pub fn counter_name(side: Side, source: StampSource) -> &'static str {
+    fn counter_name(side: Side, source: StampSource) -> &'static str {
         match (side, source) {
             (Side::Tx, StampSource::Hardware) => "tx_stamps_hardware",
             (Side::Tx, StampSource::Kernel) => "tx_stamps_kernel",
@@ -63,6 +127,19 @@ impl StampTally {
             (Side::Rx, StampSource::Tc) => "rx_stamps_tc",
             (Side::Rx, StampSource::Missing) => "rx_stamps_missing",
         }
+    }
+}
+
+/// Every (side, source) under its counter name.
+impl Serialize for StampTally {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2 * SOURCES.len()))?;
+        for side in [Side::Tx, Side::Rx] {
+            for source in SOURCES {
+                map.serialize_entry(Self::counter_name(side, source), &self.get(side, source))?;
+            }
+        }
+        map.end()
     }
 }
 
@@ -123,10 +200,29 @@ mod tests {
         assert_eq!(t.settled(Side::Tx), (1, 4));
         assert_eq!(t.settled(Side::Rx), (1, 2));
         assert_eq!(t.get(Side::Tx, StampSource::Tc), 3);
-        assert_eq!(
-            StampTally::counter_name(Side::Rx, StampSource::Tc),
-            "rx_stamps_tc"
-        );
+        let named = serde_json::to_value(t).unwrap();
+        assert_eq!(named["rx_stamps_tc"], 0);
+        assert_eq!(named["tx_stamps_tc"], 3);
+        assert_eq!(named["rx_stamps_hardware"], 1);
+        assert_eq!(named.as_object().unwrap().len(), 10);
+    }
+
+    /// The counters keep the names `/status` and `/metrics` have always
+    /// shown: flattened, one level, the sent kinds and stamps included.
+    #[test]
+    fn counters_serialise_flat_under_their_names() {
+        let mut c = NodeCounters::default();
+        c.sent.add(Sent::Hello);
+        c.sent.add(Sent::Report);
+        c.stamps.add(Side::Tx, StampSource::Kernel);
+        c.results_published = 2;
+        let v = serde_json::to_value(&c).unwrap();
+        let map = v.as_object().unwrap();
+        assert_eq!(map["hellos_sent"], 1);
+        assert_eq!(map["report_datagrams_sent"], 1);
+        assert_eq!(map["tx_stamps_kernel"], 1);
+        assert_eq!(map["results_published"], 2);
+        assert!(map.values().all(serde_json::Value::is_u64), "{v}");
     }
 
     #[test]

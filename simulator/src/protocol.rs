@@ -517,7 +517,7 @@ impl<'a> Sim<'a> {
     fn perform_one(&mut self, i: usize, action: Action) -> Vec<Action> {
         match action {
             Action::Send { to, datagram, sent } => {
-                self.hosts[i].node.count(sent.counter_name());
+                self.hosts[i].node.count_sent(sent);
                 self.transmit(i, to, datagram, self.now, false);
             }
             Action::SetTargets(targets) => self.set_targets(i, targets),
@@ -681,8 +681,12 @@ impl<'a> Sim<'a> {
         let mut counters: BTreeMap<String, u64> = BTreeMap::new();
         let mut dropped: BTreeMap<String, u64> = BTreeMap::new();
         for h in &self.hosts {
-            for (k, v) in h.node.counters() {
-                *counters.entry(k.to_string()).or_default() += v;
+            let Ok(serde_json::Value::Object(named)) = serde_json::to_value(h.node.counters())
+            else {
+                continue;
+            };
+            for (k, v) in named {
+                *counters.entry(k).or_default() += v.as_u64().unwrap_or(0);
             }
             for (k, v) in h.node.dropped() {
                 *dropped.entry(k.to_string()).or_default() += v;

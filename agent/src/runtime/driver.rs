@@ -40,7 +40,7 @@ use crate::{
     },
     config::{AgentConfig, InjectedSkew, TracepointStamps},
     discovery::{Coordination, Discovery, Leadership, Member, Store},
-    probe::wire::{AuthKey, StampSource, WireStamp},
+    probe::wire::{AuthKey, Sent, StampSource, WireStamp},
     publish::{
         OffsetsWriter,
         history::{AnchorKind, NodeLine},
@@ -75,6 +75,8 @@ pub(super) struct Agent<D> {
     /// What only the driver knows for `/status`: this node's last result,
     /// GPU devices, the last tick.
     pub(super) status_extra: Status,
+    /// What this driver counts of its own I/O.
+    pub(super) io: IoCounters,
     update_rms: UpdateRms,
     /// GPU clock sampling (`gpu_clock`), its last generation seen, and the
     /// last window for which device lines were written.
@@ -237,6 +239,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             jsonl,
             status,
             status_extra: Status::default(),
+            io: IoCounters::default(),
             update_rms: UpdateRms::default(),
             gpu,
             gpu_seen: 0,
@@ -312,9 +315,9 @@ impl<D: Discovery + Coordination> Agent<D> {
             "the socket gives no kernel TX or RX stamps (driver without skb_tx_timestamp?): attaching the tp_btf stamp programs"
         );
         match self.capture.attach_tracepoints() {
-            Ok(()) => self.count("tracepoints_attached"),
+            Ok(()) => self.io.tracepoints_attached += 1,
             Err(e) => {
-                self.count("tracepoint_attach_errors");
+                self.io.tracepoint_attach_errors += 1;
                 warn!("attaching the tp_btf programs: {e}");
             }
         }
@@ -340,7 +343,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             .then_some(caps::Capability::CAP_NET_ADMIN);
         match super::privileges::drop_all_but(keep) {
             Ok(()) => {
-                self.count("capabilities_dropped");
+                self.io.capabilities_dropped += 1;
                 info!("programs attached and sockets bound: all capabilities dropped");
             }
             Err(e) => warn!("dropping capabilities: {e}"),
@@ -374,10 +377,6 @@ impl<D: Discovery + Coordination> Agent<D> {
         now_ns.div_euclid(self.node.settings().window_ns().max(1))
     }
 
-    pub(super) fn count(&mut self, name: &'static str) {
-        self.node.count(name);
-    }
-
     fn measure_clock_maps(&mut self) {
         let mut maps = Vec::new();
         if let Some(m) = clocks::measure_monotonic_to_realtime(9) {
@@ -404,7 +403,7 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     async fn perform_one(&mut self, action: Action) -> Vec<Action> {
         match action {
-            Action::Send { to, datagram, sent } => self.send(&datagram, to, sent.counter_name()),
+            Action::Send { to, datagram, sent } => self.send(&datagram, to, sent),
             Action::SetTargets(targets) => self.sender.set_targets(targets),
             Action::History(line) => self.write_line(&line),
             Action::HandOver(line) => {
@@ -425,23 +424,22 @@ impl<D: Discovery + Coordination> Agent<D> {
         Vec::new()
     }
 
-    fn send(&mut self, datagram: &[u8], to: SocketAddr, counter: &'static str) {
+    fn send(&mut self, datagram: &[u8], to: SocketAddr, sent: Sent) {
         match self.sock.send_to(datagram, to) {
             Ok(_) => {
-                self.count(counter);
-                self.node.count_by("udp_datagrams_sent", 1);
-                self.node
-                    .count_by("udp_payload_bytes_sent", datagram.len() as u64);
+                self.node.count_sent(sent);
+                self.io.udp_datagrams_sent += 1;
+                self.io.udp_payload_bytes_sent += datagram.len() as u64;
             }
             Err(e) => {
-                self.count("send_errors");
+                self.io.send_errors += 1;
                 debug!(%to, "send failed: {e}");
             }
         }
     }
 
     fn discovery_error(&mut self, what: &str, e: impl std::fmt::Display) {
-        self.count("discovery_errors");
+        self.io.discovery_errors += 1;
         warn!("{what}: {e}");
     }
 
@@ -496,7 +494,7 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     pub(super) fn write_line(&mut self, line: &impl Serialize) {
         if let Err(e) = self.jsonl.write(line) {
-            self.count("jsonl_errors");
+            self.io.jsonl_errors += 1;
             warn!(path = %self.jsonl.path().display(), "writing JSONL: {e}");
         }
     }
@@ -620,7 +618,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             let Some((side, key)) = self.event_key(ev) else {
                 continue;
             };
-            self.count("ebpf_events");
+            self.io.ebpf_events += 1;
             let stamps: Vec<WireStamp> = event_stamps(ev, self.phc)
                 .into_iter()
                 .filter_map(|st| {
@@ -731,30 +729,31 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     fn counters(&self) -> BTreeMap<String, u64> {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut counters = owned(self.node.counters());
         let stats = &self.sender.stats;
-        counters.insert("probes_sent".into(), 2 * stats.pairs_sent.load(Relaxed));
-        counters.insert("warmups_sent".into(), stats.warmups_sent.load(Relaxed));
+        let mut node = self.node.counters().clone();
+        // Probes and warm-ups leave from the sender's socket, not as actions.
+        node.sent.probes_sent = 2 * stats.pairs_sent.load(Relaxed);
+        node.sent.warmups_sent = stats.warmups_sent.load(Relaxed);
+        let mut io = self.io.clone();
         // The probe socket's traffic on top of the control socket's.
-        for (name, n) in [
-            ("udp_datagrams_sent", stats.datagrams_sent.load(Relaxed)),
-            (
-                "udp_payload_bytes_sent",
-                stats.payload_bytes_sent.load(Relaxed),
-            ),
-        ] {
-            *counters.entry(name.into()).or_default() += n;
-        }
-        counters.insert("probe_send_errors".into(), stats.send_errors.load(Relaxed));
-        counters.insert(
-            "unmatched_tx_reports".into(),
-            stats.unmatched_tx_reports.load(Relaxed),
-        );
-        counters.insert("tx_id_restarts".into(), stats.tx_id_restarts.load(Relaxed));
-        counters.insert("pairs_settled".into(), self.node.collector_stats().settled);
+        io.udp_datagrams_sent += stats.datagrams_sent.load(Relaxed);
+        io.udp_payload_bytes_sent += stats.payload_bytes_sent.load(Relaxed);
+        let mut counters = named(&node);
+        counters.extend(named(&io));
         let b = self.node.book_stats();
-        counters.insert("probes_completed".into(), b.completed);
-        counters.insert("probes_evicted_incomplete".into(), b.evicted_incomplete);
+        for (name, n) in [
+            ("probe_send_errors", stats.send_errors.load(Relaxed)),
+            (
+                "unmatched_tx_reports",
+                stats.unmatched_tx_reports.load(Relaxed),
+            ),
+            ("tx_id_restarts", stats.tx_id_restarts.load(Relaxed)),
+            ("pairs_settled", self.node.collector_stats().settled),
+            ("probes_completed", b.completed),
+            ("probes_evicted_incomplete", b.evicted_incomplete),
+        ] {
+            counters.insert(name.into(), n);
+        }
         counters
     }
 
@@ -788,6 +787,35 @@ impl<D: Discovery + Coordination> Agent<D> {
 /// Counters under owned names, as `/status` serves them.
 fn owned(counts: &BTreeMap<&'static str, u64>) -> BTreeMap<String, u64> {
     counts.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// A counters struct's fields by name (`/status` and `/metrics` names).
+fn named(counters: &impl Serialize) -> BTreeMap<String, u64> {
+    let Ok(serde_json::Value::Object(map)) = serde_json::to_value(counters) else {
+        return BTreeMap::new();
+    };
+    map.into_iter()
+        .filter_map(|(k, v)| Some((k, v.as_u64()?)))
+        .collect()
+}
+
+/// What the driver counts of its own I/O, one named field per counter.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(super) struct IoCounters {
+    /// Datagrams and UDP payload bytes sent (control and probe sockets).
+    pub udp_datagrams_sent: u64,
+    pub udp_payload_bytes_sent: u64,
+    /// Control-socket sends that failed.
+    pub send_errors: u64,
+    pub discovery_errors: u64,
+    pub jsonl_errors: u64,
+    /// Offsets-file writes that failed.
+    pub publish_errors: u64,
+    /// Events read from the eBPF ring buffer.
+    pub ebpf_events: u64,
+    pub capabilities_dropped: u64,
+    pub tracepoints_attached: u64,
+    pub tracepoint_attach_errors: u64,
 }
 
 /// Monotonic ns since the first call: the core's work clock (it times

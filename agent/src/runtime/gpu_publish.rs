@@ -44,7 +44,7 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     pub(super) fn publish_record(&mut self, record: &Record) {
         if let Err(e) = self.writer.publish(record) {
-            self.count("publish_errors");
+            self.io.publish_errors += 1;
             warn!("publishing offsets: {e}");
         }
     }
