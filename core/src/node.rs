@@ -130,6 +130,22 @@ pub struct Target {
     pub warmup: bool,
 }
 
+/// An instant of this node's own CLOCK_REALTIME (local time, not the
+/// global timeline), ns: the driver's "now" for every input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LocalNs(pub i64);
+
+/// A window's index: window `k` covers `[k·W, (k+1)·W)` of the local
+/// clock, `W` the window length.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WindowIndex(pub u64);
+
+impl std::fmt::Display for WindowIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// What the caller must do.
 #[derive(Clone, Debug, PartialEq)]
 #[must_use = "an action not performed is a message not sent or a result not published"]
@@ -147,10 +163,10 @@ pub enum Action {
     PutFits(pb::Snapshot),
     /// Store exchange (leader): read every node's fits and pass them to
     /// [`Node::solve_snapshots`] for `window`.
-    FetchFits { window: u64 },
+    FetchFits { window: WindowIndex },
     /// Store exchange (leader): write the solve's results.
     PutResults {
-        window: u64,
+        window: WindowIndex,
         results: Vec<pb::NodeOffset>,
     },
     /// Store exchange: read this node's result and pass it to
@@ -272,8 +288,9 @@ impl Node {
     pub fn handle_members(
         &mut self,
         members: Vec<Member>,
-        now_ns: i64,
+        now: LocalNs,
     ) -> Result<Vec<Action>, NodeError> {
+        let now_ns = now.0;
         if members == self.members {
             return Ok(Vec::new());
         }
@@ -336,15 +353,17 @@ impl Node {
         key: PairKey,
         index: u8,
         stamps: &[WireStamp],
-        now_ns: i64,
+        now: LocalNs,
     ) {
+        let now_ns = now.0;
         for s in stamps {
             self.collector.add(side, key, index, *s, now_ns);
         }
     }
 
     /// The sender sent both probes of pair `seq` to `to`.
-    pub fn handle_sent(&mut self, to: NodeId, seq: u64, now_ns: i64) {
+    pub fn handle_sent(&mut self, to: NodeId, seq: u64, now: LocalNs) {
+        let now_ns = now.0;
         self.counters.pairs_sent += 1;
         let key = PairKey {
             from: self.me.id,
@@ -361,8 +380,9 @@ impl Node {
         bytes: &[u8],
         from: Option<SocketAddr>,
         rx_stamps: &[WireStamp],
-        now_ns: i64,
+        now: LocalNs,
     ) -> Vec<Action> {
+        let now_ns = now.0;
         let msg = match wire::parse(bytes, self.key.as_ref()) {
             Ok(m) => m,
             Err(e) => return self.drop_msg(wire_drop_reason(&e)),
@@ -411,7 +431,8 @@ impl Node {
     /// Timers: settles stamps (follow-ups, RX reports), handshakes, and the
     /// window phases due at `now_ns`.
     #[must_use = "the actions are what the node asks its driver to do"]
-    pub fn handle_tick(&mut self, now_ns: i64) -> Vec<Action> {
+    pub fn handle_tick(&mut self, now: LocalNs) -> Vec<Action> {
+        let now_ns = now.0;
         self.follow_succession(now_ns);
         let reports: Vec<_> = self
             .collector
@@ -440,9 +461,10 @@ impl Node {
     #[must_use = "the actions are what the node asks its driver to do"]
     pub fn solve_snapshots<'a>(
         &mut self,
-        k: u64,
+        window: WindowIndex,
         snapshots: impl IntoIterator<Item = &'a pb::Snapshot>,
     ) -> Vec<Action> {
+        let k = window.0;
         let fits: Vec<pb::EdgeFit> = snapshots
             .into_iter()
             .filter(|s| fresh_for_solve(k, s.window))
@@ -672,7 +694,7 @@ impl Node {
             seq: header.seq,
         };
         self.collector.confirm(Side::Rx, key, now_ns);
-        self.handle_stamps(Side::Rx, key, header.pair_index, stamps, now_ns);
+        self.handle_stamps(Side::Rx, key, header.pair_index, stamps, LocalNs(now_ns));
     }
 
     /// A settled pair: into the pair book; returns the report its stamps
@@ -896,7 +918,9 @@ impl Node {
             return actions;
         }
         if self.exchange == Exchange::Store {
-            actions.push(Action::FetchFits { window: k });
+            actions.push(Action::FetchFits {
+                window: WindowIndex(k),
+            });
             return actions;
         }
         self.relay.edges.retain(|_, f| fresh_for_solve(k, f.window));
@@ -990,7 +1014,10 @@ impl Node {
     fn share_results(&mut self, k: u64, results: Vec<pb::NodeOffset>) -> Vec<Action> {
         self.last_results.clone_from(&results);
         if self.exchange == Exchange::Store {
-            return vec![Action::PutResults { window: k, results }];
+            return vec![Action::PutResults {
+                window: WindowIndex(k),
+                results,
+            }];
         }
         let mut actions = Vec::new();
         for r in results {
@@ -1236,7 +1263,8 @@ mod tests {
             nonce_base: 1,
             work_clock: no_work_clock,
         });
-        n.handle_members(vec![member(1), member(2)], T0).unwrap();
+        n.handle_members(vec![member(1), member(2)], LocalNs(T0))
+            .unwrap();
         n
     }
 
@@ -1253,7 +1281,7 @@ mod tests {
     /// Node 1 after its handshake with node 2, which announced `caps`.
     fn shaken(caps: u32) -> Node {
         let mut a = node(1);
-        let hello = datagrams(&a.handle_tick(T0));
+        let hello = datagrams(&a.handle_tick(LocalNs(T0)));
         let Some(Message::Hello { header, .. }) = hello.first() else {
             panic!("no hello: {hello:?}");
         };
@@ -1266,7 +1294,7 @@ mod tests {
             },
         };
         let from = Some(member(2).probe_addr());
-        let _ = a.handle_datagram(&ack.encode(None), from, &[], T0);
+        let _ = a.handle_datagram(&ack.encode(None), from, &[], LocalNs(T0));
         a
     }
 
@@ -1283,12 +1311,12 @@ mod tests {
                 to: 2,
                 seq,
             };
-            a.handle_sent(2, seq, T0);
-            a.handle_stamps(Side::Tx, key, 0, &[stamp(T0)], T0);
-            a.handle_stamps(Side::Tx, key, 1, &[stamp(T0 + 100_000)], T0);
+            a.handle_sent(2, seq, LocalNs(T0));
+            a.handle_stamps(Side::Tx, key, 0, &[stamp(T0)], LocalNs(T0));
+            a.handle_stamps(Side::Tx, key, 1, &[stamp(T0 + 100_000)], LocalNs(T0));
         }
-        let settled = datagrams(&a.handle_tick(T0 + SETTLE_NS + 1));
-        let waited = datagrams(&a.handle_tick(T0 + SETTLE_NS + 1 + REPORT_DELAY_NS));
+        let settled = datagrams(&a.handle_tick(LocalNs(T0 + SETTLE_NS + 1)));
+        let waited = datagrams(&a.handle_tick(LocalNs(T0 + SETTLE_NS + 1 + REPORT_DELAY_NS)));
         [settled, waited].concat()
     }
 
@@ -1302,7 +1330,7 @@ mod tests {
             nonce_base: 1,
             work_clock: no_work_clock,
         });
-        n.handle_members(vec![member(1), member(2), member(3)], T0)
+        n.handle_members(vec![member(1), member(2), member(3)], LocalNs(T0))
             .unwrap();
         n.lead_by_succession();
         n
@@ -1329,7 +1357,7 @@ mod tests {
             &msg.encode(None),
             Some(member(from).probe_addr()),
             &[],
-            now_ns,
+            LocalNs(now_ns),
         )
     }
 
@@ -1367,7 +1395,7 @@ mod tests {
             ),
         ];
         for (bytes, from, reason) in cases {
-            let actions = n.handle_datagram(bytes, from, &[], T0);
+            let actions = n.handle_datagram(bytes, from, &[], LocalNs(T0));
             assert!(actions.is_empty(), "{reason:?}: {actions:?}");
             assert_eq!(n.dropped().get(reason.as_str()), Some(&1), "{reason:?}");
         }
@@ -1378,13 +1406,16 @@ mod tests {
     fn a_member_list_without_this_node_deregisters_it() {
         let mut n = node(1);
         let err = n
-            .handle_members(vec![member(2), member(3)], T0)
+            .handle_members(vec![member(2), member(3)], LocalNs(T0))
             .unwrap_err();
         assert!(
             matches!(err, NodeError::Deregistered(ref name) if name == "n1"),
             "{err}"
         );
-        assert!(n.handle_members(vec![member(1), member(3)], T0).is_ok());
+        assert!(
+            n.handle_members(vec![member(1), member(3)], LocalNs(T0))
+                .is_ok()
+        );
     }
 
     /// Node 2's hand-over line when it becomes leader, ticking through
@@ -1393,7 +1424,7 @@ mod tests {
         n.handle_leader(Some("n2".into()));
         let w = Settings::default().window_ns();
         (0..=2 * w / 100_000_000)
-            .flat_map(|i| n.handle_tick(T0 + i * 100_000_000))
+            .flat_map(|i| n.handle_tick(LocalNs(T0 + i * 100_000_000)))
             .find_map(|a| match a {
                 Action::HandOver(line) => Some(line),
                 _ => None,
@@ -1444,7 +1475,7 @@ mod tests {
     fn under_succession_a_silent_leader_is_passed_over_and_its_return_taken_back() {
         let w = Settings::default().window_ns();
         let mut n = successor();
-        let _ = n.handle_tick(T0);
+        let _ = n.handle_tick(LocalNs(T0));
         assert_eq!(n.leader(), Some("n1"), "the lowest id leads first");
         let refused = result_from(&mut n, 2, 1, T0 + w);
         assert_eq!(n.dropped()["not_from_leader"], 1, "2 does not lead yet");
@@ -1454,9 +1485,9 @@ mod tests {
         assert_eq!(published_windows(&taken), [1], "published on arrival");
         // 1 falls silent: passed over after FAILOVER_WINDOWS windows.
         let silent = crate::succession::FAILOVER_WINDOWS * w;
-        let _ = n.handle_tick(T0 + w + silent);
+        let _ = n.handle_tick(LocalNs(T0 + w + silent));
         assert_eq!(n.leader(), Some("n1"), "not yet");
-        let _ = n.handle_tick(T0 + w + silent + 1);
+        let _ = n.handle_tick(LocalNs(T0 + w + silent + 1));
         assert_eq!(n.leader(), Some("n2"));
         assert_eq!(n.counters().leader_failovers, 1);
         result_from(&mut n, 2, 7, T0 + 7 * w);
@@ -1466,7 +1497,7 @@ mod tests {
             "the new leader's result is taken"
         );
         // 2 falls silent too: this node leads itself.
-        let _ = n.handle_tick(T0 + 7 * w + silent + 1);
+        let _ = n.handle_tick(LocalNs(T0 + 7 * w + silent + 1));
         assert_eq!((n.leader(), n.is_leader()), (Some("n3"), true));
         // 1 is back: its result shows it leads again.
         result_from(&mut n, 1, 20, T0 + 20 * w);
@@ -1504,9 +1535,9 @@ mod tests {
                 to: 2,
                 seq,
             };
-            a.handle_sent(2, seq, T0);
-            a.handle_stamps(Side::Tx, key, 0, &[stamp], T0);
-            a.handle_stamps(Side::Tx, key, 1, &[stamp], T0);
+            a.handle_sent(2, seq, LocalNs(T0));
+            a.handle_stamps(Side::Tx, key, 0, &[stamp], LocalNs(T0));
+            a.handle_stamps(Side::Tx, key, 1, &[stamp], LocalNs(T0));
         }
         let sizes = |m: Vec<Message>| -> Vec<usize> {
             m.iter()
@@ -1518,12 +1549,14 @@ mod tests {
         };
         let settled = T0 + SETTLE_NS + 1;
         assert_eq!(
-            sizes(datagrams(&a.handle_tick(settled))),
+            sizes(datagrams(&a.handle_tick(LocalNs(settled)))),
             [MAX_BATCH_ENTRIES]
         );
-        assert!(datagrams(&a.handle_tick(settled + REPORT_DELAY_NS - 1)).is_empty());
+        assert!(datagrams(&a.handle_tick(LocalNs(settled + REPORT_DELAY_NS - 1))).is_empty());
         assert_eq!(
-            sizes(datagrams(&a.handle_tick(settled + REPORT_DELAY_NS))),
+            sizes(datagrams(
+                &a.handle_tick(LocalNs(settled + REPORT_DELAY_NS))
+            )),
             [3]
         );
     }
@@ -1556,7 +1589,7 @@ mod tests {
             ],
         };
         let from = Some(member(1).probe_addr());
-        let _ = b.handle_datagram(&batch.encode(None), from, &[], T0);
+        let _ = b.handle_datagram(&batch.encode(None), from, &[], LocalNs(T0));
         assert_eq!(b.counters().stamp_batches_received, 1);
         assert_eq!(b.counters().follow_ups_received, 1);
         assert_eq!(b.counters().rx_reports_received, 1);

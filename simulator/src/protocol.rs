@@ -16,7 +16,7 @@ use std::{
 use clockmesh_common::ProbeHeader;
 use clockmesh_core::{
     collector::{PairKey, Side},
-    node::{Action, Exchange, Member, Node, NodeConfig, TICK_NS, Target},
+    node::{Action, Exchange, LocalNs, Member, Node, NodeConfig, TICK_NS, Target},
     timeline::{Carry, HandOverLine},
     wire::{Message, StampSource, WireStamp, kind},
 };
@@ -343,7 +343,7 @@ impl<'a> Sim<'a> {
             host.node.handle_leader(Some(leader.clone()));
             let actions = host
                 .node
-                .handle_members(members.clone(), now)
+                .handle_members(members.clone(), LocalNs(now))
                 .map_err(|e| SimError::Invalid(e.to_string()))?;
             self.perform(i, actions);
             let phase = self.rng.random_range(0..TICK_NS);
@@ -373,7 +373,7 @@ impl<'a> Sim<'a> {
         match event {
             Event::Tick(i) => {
                 let now = self.local_now(i);
-                let actions = self.hosts[i].node.handle_tick(now);
+                let actions = self.hosts[i].node.handle_tick(LocalNs(now));
                 self.perform(i, actions);
                 self.schedule(self.now + TICK_NS, Event::Tick(i));
             }
@@ -404,9 +404,10 @@ impl<'a> Sim<'a> {
         let flow = flow_of(datagram);
         account(&mut self.hosts[to].traffic, flow, false, datagram.len());
         let now = self.local_now(to);
-        let actions = self.hosts[to]
-            .node
-            .handle_datagram(datagram, Some(from), &stamps, now);
+        let actions =
+            self.hosts[to]
+                .node
+                .handle_datagram(datagram, Some(from), &stamps, LocalNs(now));
         self.perform(to, actions);
     }
 
@@ -452,11 +453,11 @@ impl<'a> Sim<'a> {
             let stamp = self.stamp(tx);
             self.hosts[i]
                 .node
-                .handle_stamps(Side::Tx, key, index, &[stamp], now);
+                .handle_stamps(Side::Tx, key, index, &[stamp], LocalNs(now));
             self.transmit(i, target.addr, datagram, t_send as i64, true);
         }
         let now = self.local_now(i);
-        self.hosts[i].node.handle_sent(target.id, seq, now);
+        self.hosts[i].node.handle_sent(target.id, seq, LocalNs(now));
     }
 
     /// Puts a datagram on the link from host `i` to `to`.

@@ -12,7 +12,7 @@ use std::{
 
 use clockmesh_common::{ProbeEvent, kind};
 use clockmesh_core::{
-    node::{Action, Node, NodeConfig, TICK_NS},
+    node::{Action, LocalNs, Node, NodeConfig, TICK_NS, WindowIndex},
     publication::Publication,
     settings::Settings,
     tally::StampTally,
@@ -294,7 +294,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             self.attach_tracepoints_if_needed();
             self.drop_privileges_once_settled();
         }
-        let actions = self.node.handle_tick(now);
+        let actions = self.node.handle_tick(LocalNs(now));
         self.perform(actions).await;
         if !self.discovery.elects_leader() {
             self.note_succession();
@@ -456,7 +456,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         }
     }
 
-    async fn fetch_fits(&mut self, k: u64) -> Vec<Action> {
+    async fn fetch_fits(&mut self, k: WindowIndex) -> Vec<Action> {
         let Some(store) = self.discovery.store() else {
             return Vec::new();
         };
@@ -469,7 +469,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         }
     }
 
-    async fn put_results(&mut self, k: u64, results: Vec<pb::NodeOffset>) {
+    async fn put_results(&mut self, k: WindowIndex, results: Vec<pb::NodeOffset>) {
         let Some(store) = self.discovery.store() else {
             return;
         };
@@ -540,7 +540,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 let count = members.len();
                 let actions = self
                     .node
-                    .handle_members(members, self.local_now())
+                    .handle_members(members, LocalNs(self.local_now()))
                     .map_err(|_| RuntimeError::Deregistered(self.node.me().name.clone()))?;
                 if !actions.is_empty() {
                     info!(members = count, "probe graph updated");
@@ -627,7 +627,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 })
                 .collect();
             self.node
-                .handle_stamps(side, key, ev.pair_index, &stamps, now);
+                .handle_stamps(side, key, ev.pair_index, &stamps, LocalNs(now));
         }
     }
 
@@ -651,7 +651,7 @@ impl<D: Discovery + Coordination> Agent<D> {
     fn on_sender_event(&mut self, e: SenderEvent) {
         let now = self.local_now();
         match e {
-            SenderEvent::Sent { to, seq, .. } => self.node.handle_sent(to, seq, now),
+            SenderEvent::Sent { to, seq, .. } => self.node.handle_sent(to, seq, LocalNs(now)),
             SenderEvent::TxStamp {
                 to,
                 seq,
@@ -664,7 +664,8 @@ impl<D: Discovery + Coordination> Agent<D> {
                     seq,
                 };
                 let stamps = self.socket_stamps(stamps);
-                self.node.handle_stamps(Side::Tx, key, index, &stamps, now);
+                self.node
+                    .handle_stamps(Side::Tx, key, index, &stamps, LocalNs(now));
             }
         }
     }
@@ -681,7 +682,9 @@ impl<D: Discovery + Coordination> Agent<D> {
             let len = d.len.min(buf.len());
             let stamps = self.socket_stamps(d.stamps);
             let now = self.local_now();
-            let actions = self.node.handle_datagram(&buf[..len], d.from, &stamps, now);
+            let actions = self
+                .node
+                .handle_datagram(&buf[..len], d.from, &stamps, LocalNs(now));
             self.perform(actions).await;
         }
     }
