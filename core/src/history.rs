@@ -6,19 +6,20 @@
 //! samples are noisy, and so is a fit that stands between them. A longer
 //! span sees more of the fast packets — but only while both clocks stay
 //! affine over it. So the node keeps the raw probes of the last
-//! [`MAX_WINDOWS`] windows and fits the last 1, 2, 4 and 8 of them. It keeps
+//! [`MAX_WINDOWS`] windows and fits the last 1, 2 and 4 of them. It keeps
 //! the longest fit that agrees with every shorter one: their offsets at the
 //! newest point differ by less than the sum of their bounds. A clock whose
 //! frequency moved inside the span breaks that agreement and shortens the
 //! history; a steady one lets it grow (the choice chrony makes with its runs
 //! test, here made with the fits' own honest bounds).
 //!
-//! With NIC stamps the history is at most 2 windows
-//! ([`StampClass::max_history_windows`]): their pairs pin the line within a
-//! window, and a longer span only adds the clocks' frequency wander; the
-//! agreement test cannot see that, because the honest bounds of a fit
-//! (half the best RTT plus the slopes that RTT allows) are far wider than
-//! the few ns the wander moves a NIC fit.
+//! The agreement test cannot see frequency wander: the honest bounds of a
+//! fit (half the best RTT plus the slopes that RTT allows) are far wider
+//! than the tens of ns a wandering clock bends the line. So each class of
+//! stamps has its own longest span ([`StampClass::max_history_windows`]):
+//! one window with NIC stamps, whose pairs pin the line within it; four
+//! (16 s) with software stamps, where a longer span lags a wandering
+//! frequency more than it averages noise away (docs/estimator.md).
 //!
 //! The bound stays honest over the longer span: each fit's model slack
 //! grows with its span by the frequency wander the estimator assumes
@@ -31,10 +32,11 @@ use clockmesh_estimator::{EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, est
 
 use crate::settings::StampClass;
 
-/// Windows of raw probes kept per out-edge (32 s at the shipped 4 s windows).
-pub const MAX_WINDOWS: usize = 8;
+/// Windows of raw probes kept per out-edge (16 s at the shipped 4 s
+/// windows): the longest span of any class of stamps.
+pub const MAX_WINDOWS: usize = 4;
 /// Spans tried, in windows, shortest first.
-const SPANS: [usize; 4] = [1, 2, 4, 8];
+const SPANS: [usize; 3] = [1, 2, 4];
 
 /// The raw probes of one out-edge's recent windows, newest last.
 #[derive(Debug, Default)]
@@ -205,7 +207,7 @@ mod tests {
     fn a_frequency_step_shortens_the_history() {
         let mut h = EdgeHistory::default();
         let step = 1_700_000_000_000_000_000i64 + 6 * 4_000_000_000;
-        // 50 ppm faster from window 6 on: not affine over 8 windows.
+        // 50 ppm faster from window 6 on: not affine over the last 4.
         let offset = move |t: i64| if t < step { 0 } else { (t - step) / 20_000 };
         for w in 0..8 {
             h.push(window(w, offset), StampClass::Software);

@@ -54,7 +54,7 @@ pub const SETTLE_NS: i64 = 150_000_000;
 /// per tick. Reports of a window's last second reach the peer after its fit
 /// and count in the next one (the fit history spans several windows).
 pub const REPORT_DELAY_NS: i64 = 1_000_000_000;
-use crate::publication::Publication;
+use crate::publication::{self, Publication};
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
 use crate::succession::{LeaderChange, Succession};
 use crate::tally::{DropReason, NodeCounters, StampTally};
@@ -252,7 +252,7 @@ impl Node {
         Node {
             graph: ProbeGraph::build(&[cfg.me.id], cfg.settings.degree),
             history: BTreeMap::new(),
-            windows: WindowClock::new(cfg.settings.window_ns()),
+            windows: WindowClock::new(cfg.settings.window_ns(), cfg.exchange == Exchange::Store),
             peers: Peers::new(HandshakeConfig::default(), cfg.nonce_base),
             collector: Collector::new(SETTLE_NS, MAX_PENDING_PAIRS),
             book: PairBook::new(MAX_PENDING_PER_DIRECTION),
@@ -1045,9 +1045,15 @@ impl Node {
         if !self.windows.take_new_result(r.window, r.anchor_ns) {
             return Vec::new();
         }
+        let window_ns = self.settings.window_ns();
+        if let Some(held) = &self.own_result
+            && publication::keeps_the_held(held, &r, window_ns)
+        {
+            self.counters.results_withheld += 1;
+            return Vec::new();
+        }
         self.counters.results_published += 1;
         self.own_result = Some(r.clone());
-        let window_ns = self.settings.window_ns();
         vec![Action::Publish(Publication::of(r, window_ns))]
     }
 

@@ -47,6 +47,27 @@ impl Publication {
     }
 }
 
+/// Whether a reader is better served by the result it holds, `held`, than
+/// by a `new` one: on the same timeline, the held one's bound, grown to a
+/// window past the new anchor (about when the next result replaces
+/// either), is the smaller. Both answers are honest; the reader gets the
+/// tighter. A young fit after an outage or a restart (a few pairs, a wide
+/// bound and an error to match) then does not replace a good record that
+/// is still close; the next result, with more data, does.
+pub fn keeps_the_held(held: &pb::NodeOffset, new: &pb::NodeOffset, window_ns: i64) -> bool {
+    if held.reference_id != new.reference_id || held.node_id != new.node_id {
+        return false;
+    }
+    let t = new.anchor_ns.saturating_add(window_ns);
+    bound_at(held, t) < bound_at(new, t)
+}
+
+/// `r`'s bound at local time `t_ns`, grown at its published rate.
+fn bound_at(r: &pb::NodeOffset, t_ns: i64) -> f64 {
+    let age_s = t_ns.saturating_sub(r.anchor_ns).unsigned_abs() as f64 / 1e9;
+    r.bound_ns as f64 + r.bound_growth_ppb.max(0.0) * age_s
+}
+
 /// The start of the span a result describes: its fits cover the window
 /// that ends at the anchor and the one before it.
 pub fn valid_from_ns(anchor_ns: i64, window_ns: i64) -> i64 {
@@ -83,5 +104,35 @@ mod tests {
         assert_eq!(p.anchor_kind(), Some(AnchorKind::Substitute));
         assert_eq!(p.entry.reference.as_deref(), Some("n0"));
         assert!(!p.is_reference());
+    }
+
+    fn result(anchor_s: i64, bound_ns: u64, growth_ppb: f64) -> pb::NodeOffset {
+        pb::NodeOffset {
+            node_id: 1,
+            reference_id: 0,
+            anchor_ns: anchor_s * 1_000_000_000,
+            bound_ns,
+            bound_growth_ppb: growth_ppb,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_held_result_stays_while_its_grown_bound_is_the_smaller() {
+        let w = 4_000_000_000;
+        // Held: 2 µs at 0 s, growing 100 ns/s; at 36 + 4 s: 6 µs.
+        let held = result(0, 2_000, 100.0);
+        // A thin window's result after an outage: 400 µs.
+        assert!(keeps_the_held(&held, &result(36, 400_000, 100.0), w));
+        // A mature one: 2.5 µs.
+        assert!(!keeps_the_held(&held, &result(36, 2_500, 100.0), w));
+        // On another timeline, the new one is always published.
+        let other = pb::NodeOffset {
+            reference_id: 2,
+            ..result(36, 400_000, 100.0)
+        };
+        assert!(!keeps_the_held(&held, &other, w));
+        // Held long enough, any result wins.
+        assert!(!keeps_the_held(&held, &result(4_000, 400_000, 100.0), w));
     }
 }

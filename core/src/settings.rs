@@ -34,13 +34,14 @@ impl StampClass {
 
     /// Most windows an edge's fit may span with these stamps. NIC stamps
     /// are precise enough that one window's pairs pin the line; a longer
-    /// span only adds the clocks' frequency wander. Software stamps need
-    /// the long history. The simulator's figures per limit, dated, are in
-    /// docs/estimator.md ("At the agent's shipped settings").
+    /// span only adds the clocks' frequency wander. Software stamps need a
+    /// longer history, but not so long that it lags a wandering frequency.
+    /// The simulator's figures per limit, dated, are in docs/estimator.md
+    /// ("At the agent's shipped settings").
     pub fn max_history_windows(self) -> usize {
         match self {
-            StampClass::Nic => 2,
-            StampClass::Software => 8,
+            StampClass::Nic => 1,
+            StampClass::Software => 4,
         }
     }
 

@@ -28,6 +28,9 @@ pub struct NodeCounters {
     pub follow_ups_sent: u64,
     pub rx_reports_sent: u64,
     pub results_published: u64,
+    /// New results not published because the one held (published before,
+    /// or kept from before a restart) still had the smaller bound.
+    pub results_withheld: u64,
     pub solve_errors: u64,
     /// This node passed a silent leader over, or saw it return (static
     /// succession).

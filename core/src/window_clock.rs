@@ -9,7 +9,13 @@ use crate::report::EdgeStatus;
 
 /// Phase delays after a window ends: (cap ns, eighths of the window).
 const FIT_DELAY: (i64, i64) = (300_000_000, 1);
-const SOLVE_DELAY: (i64, i64) = (1_500_000_000, 3);
+/// The leader solves once the fits are in: relayed fits arrive within
+/// milliseconds of the fit phase (agents' clocks, NTP-disciplined, agree
+/// far better than the 0.4 s between); fits put in a shared store (etcd)
+/// get longer. Every result ages from its anchor until the next one
+/// arrives, so this delay is part of what a reader sees.
+const SOLVE_DELAY_RELAYED: (i64, i64) = (700_000_000, 2);
+const SOLVE_DELAY_STORED: (i64, i64) = (1_500_000_000, 3);
 const FETCH_DELAY: (i64, i64) = (2_500_000_000, 5);
 
 /// Which step of a window's processing.
@@ -27,6 +33,7 @@ pub enum Phase {
 /// for, the result last published, the last fit of each out-edge.
 pub struct WindowClock {
     window_ns: i64,
+    solve_delay: (i64, i64),
     fitted: Option<u64>,
     solved: Option<u64>,
     fetched: Option<u64>,
@@ -35,9 +42,16 @@ pub struct WindowClock {
 }
 
 impl WindowClock {
-    pub fn new(window_ns: i64) -> Self {
+    /// Windows of `window_ns`; `stored_fits`: fits reach the leader through
+    /// a shared store rather than as datagrams.
+    pub fn new(window_ns: i64, stored_fits: bool) -> Self {
         WindowClock {
             window_ns: window_ns.max(1),
+            solve_delay: if stored_fits {
+                SOLVE_DELAY_STORED
+            } else {
+                SOLVE_DELAY_RELAYED
+            },
             fitted: None,
             solved: None,
             fetched: None,
@@ -51,7 +65,7 @@ impl WindowClock {
     pub fn take_due(&mut self, phase: Phase, now_ns: i64) -> Option<u64> {
         let (delay, done) = match phase {
             Phase::Fit => (FIT_DELAY, &mut self.fitted),
-            Phase::Solve => (SOLVE_DELAY, &mut self.solved),
+            Phase::Solve => (self.solve_delay, &mut self.solved),
             Phase::Fetch => (FETCH_DELAY, &mut self.fetched),
         };
         let k = due(self.window_ns, now_ns, delay, *done)?;
@@ -112,7 +126,7 @@ mod tests {
     #[test]
     fn phases_fire_once_per_window_after_their_delay() {
         let w = 4_000_000_000;
-        let mut c = WindowClock::new(w);
+        let mut c = WindowClock::new(w, false);
         assert_eq!(
             due(c.window_ns, 10 * w + 100, FIT_DELAY, None),
             None,
@@ -132,7 +146,7 @@ mod tests {
             Some(10)
         );
         // Short windows scale the delays down so every phase still fits.
-        let short = WindowClock::new(1_000_000_000);
+        let short = WindowClock::new(1_000_000_000, false);
         assert_eq!(
             due(
                 short.window_ns,

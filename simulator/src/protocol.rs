@@ -587,11 +587,18 @@ impl<'a> Sim<'a> {
         self.scores.errors.push(err.abs());
         self.scores.bounds.push(bound);
         self.scores.covered += usize::from(err.abs() <= bound);
-        if let Some(old) = aged {
+        // The same results at their anchors and aged: a result of the
+        // warm-up windows is scored neither way.
+        if let Some(old) = aged.filter(|old| self.is_scored(old)) {
             let (err, bound) = self.error_at(i, &old, self.local_now(i));
             self.scores.aged_errors.push(err.abs());
             self.scores.aged_covered += usize::from(err.abs() <= bound);
         }
+    }
+
+    /// Whether `r` was scored at its anchor when it was published.
+    fn is_scored(&self, r: &pb::NodeOffset) -> bool {
+        self.scores.windows.contains(&r.window)
     }
 
     /// Host `i` took the timeline over: from now on results solved
