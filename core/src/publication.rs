@@ -4,6 +4,7 @@
 //! history line, with its validity rule and typed anchor kind. Pure.
 
 use clockmesh_offsets::history::{AnchorKind, HistoryEntry};
+use clockmesh_offsets::{NodeMap, Snapshot, flags};
 use clockmesh_proto::clockmesh as pb;
 
 /// One published result.
@@ -44,6 +45,70 @@ impl Publication {
 
     pub fn anchor_kind(&self) -> Option<AnchorKind> {
         self.entry.anchor_kind
+    }
+
+    /// The offsets file's record as its readers see it: flags (`VALID`,
+    /// `HOLDOVER` for a result placed by the previous window's estimate,
+    /// `REFERENCE`), the end of its span, the node map, and the holdover
+    /// ceiling it is published with. The driver adds what only it knows
+    /// (epoch, write time, kernel clocks, device maps).
+    pub fn record_view(&self, holdover_max_bound_ns: u64) -> Snapshot {
+        let r = &self.result;
+        let mut view = reader_view(
+            r.anchor_kind == AnchorKind::Holdover.as_str(),
+            r.valid_until_ns as i64,
+            node_map(
+                r.anchor_ns,
+                r.offset_ns,
+                r.drift_ppb,
+                r.bound_ns,
+                r.bound_growth_ppb,
+            ),
+            holdover_max_bound_ns,
+        );
+        if self.is_reference() {
+            view.flags |= flags::REFERENCE;
+        }
+        view
+    }
+}
+
+/// A result as the offsets file's node map carries it (drift and bound
+/// growth in ps/s).
+pub fn node_map(
+    anchor_ns: i64,
+    offset_ns: i64,
+    drift_ppb: f64,
+    bound_ns: u64,
+    bound_growth_ppb: f64,
+) -> NodeMap {
+    NodeMap {
+        anchor_local_ns: anchor_ns,
+        offset_ns,
+        drift_ps_per_s: (drift_ppb * 1e3).round() as i64,
+        bound_ns,
+        // Rounded up: a bound must never be understated.
+        bound_growth_ps_per_s: (bound_growth_ppb * 1e3).ceil().max(0.0) as u64,
+    }
+}
+
+/// What readers see of a result (without `REFERENCE`): `VALID`, and
+/// `HOLDOVER` when it was placed by a previous estimate.
+pub fn reader_view(
+    holdover: bool,
+    valid_until_ns: i64,
+    node: NodeMap,
+    holdover_max_bound_ns: u64,
+) -> Snapshot {
+    let mut f = flags::VALID;
+    if holdover {
+        f |= flags::HOLDOVER;
+    }
+    Snapshot {
+        flags: f,
+        valid_until_ns,
+        node,
+        holdover_max_bound_ns,
     }
 }
 
@@ -104,6 +169,33 @@ mod tests {
         assert_eq!(p.anchor_kind(), Some(AnchorKind::Substitute));
         assert_eq!(p.entry.reference.as_deref(), Some("n0"));
         assert!(!p.is_reference());
+    }
+
+    #[test]
+    fn the_record_is_what_readers_see_of_the_result() {
+        let r = pb::NodeOffset {
+            node_id: 3,
+            reference_id: 3,
+            anchor_ns: 8_000_000_000,
+            offset_ns: 1_234,
+            drift_ppb: -2.0004,
+            bound_ns: 50,
+            bound_growth_ppb: 10.0001,
+            valid_until_ns: 16_000_000_000,
+            anchor_kind: AnchorKind::Holdover.as_str().into(),
+            ..Default::default()
+        };
+        let view = Publication::of(r, 4_000_000_000).record_view(10_000);
+        assert_eq!(
+            view.flags,
+            flags::VALID | flags::HOLDOVER | flags::REFERENCE
+        );
+        assert_eq!(view.valid_until_ns, 16_000_000_000);
+        assert_eq!(view.holdover_max_bound_ns, 10_000);
+        assert_eq!(view.node.drift_ps_per_s, -2_000);
+        // A bound's growth is rounded up, never understated.
+        assert_eq!(view.node.bound_growth_ps_per_s, 10_001);
+        assert_eq!((view.node.offset_ns, view.node.bound_ns), (1_234, 50));
     }
 
     fn result(anchor_s: i64, bound_ns: u64, growth_ppb: f64) -> pb::NodeOffset {

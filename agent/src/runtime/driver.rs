@@ -501,19 +501,14 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     fn publish_result(&mut self, p: &Publication) {
         let r = &p.result;
+        let holdover_max_bound_ns = self.cfg.holdover_max_bound_ns.value;
         let mut status = NodeOffsetStatus {
             window_ns: self.node.settings().window_ns(),
-            ..node_status(r, self.cfg.holdover_max_bound_ns.value)
+            ..node_status(r, holdover_max_bound_ns)
         };
-        // The record is the status's reader view: `clockmesh status` judges
-        // the state from exactly what readers of the file see.
-        let view = status.reader_view();
-        let mut record_flags = view.flags;
-        if p.is_reference() {
-            record_flags |= flags::REFERENCE;
-        }
+        let view = p.record_view(holdover_max_bound_ns);
         let record = Record {
-            flags: record_flags,
+            flags: view.flags,
             epoch: 0,
             window: r.window,
             reference_id: u64::from(r.reference_id),

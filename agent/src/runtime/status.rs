@@ -5,7 +5,9 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::{Deserialize, Serialize};
 
-use crate::publish::{ClockStatus, NodeMap, Snapshot, flags, history::AnchorKind};
+use clockmesh_core::publication;
+
+use crate::publish::{ClockStatus, Snapshot, history::AnchorKind};
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -108,23 +110,18 @@ impl NodeOffsetStatus {
     /// The result as the offsets file's readers see it: the flags (but
     /// `REFERENCE`), node map and holdover ceiling the driver publishes.
     pub fn reader_view(&self) -> Snapshot {
-        let mut flags = flags::VALID;
-        if AnchorKind::from_name(&self.anchor_kind) == Some(AnchorKind::Holdover) {
-            flags |= flags::HOLDOVER;
-        }
-        Snapshot {
-            flags,
-            valid_until_ns: self.valid_until_ns,
-            node: NodeMap {
-                anchor_local_ns: self.anchor_ns,
-                offset_ns: self.offset_ns,
-                drift_ps_per_s: (self.drift_ppb * 1e3).round() as i64,
-                bound_ns: self.bound_ns,
-                // Rounded up: a bound must never be understated.
-                bound_growth_ps_per_s: (self.bound_growth_ppb * 1e3).ceil().max(0.0) as u64,
-            },
-            holdover_max_bound_ns: self.holdover_max_bound_ns,
-        }
+        publication::reader_view(
+            AnchorKind::from_name(&self.anchor_kind) == Some(AnchorKind::Holdover),
+            self.valid_until_ns,
+            publication::node_map(
+                self.anchor_ns,
+                self.offset_ns,
+                self.drift_ppb,
+                self.bound_ns,
+                self.bound_growth_ppb,
+            ),
+            self.holdover_max_bound_ns,
+        )
     }
 
     /// The result's state at `now_ns`, by the rule every reader of the
@@ -455,6 +452,7 @@ pub(crate) fn parse_prometheus(text: &str) -> prometheus_parse::Scrape {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::publish::flags;
 
     fn result(reference: &str, anchor_s: i64, offset_ns: i64, drift_ppb: f64) -> NodeOffsetStatus {
         NodeOffsetStatus {
