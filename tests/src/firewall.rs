@@ -149,18 +149,9 @@ impl Drop for Loss {
 
 /// `nft ARGS` in namespace `ns`: its stdout, or an error with its stderr.
 fn nft(ns: &str, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "nft"])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .context("starting nft")?;
-    if !out.status.success() {
-        bail!(
-            "nft {} in {ns}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    let argv: Vec<&str> = ["ip", "netns", "exec", ns, "nft"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    crate::sh(&argv)
 }

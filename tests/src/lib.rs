@@ -21,3 +21,21 @@ pub fn root_or_skip(test: &str) -> bool {
     eprintln!("{test}: skipped, needs root");
     false
 }
+
+/// Runs a command; its stdout, or an error with its stderr.
+pub fn sh(argv: &[&str]) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let out = std::process::Command::new(argv[0])
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("starting {}", argv[0]))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "`{}` failed: {}",
+            argv.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}

@@ -41,6 +41,7 @@ use clockmesh_testbed::{
     cluster::{Backend, Cluster, ClusterConfig, HandOver, PROBE_PORT, carried_offset_at, quantile},
     firewall::{Hooks, Loss, LossSpec},
     netns::{HOST_IFACE, Host, SWITCH_ADDR},
+    sh,
 };
 use nix::sys::signal::Signal;
 use serde::Serialize;
@@ -1026,23 +1027,6 @@ impl Drop for LinkDown {
             let _ = sh(&["ip", "-n", &self.netns, "link", "set", HOST_IFACE, "up"]);
         }
     }
-}
-
-/// Runs a command; its stdout, or an error with its stderr.
-fn sh(argv: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("starting {}", argv[0]))?;
-    if !out.status.success() {
-        bail!(
-            "`{}` failed: {}",
-            argv.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn loadavg() -> String {
