@@ -412,15 +412,20 @@ impl Chronyd {
             .stderr(log)
             .spawn()
             .context("starting chronyd")?;
-        let sock = dir.join(format!("{role}.sock"));
+        // Owned at once: a chronyd that never opens its socket is killed
+        // (on drop) with the error, not left running.
+        let chronyd = Chronyd {
+            child,
+            sock: dir.join(format!("{role}.sock")),
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !sock.exists() {
+        while !chronyd.sock.exists() {
             if Instant::now() > deadline {
                 bail!("chronyd ({role}) did not start; see {}", dir.display());
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        Ok(Chronyd { child, sock })
+        Ok(chronyd)
     }
 
     /// chrony's current estimate of this clock's offset (`System time`).
