@@ -90,6 +90,9 @@ impl EdgeHistory {
             if !accepted.iter().all(|short| agree(fit, short)) {
                 break; // the clocks were not affine over this span
             }
+            if self.path_changed(span, fit, stamps) {
+                break; // the older windows saw another path
+            }
             accepted.push(fit.clone());
             chosen = Some(HistoryFit {
                 outcome,
@@ -98,6 +101,24 @@ impl EdgeHistory {
             });
         }
         chosen
+    }
+
+    /// Whether the newest window's best round trip, measured along the
+    /// span's fitted line, sits so far from the best of the span's older
+    /// windows that those saw another path (a detour added or removed).
+    /// The fit cannot tell: it keeps the fastest packets of either path,
+    /// and the agreement test allows the asymmetry both fits share.
+    fn path_changed(&self, span: usize, fit: &EdgeFit, stamps: StampClass) -> bool {
+        let mut gaps = self
+            .windows
+            .iter()
+            .skip(self.windows.len() - span)
+            .map(|(w, _)| best_round_trip(w, fit));
+        let Some(newest) = gaps.next_back().flatten() else {
+            return false;
+        };
+        let older = gaps.flatten().fold(f64::INFINITY, f64::min);
+        older.is_finite() && (newest - older).abs() > stamps.path_change_ns()
     }
 
     fn fit_span(&self, span: usize, cfg: &EstimatorConfig) -> (EdgeOutcome, StampClass) {
@@ -135,6 +156,22 @@ fn agree(long: &EdgeFit, short: &EdgeFit) -> bool {
     gap.abs() <= long.bound_ns + long.drift_bound * age + short.bound_ns
 }
 
+/// The smallest forward plus the smallest backward delay of one window's
+/// probes, each taken against `fit`'s line (so the clocks' offset and
+/// drift cancel); `None` without probes both ways.
+fn best_round_trip(w: &EdgeProbes, fit: &EdgeFit) -> Option<f64> {
+    // Offsets are on the `from` clock's time: TX forward, RX backward.
+    let forward = w.forward.iter().map(|p| {
+        let (base, rel) = fit.offset_at(p.tx_ns);
+        (p.rx_ns - p.tx_ns - base) as f64 - rel
+    });
+    let backward = w.backward.iter().map(|p| {
+        let (base, rel) = fit.offset_at(p.rx_ns);
+        (p.rx_ns - p.tx_ns + base) as f64 + rel
+    });
+    Some(forward.reduce(f64::min)? + backward.reduce(f64::min)?)
+}
+
 /// Time covered by the probes (ns, on the `from` clock).
 fn time_span(p: &EdgeProbes) -> f64 {
     let stamps = p
@@ -155,6 +192,11 @@ mod tests {
     /// Probes of one window `w` of a link whose `to` clock is ahead by
     /// `offset(t)`; one-way delay 5 µs plus a per-probe jitter.
     fn window(w: i64, offset: impl Fn(i64) -> i64) -> EdgeProbes {
+        window_via(w, offset, 0)
+    }
+
+    /// [`window`] with `detour_ns` more one-way delay forward (an extra hop).
+    fn window_via(w: i64, offset: impl Fn(i64) -> i64, detour_ns: i64) -> EdgeProbes {
         let base = 1_700_000_000_000_000_000i64 + w * 4_000_000_000;
         let mut forward = Vec::new();
         let mut backward = Vec::new();
@@ -167,7 +209,7 @@ mod tests {
                     seq,
                     pair_index: i,
                     tx_ns: t,
-                    rx_ns: t + 5_000 + jitter + offset(t),
+                    rx_ns: t + 5_000 + detour_ns + jitter + offset(t),
                 });
                 let tb = t + 50_000_000;
                 backward.push(ProbeTimestamps {
@@ -218,6 +260,36 @@ mod tests {
         let (base, frac) = f.offset_at(f.epoch_ns);
         let truth = offset(f.epoch_ns) as f64;
         assert!(((base as f64 + frac) - truth).abs() <= f.bound_ns, "{f:?}");
+    }
+
+    /// A detour on one direction (an asymmetric route) moves the offset by
+    /// half of it: windows on the old path must not be fitted with the new.
+    #[test]
+    fn a_changed_path_cuts_the_history() {
+        for (before, after) in [(0, 800), (800, 0)] {
+            let mut h = EdgeHistory::default();
+            for w in 0..MAX_WINDOWS as i64 - 1 {
+                h.push(window_via(w, |_| 1_000, before), StampClass::Software);
+            }
+            let fit = h.fit(&cfg()).unwrap();
+            assert_eq!(fit.windows, 2, "a steady path: the longest span that fits");
+            h.push(
+                window_via(MAX_WINDOWS as i64 - 1, |_| 1_000, after),
+                StampClass::Software,
+            );
+            let chosen = h.fit(&cfg()).unwrap();
+            let f = chosen.outcome.fit.unwrap();
+            let (base, frac) = f.offset_at(f.epoch_ns);
+            // The newest window's own bias: half its detour, which no
+            // endpoint can see; anything beyond is the older path's.
+            let error = base as f64 + frac - 1_000.0 - after as f64 / 2.0;
+            eprintln!(
+                "{before} -> {after}: {} windows, error {error:.0} ns",
+                chosen.windows
+            );
+            assert_eq!(chosen.windows, 1, "{before} -> {after} ns detour");
+            assert!(error.abs() < 100.0, "{before} -> {after}: {error} ns");
+        }
     }
 
     #[test]

@@ -45,6 +45,18 @@ impl StampClass {
         }
     }
 
+    /// How far the best round trip of the newest window may sit from that
+    /// of a longer span before the span counts as another path (a route
+    /// that changed, a detour added or removed): the older windows then
+    /// describe a path that is gone, and the history is cut. Above the
+    /// window-to-window noise of the best RTT with these stamps.
+    pub fn path_change_ns(self) -> f64 {
+        match self {
+            StampClass::Nic => 30.0,
+            StampClass::Software => 500.0,
+        }
+    }
+
     /// The purity tolerance this class of stamps needs.
     pub fn purity_tolerance_ns(self) -> i64 {
         match self {
