@@ -265,7 +265,7 @@ config_keys! {
     holdover_max_bound_ns: u64 = required(int_in(0u64, 1_000_000_000)) {
         env: ["CLOCKMESH_HOLDOVER_MAX_BOUND_NS"],
         aliases: [],
-        default: [10_000],
+        default: [settings::DEFAULT_HOLDOVER_MAX_BOUND_NS],
         value: "NS",
         help: "holdover ceiling written into every offsets record, ns: past a result's validity readers keep answering (state holdover) while its bound, grown at the published rate, stays at most this; then stale. 0: stale right past the validity",
     },

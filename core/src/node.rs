@@ -1046,8 +1046,9 @@ impl Node {
             return Vec::new();
         }
         let window_ns = self.settings.window_ns();
+        let ceiling = self.settings.holdover_max_bound_ns;
         if let Some(held) = &self.own_result
-            && publication::keeps_the_held(held, &r, window_ns)
+            && publication::keeps_the_held(held, &r, window_ns, ceiling)
         {
             self.counters.results_withheld += 1;
             return Vec::new();

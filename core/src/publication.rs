@@ -113,18 +113,28 @@ pub fn reader_view(
 }
 
 /// Whether a reader is better served by the result it holds, `held`, than
-/// by a `new` one: on the same timeline, the held one's bound, grown to a
+/// by a `new` one: on the same timeline, the held one still answers a
 /// window past the new anchor (about when the next result replaces
-/// either), is the smaller. Both answers are honest; the reader gets the
-/// tighter. A young fit after an outage or a restart (a few pairs, a wide
-/// bound and an error to match) then does not replace a good record that
-/// is still close; the next result, with more data, does.
-pub fn keeps_the_held(held: &pb::NodeOffset, new: &pb::NodeOffset, window_ns: i64) -> bool {
+/// either: within its validity, or in holdover under the ceiling
+/// `holdover_max_bound_ns`), and its bound grown to then is the smaller.
+/// Both answers are honest; the reader gets the tighter. A young fit after
+/// an outage or a restart (a few pairs, a wide bound and an error to
+/// match) then does not replace a good record that is still close; the
+/// next result, with more data, does, and a held one about to go stale
+/// never keeps a reader from an answer.
+pub fn keeps_the_held(
+    held: &pb::NodeOffset,
+    new: &pb::NodeOffset,
+    window_ns: i64,
+    holdover_max_bound_ns: u64,
+) -> bool {
     if held.reference_id != new.reference_id || held.node_id != new.node_id {
         return false;
     }
     let t = new.anchor_ns.saturating_add(window_ns);
-    bound_at(held, t) < bound_at(new, t)
+    let held_bound = bound_at(held, t);
+    let answers = t <= held.valid_until_ns as i64 || held_bound <= holdover_max_bound_ns as f64;
+    answers && held_bound < bound_at(new, t)
 }
 
 /// `r`'s bound at local time `t_ns`, grown at its published rate.
@@ -203,6 +213,7 @@ mod tests {
             node_id: 1,
             reference_id: 0,
             anchor_ns: anchor_s * 1_000_000_000,
+            valid_until_ns: (anchor_s as u64 + 12) * 1_000_000_000,
             bound_ns,
             bound_growth_ppb: growth_ppb,
             ..Default::default()
@@ -210,21 +221,41 @@ mod tests {
     }
 
     #[test]
-    fn the_held_result_stays_while_its_grown_bound_is_the_smaller() {
-        let w = 4_000_000_000;
-        // Held: 2 µs at 0 s, growing 100 ns/s; at 36 + 4 s: 6 µs.
+    fn the_held_result_stays_while_it_answers_with_the_smaller_bound() {
+        let (w, ceiling) = (4_000_000_000, 10_000);
+        // Held: 2 µs at 0 s, growing 100 ns/s, valid for 12 s; at 36 + 4 s:
+        // 6 µs, in holdover under the 10 µs ceiling.
         let held = result(0, 2_000, 100.0);
         // A thin window's result after an outage: 400 µs.
-        assert!(keeps_the_held(&held, &result(36, 400_000, 100.0), w));
+        assert!(keeps_the_held(
+            &held,
+            &result(36, 400_000, 100.0),
+            w,
+            ceiling
+        ));
         // A mature one: 2.5 µs.
-        assert!(!keeps_the_held(&held, &result(36, 2_500, 100.0), w));
+        assert!(!keeps_the_held(
+            &held,
+            &result(36, 2_500, 100.0),
+            w,
+            ceiling
+        ));
         // On another timeline, the new one is always published.
         let other = pb::NodeOffset {
             reference_id: 2,
             ..result(36, 400_000, 100.0)
         };
-        assert!(!keeps_the_held(&held, &other, w));
-        // Held long enough, any result wins.
-        assert!(!keeps_the_held(&held, &result(4_000, 400_000, 100.0), w));
+        assert!(!keeps_the_held(&held, &other, w, ceiling));
+        // Past its validity and over the ceiling the held one would be
+        // stale: any answer beats none.
+        assert!(!keeps_the_held(
+            &held,
+            &result(86, 400_000, 100.0),
+            w,
+            ceiling
+        ));
+        assert!(!keeps_the_held(&held, &result(36, 400_000, 100.0), w, 0));
+        // Within its validity it answers whatever the ceiling.
+        assert!(keeps_the_held(&held, &result(4, 400_000, 100.0), w, 0));
     }
 }

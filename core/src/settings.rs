@@ -87,6 +87,11 @@ pub struct Settings {
     /// most this, ns. Replaces the ½-RTT asymmetry allowance in each edge's
     /// bound (unset by default; a wrong value makes every bound lie).
     pub max_path_asymmetry_ns: Option<u64>,
+    /// Past a result's validity, readers keep answering while its bound,
+    /// grown at the published rate, is at most this, ns
+    /// ([`DEFAULT_HOLDOVER_MAX_BOUND_NS`]; 0: never). Written into every
+    /// record; the node also keeps a held result only while it answers.
+    pub holdover_max_bound_ns: u64,
 }
 
 /// The shipped defaults: the agent's configuration keys take theirs from
@@ -95,6 +100,7 @@ pub const DEFAULT_PROBE_CADENCE_US: u64 = 100_000;
 pub const DEFAULT_PACKET_SPACING_US: u64 = 100;
 pub const DEFAULT_PROBE_WINDOW_S: u64 = 4;
 pub const DEFAULT_DEGREE: usize = 4;
+pub const DEFAULT_HOLDOVER_MAX_BOUND_NS: u64 = 10_000;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -104,6 +110,7 @@ impl Default for Settings {
             probe_window_s: DEFAULT_PROBE_WINDOW_S,
             degree: DEFAULT_DEGREE,
             max_path_asymmetry_ns: None,
+            holdover_max_bound_ns: DEFAULT_HOLDOVER_MAX_BOUND_NS,
         }
     }
 }

@@ -123,6 +123,7 @@ pub fn settings(cfg: &AgentConfig) -> Settings {
         probe_window_s: cfg.probe_window_s.value,
         degree: cfg.degree.value,
         max_path_asymmetry_ns: cfg.max_path_asymmetry_ns.as_ref().map(|s| s.value),
+        holdover_max_bound_ns: cfg.holdover_max_bound_ns.value,
     }
 }
 
