@@ -113,15 +113,16 @@ pub fn reader_view(
 }
 
 /// Whether a reader is better served by the result it holds, `held`, than
-/// by a `new` one: on the same timeline, the held one still answers a
+/// by a `new` one: on the same timeline, the held one's bound grown to a
 /// window past the new anchor (about when the next result replaces
-/// either: within its validity, or in holdover under the ceiling
-/// `holdover_max_bound_ns`), and its bound grown to then is the smaller.
-/// Both answers are honest; the reader gets the tighter. A young fit after
-/// an outage or a restart (a few pairs, a wide bound and an error to
-/// match) then does not replace a good record that is still close; the
-/// next result, with more data, does, and a held one about to go stale
-/// never keeps a reader from an answer.
+/// either) is the smaller, and the held one keeps answering for as long
+/// as the new one would be valid (within its own validity, or in holdover
+/// under the ceiling `holdover_max_bound_ns`). Both answers are honest;
+/// the reader gets the tighter. A young fit after an outage or a restart
+/// (a few pairs, a wide bound and an error to match) then does not replace
+/// a good record that is still close; the next result, with more data,
+/// does; and keeping the held one never leaves a reader without an answer
+/// that the new one would have given, should the next results not come.
 pub fn keeps_the_held(
     held: &pb::NodeOffset,
     new: &pb::NodeOffset,
@@ -131,10 +132,11 @@ pub fn keeps_the_held(
     if held.reference_id != new.reference_id || held.node_id != new.node_id {
         return false;
     }
-    let t = new.anchor_ns.saturating_add(window_ns);
-    let held_bound = bound_at(held, t);
-    let answers = t <= held.valid_until_ns as i64 || held_bound <= holdover_max_bound_ns as f64;
-    answers && held_bound < bound_at(new, t)
+    let next = new.anchor_ns.saturating_add(window_ns);
+    let until = new.valid_until_ns as i64;
+    let answers_until = until <= held.valid_until_ns as i64
+        || bound_at(held, until) <= holdover_max_bound_ns as f64;
+    answers_until && bound_at(held, next) < bound_at(new, next)
 }
 
 /// `r`'s bound at local time `t_ns`, grown at its published rate.
@@ -223,39 +225,26 @@ mod tests {
     #[test]
     fn the_held_result_stays_while_it_answers_with_the_smaller_bound() {
         let (w, ceiling) = (4_000_000_000, 10_000);
-        // Held: 2 µs at 0 s, growing 100 ns/s, valid for 12 s; at 36 + 4 s:
-        // 6 µs, in holdover under the 10 µs ceiling.
-        let held = result(0, 2_000, 100.0);
+        let keeps = |new: &pb::NodeOffset, ceiling| {
+            keeps_the_held(&result(0, 2_000, 100.0), new, w, ceiling)
+        };
+        // Held: 2 µs at 0 s, growing 100 ns/s, valid for 12 s; at 36 + 12 s
+        // (the new one's validity): 6.8 µs, in holdover under the ceiling.
         // A thin window's result after an outage: 400 µs.
-        assert!(keeps_the_held(
-            &held,
-            &result(36, 400_000, 100.0),
-            w,
-            ceiling
-        ));
+        assert!(keeps(&result(36, 400_000, 100.0), ceiling));
         // A mature one: 2.5 µs.
-        assert!(!keeps_the_held(
-            &held,
-            &result(36, 2_500, 100.0),
-            w,
-            ceiling
-        ));
+        assert!(!keeps(&result(36, 2_500, 100.0), ceiling));
         // On another timeline, the new one is always published.
         let other = pb::NodeOffset {
             reference_id: 2,
             ..result(36, 400_000, 100.0)
         };
-        assert!(!keeps_the_held(&held, &other, w, ceiling));
-        // Past its validity and over the ceiling the held one would be
-        // stale: any answer beats none.
-        assert!(!keeps_the_held(
-            &held,
-            &result(86, 400_000, 100.0),
-            w,
-            ceiling
-        ));
-        assert!(!keeps_the_held(&held, &result(36, 400_000, 100.0), w, 0));
-        // Within its validity it answers whatever the ceiling.
-        assert!(keeps_the_held(&held, &result(4, 400_000, 100.0), w, 0));
+        assert!(!keeps(&other, ceiling));
+        // The held one would pass the ceiling (10 µs at 80 s) before the
+        // new one's validity ends: the new one is published.
+        assert!(!keeps(&result(70, 400_000, 100.0), ceiling));
+        assert!(!keeps(&result(36, 400_000, 100.0), 0));
+        // Valid as long as the new one, it answers whatever the ceiling.
+        assert!(keeps(&result(0, 400_000, 100.0), 0));
     }
 }
