@@ -34,14 +34,15 @@ impl StampClass {
 
     /// Most windows an edge's fit may span with these stamps. NIC stamps
     /// are precise enough that one window's pairs pin the line; a longer
-    /// span only adds the clocks' frequency wander. Software stamps need a
-    /// longer history, but not so long that it lags a wandering frequency.
+    /// span only adds the clocks' frequency wander. Software stamps need
+    /// the long history (on a fast-wandering clock a shorter one is better,
+    /// but its wider drift bound cuts holdover short: docs/estimator.md).
     /// The simulator's figures per limit, dated, are in docs/estimator.md
     /// ("At the agent's shipped settings").
     pub fn max_history_windows(self) -> usize {
         match self {
             StampClass::Nic => 1,
-            StampClass::Software => 4,
+            StampClass::Software => 8,
         }
     }
 
