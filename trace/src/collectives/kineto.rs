@@ -327,13 +327,7 @@ fn place(
         })
         .collect();
     let group = default_group(dist);
-    let world = dist.and_then(|d| {
-        if d.pg_config.len() <= 1 {
-            d.world_size
-        } else {
-            None
-        }
-    });
+    let world = default_world(dist);
     let mut occurrences: HashMap<String, u64> = HashMap::new();
     calls
         .into_iter()
@@ -404,6 +398,13 @@ fn default_group(dist: Option<&DistributedInfo>) -> String {
             pg.pg_desc.clone().or_else(|| pg.pg_name.clone())
         })
         .unwrap_or_else(|| "default_pg".into())
+}
+
+/// The world size, where the trace has one group (so the group is the
+/// world).
+fn default_world(dist: Option<&DistributedInfo>) -> Option<u32> {
+    dist.filter(|d| d.pg_config.len() <= 1)
+        .and_then(|d| d.world_size)
 }
 
 /// The latest dispatcher op of the same kind that started at or before

@@ -11,9 +11,13 @@ use serde_json::Value;
 use crate::TraceError;
 use crate::collectives::classify::{classify, classify_comms_arg};
 use crate::collectives::model::{
-    CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Participant, Preceding,
+    CollectiveCall, CollectiveKind, InstanceKey, MatchedBy, Preceding,
 };
-use crate::collectives::{RankTrace, Timed, file_host, preceding_before, step_at};
+use crate::collectives::{RankTrace, Timed, preceding_before, step_at};
+
+// The trace-level metadata is read alike; what this reference checks is
+// the events.
+use super::{ClockmeshInfo, DistributedInfo, default_group, default_world, participant};
 use crate::kineto::us_to_ps;
 
 #[derive(Deserialize)]
@@ -27,27 +31,6 @@ struct Doc<'a> {
     #[serde(rename = "clockmesh")]
     clockmesh: Option<ClockmeshInfo>,
     host_name: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct DistributedInfo {
-    rank: Option<u64>,
-    world_size: Option<u32>,
-    #[serde(default)]
-    pg_config: Vec<PgConfig>,
-}
-
-#[derive(Deserialize)]
-struct PgConfig {
-    pg_name: Option<String>,
-    pg_desc: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct ClockmeshInfo {
-    host: Option<String>,
-    alignment_bound_ns: Option<u64>,
-    merged_source: Option<String>,
 }
 
 /// A thread or process id: Kineto writes numbers, and strings for its own
@@ -197,43 +180,6 @@ fn epoch_ns(base_ns: i64, us: f64) -> Result<i64, TraceError> {
         .map_err(|_| malformed("an event time is out of range"))
 }
 
-fn participant(
-    path: &Path,
-    cm: &Option<ClockmeshInfo>,
-    host_name: Option<String>,
-    dist: &Option<DistributedInfo>,
-    aligned: bool,
-) -> Participant {
-    let host = cm
-        .as_ref()
-        .and_then(|c| c.host.clone())
-        .or(host_name)
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| file_host(path, ".pt.trace.json"));
-    Participant {
-        host,
-        rank: dist.as_ref().and_then(|d| d.rank),
-        framework: Framework::PyTorch,
-        trace: path.display().to_string(),
-        bound_ns: if aligned {
-            cm.as_ref().and_then(|c| c.alignment_bound_ns)
-        } else {
-            None
-        },
-    }
-}
-
-/// The default group's name when the trace has one group (gloo's spans do
-/// not say which group they belong to).
-fn default_group(dist: Option<&DistributedInfo>) -> String {
-    dist.filter(|d| d.pg_config.len() == 1)
-        .and_then(|d| {
-            let pg = &d.pg_config[0];
-            pg.pg_desc.clone().or_else(|| pg.pg_name.clone())
-        })
-        .unwrap_or_else(|| "default_pg".into())
-}
-
 fn calls(
     spans: &[Span],
     mut found: Vec<Found>,
@@ -276,13 +222,7 @@ fn calls(
     found.retain(|f| f.tier == best);
     found.sort_by_key(|f| spans[f.span].start_ns);
     let group = default_group(dist);
-    let world = dist.and_then(|d| {
-        if d.pg_config.len() <= 1 {
-            d.world_size
-        } else {
-            None
-        }
-    });
+    let world = default_world(dist);
     let mut occurrences: HashMap<String, u64> = HashMap::new();
     found
         .into_iter()
