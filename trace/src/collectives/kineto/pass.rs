@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::event::{Args, Event};
+use super::event::{Args, Event, Text};
 use super::lanes::{Lane, Threads, Work};
 use super::{CallArgs, Found, Step, malformed, tier};
 use crate::TraceError;
@@ -32,29 +32,52 @@ pub(super) struct Pass {
     pub(super) range: Option<(i128, i128)>,
 }
 
-/// A timed span of an event (`X` with a name and a time): relative ns.
-fn span(ts: f64, dur: Option<f64>) -> Result<(i128, i128), TraceError> {
+/// A timed `X` event (with a name and a time): its name, its span
+/// (relative ns) and its number in file order, which `seen` counts.
+struct Timed<'a> {
+    name: Text<'a>,
+    start: i128,
+    end: i128,
+    idx: u64,
+}
+
+/// `ev` as a [`Timed`] event, taking its name; `None` for any other event
+/// (both passes number the same events).
+fn timed<'a>(ev: &mut Event<'a>, seen: &mut u64) -> Result<Option<Timed<'a>>, TraceError> {
+    if ev.ph.as_deref() != Some("X") {
+        return Ok(None);
+    }
+    let (Some(ts), Some(name)) = (ev.ts, ev.name.take()) else {
+        return Ok(None);
+    };
     let start = us_to_ps(ts)?.div_euclid(1000);
-    let dur = i64::try_from(us_to_ps(dur.unwrap_or(0.0))?.div_euclid(1000))
+    let dur = i64::try_from(us_to_ps(ev.dur.unwrap_or(0.0))?.div_euclid(1000))
         .map_err(|_| malformed("an event time is out of range"))?;
-    Ok((start, start + i128::from(dur)))
+    let idx = *seen;
+    *seen += 1;
+    Ok(Some(Timed {
+        name,
+        start,
+        end: start + i128::from(dur),
+        idx,
+    }))
 }
 
 impl Pass {
-    pub(super) fn event(&mut self, ev: Event) -> Result<(), TraceError> {
-        if ev.ph.as_deref() != Some("X") {
-            return Ok(());
-        }
-        let (Some(name), Some(ts)) = (ev.name, ev.ts) else {
+    pub(super) fn event(&mut self, mut ev: Event) -> Result<(), TraceError> {
+        let Some(Timed {
+            name,
+            start,
+            end,
+            idx,
+        }) = timed(&mut ev, &mut self.seen)?
+        else {
             return Ok(());
         };
-        let (start, end) = span(ts, ev.dur)?;
         self.range = Some(match self.range {
             Some((lo, hi)) => (lo.min(start), hi.max(start)),
             None => (start, start),
         });
-        let idx = self.seen;
-        self.seen += 1;
         let thread = self.threads.index(ev.pid.as_ref(), ev.tid.as_ref());
         if thread == self.lanes.len() {
             self.lanes.push(Lane::default());
@@ -105,16 +128,16 @@ pub(super) struct Again<'a> {
 }
 
 impl Again<'_> {
-    pub(super) fn event(&mut self, ev: Event) -> Result<(), TraceError> {
-        if ev.ph.as_deref() != Some("X") {
-            return Ok(());
-        }
-        let (Some(name), Some(ts)) = (ev.name, ev.ts) else {
+    pub(super) fn event(&mut self, mut ev: Event) -> Result<(), TraceError> {
+        let Some(Timed {
+            name,
+            start,
+            end,
+            idx,
+        }) = timed(&mut ev, &mut self.seen)?
+        else {
             return Ok(());
         };
-        let (start, end) = span(ts, ev.dur)?;
-        let idx = self.seen;
-        self.seen += 1;
         let Some(thread) = self.threads.find(ev.pid.as_ref(), ev.tid.as_ref()) else {
             return Err(TraceError::Changed);
         };
