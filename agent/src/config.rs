@@ -57,9 +57,10 @@ pub enum ConfigError {
         origin: Source,
         reason: String,
     },
-    #[error("{key} must be set (flag --{flag}, or {env})", flag = key.replace('_', "-"))]
+    #[error("{key} must be set (flag {flag}, or {env})")]
     Missing {
         key: &'static str,
+        flag: String,
         env: &'static str,
     },
     #[error("--set expects KEY=VALUE, got {0:?}")]
@@ -84,9 +85,15 @@ pub struct Key {
 }
 
 impl Key {
-    /// The command-line flag: the name with dashes (`--probe-cadence-us`).
+    /// The command-line flag's long name: the key's with dashes
+    /// (`probe-cadence-us`).
+    pub fn long_name(&self) -> String {
+        self.name.replace('_', "-")
+    }
+
+    /// The command-line flag (`--probe-cadence-us`).
     pub fn flag(&self) -> String {
-        format!("--{}", self.name.replace('_', "-"))
+        format!("--{}", self.long_name())
     }
 
     /// The default's text, if the key has one.
@@ -721,8 +728,9 @@ fn ip_addr(s: &str) -> Result<std::net::IpAddr, String> {
 }
 
 fn required<T>(v: Option<Sourced<T>>, name: &'static str) -> Result<Sourced<T>, ConfigError> {
-    v.ok_or(ConfigError::Missing {
+    v.ok_or_else(|| ConfigError::Missing {
         key: name,
+        flag: key(name).map_or_else(String::new, Key::flag),
         env: key(name).and_then(|k| k.env.first().copied()).unwrap_or(""),
     })
 }

@@ -27,7 +27,7 @@ fn key_arg(k: &config::Key) -> clap::Arg {
         help.push_str(&format!(" [default: {d}]"));
     }
     clap::Arg::new(k.name)
-        .long(k.name.replace('_', "-"))
+        .long(k.long_name())
         .value_name(k.value_name)
         .allow_hyphen_values(k.hyphen_values)
         .action(clap::ArgAction::Set)
@@ -76,19 +76,19 @@ impl clap::FromArgMatches for ConfigFlags {
         if let Some(v) = m.get_many::<String>("set") {
             self.set.extend(v.cloned());
         }
-        let mut given: Vec<(usize, &'static str, String)> = config::KEYS
+        let mut given: Vec<(usize, &config::Key, String)> = config::KEYS
             .iter()
             .filter_map(|k| {
                 let value = m.get_one::<String>(k.name)?.clone();
                 let at = m.index_of(k.name).unwrap_or(usize::MAX);
-                Some((at, k.name, value))
+                Some((at, k, value))
             })
             .collect();
         given.sort_by_key(|(at, ..)| *at);
         self.keys.extend(
             given
                 .into_iter()
-                .map(|(_, name, value)| (name, format!("--{}", name.replace('_', "-")), value)),
+                .map(|(_, k, value)| (k.name, k.flag(), value)),
         );
         Ok(())
     }
