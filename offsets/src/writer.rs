@@ -12,6 +12,26 @@ use super::layout::{
 use super::shm::{self, Mapping};
 use super::{PublishError, realtime_now_ns};
 
+/// How long `open` waits for a lock someone else holds before it reports
+/// [`PublishError::Locked`]. The lock belongs to an open file description,
+/// which outlives its writer briefly: in a child forked by any thread of
+/// the process until that child's `exec` closes it, and in a previous agent
+/// until the kernel has finished tearing it down. Another live agent holds
+/// it for good, so the wait only delays that error.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn lock_exclusively(file: &File) -> Result<(), std::fs::TryLockError> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Owns the offsets file; one per node (enforced with an exclusive lock).
 pub struct OffsetsWriter {
     path: PathBuf,
@@ -48,7 +68,7 @@ impl OffsetsWriter {
             .write(true)
             .open(&path)
             .map_err(io_err)?;
-        file.try_lock().map_err(|e| match e {
+        lock_exclusively(&file).map_err(|e| match e {
             std::fs::TryLockError::WouldBlock => PublishError::Locked,
             std::fs::TryLockError::Error(error) => io_err(error),
         })?;

@@ -527,3 +527,28 @@ fn now_is_an_interval_with_the_clock_state_in_both_readers() {
         }
     }
 }
+
+/// A writer dropped and opened again at once gets the lock even while other
+/// threads of the process spawn children (each child holds a copy of the
+/// lock's file description until its `exec`): the race a restart test hit
+/// in CI as a spurious `Locked`.
+#[test]
+fn a_reopened_writer_gets_the_lock_while_the_process_spawns_children() {
+    let path = scratch("seqlock", "reopen-while-spawning");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spawner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::process::Command::new("true").status();
+            }
+        })
+    };
+    let mut writer = OffsetsWriter::open(&path).unwrap();
+    for _ in 0..300 {
+        drop(writer);
+        writer = OffsetsWriter::open(&path).expect("the dropped writer's lock is free");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spawner.join().unwrap();
+}
