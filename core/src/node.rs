@@ -51,8 +51,8 @@ pub const TICK_NS: i64 = 100_000_000;
 pub const SETTLE_NS: i64 = 150_000_000;
 /// A report waits at most this long for others to the same peer: one
 /// datagram then carries up to `MAX_BATCH_ENTRIES` of them instead of one
-/// per tick. Reports of a window's last second reach the peer after its fit
-/// and count in the next one (the fit history spans several windows).
+/// per tick. Whatever waits is sent once a window's last pairs have settled
+/// too ([`SETTLE_NS`] after its end), before the peers fit it.
 pub const REPORT_DELAY_NS: i64 = 1_000_000_000;
 use crate::publication::{self, Publication};
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
@@ -236,6 +236,8 @@ pub struct Node {
     batch_seq: u64,
     /// Reports waiting to fill a batch, per peer, with the time each was queued.
     pending_reports: BTreeMap<NodeId, Vec<(i64, BatchEntry)>>,
+    /// The window whose reports were all sent, settled pairs included.
+    reports_sent_through: i64,
     /// This node's last published result (what it carries if it becomes leader).
     own_result: Option<pb::NodeOffset>,
     /// As leader: the timeline it continues, decided at its first solve.
@@ -269,6 +271,7 @@ impl Node {
             dropped: BTreeMap::new(),
             batch_seq: cfg.nonce_base,
             pending_reports: BTreeMap::new(),
+            reports_sent_through: i64::MIN,
             own_result: None,
             timeline: LeaderTimeline::Undecided,
             succession: None,
@@ -730,8 +733,9 @@ impl Node {
 
     /// Queues this tick's reports and sends what is due: a peer that takes
     /// batches gets full batches at once and the rest once its oldest
-    /// report waited [`REPORT_DELAY_NS`]; a peer that does not gets one
-    /// message per report now.
+    /// report waited [`REPORT_DELAY_NS`] or a window ended (its last pairs
+    /// settled), so that the peer's fit of that window has all of them; a
+    /// peer that does not gets one message per report now.
     fn send_reports(&mut self, reports: Vec<(NodeId, BatchEntry)>, now_ns: i64) -> Vec<Action> {
         let mut actions = Vec::new();
         for (peer, entry) in reports {
@@ -752,9 +756,12 @@ impl Node {
                 actions.push(self.send(&msg, addr));
             }
         }
+        let settled_window = self.windows.index(now_ns - SETTLE_NS) - 1;
+        let window_ended = settled_window > self.reports_sent_through;
+        self.reports_sent_through = settled_window;
         let peers: Vec<NodeId> = self.pending_reports.keys().copied().collect();
         for peer in peers {
-            actions.extend(self.flush_reports(peer, now_ns));
+            actions.extend(self.flush_reports(peer, now_ns, window_ended));
         }
         actions
     }
@@ -765,14 +772,16 @@ impl Node {
             .is_some_and(|p| p.capabilities & wire::capability::STAMP_BATCH != 0)
     }
 
-    /// The full batches of `peer`'s queue, and the rest once it waited long enough.
-    fn flush_reports(&mut self, peer: NodeId, now_ns: i64) -> Vec<Action> {
+    /// The full batches of `peer`'s queue, and the rest once it waited long
+    /// enough or a window ended.
+    fn flush_reports(&mut self, peer: NodeId, now_ns: i64, window_ended: bool) -> Vec<Action> {
         let Some(queue) = self.pending_reports.remove(&peer) else {
             return Vec::new();
         };
-        let due = queue
-            .first()
-            .is_some_and(|(queued, _)| now_ns - queued >= REPORT_DELAY_NS);
+        let due = window_ended
+            || queue
+                .first()
+                .is_some_and(|(queued, _)| now_ns - queued >= REPORT_DELAY_NS);
         let full = queue.len() / MAX_BATCH_ENTRIES * MAX_BATCH_ENTRIES;
         let send = if due { queue.len() } else { full };
         let (now, later) = queue.split_at(send);
@@ -1527,45 +1536,69 @@ mod tests {
         assert_eq!(a.counters().follow_ups_sent, 3);
     }
 
-    #[test]
-    fn a_batch_waits_for_more_reports_unless_it_is_full() {
-        let mut a = shaken(wire::capability::STAMP_BATCH);
+    /// Queues `n` settled-to-be pairs' TX reports (1 → 2) stamped at `at`.
+    fn queue_tx_reports(a: &mut Node, n: u64, at: i64) {
         let stamp = WireStamp {
-            realtime_ns: T0,
+            realtime_ns: at,
             bound_ns: 0,
             source: StampSource::Kernel,
         };
-        let pairs = MAX_BATCH_ENTRIES as u64 + 3;
-        for seq in 0..pairs {
+        for seq in 0..n {
             let key = PairKey {
                 from: 1,
                 to: 2,
                 seq,
             };
-            a.handle_sent(2, seq, LocalNs(T0));
-            a.handle_stamps(Side::Tx, key, 0, &[stamp], LocalNs(T0));
-            a.handle_stamps(Side::Tx, key, 1, &[stamp], LocalNs(T0));
+            a.handle_sent(2, seq, LocalNs(at));
+            a.handle_stamps(Side::Tx, key, 0, &[stamp], LocalNs(at));
+            a.handle_stamps(Side::Tx, key, 1, &[stamp], LocalNs(at));
         }
-        let sizes = |m: Vec<Message>| -> Vec<usize> {
-            m.iter()
-                .map(|m| match m {
-                    Message::StampBatch { entries, .. } => entries.len(),
-                    other => panic!("not a batch: {other:?}"),
-                })
-                .collect()
-        };
-        let settled = T0 + SETTLE_NS + 1;
+    }
+
+    fn batch_sizes(actions: &[Action]) -> Vec<usize> {
+        datagrams(actions)
+            .iter()
+            .map(|m| match m {
+                Message::StampBatch { entries, .. } => entries.len(),
+                other => panic!("not a batch: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_waits_for_more_reports_unless_it_is_full() {
+        let mut a = shaken(wire::capability::STAMP_BATCH);
+        // Mid-window (T0 starts one), so no window ends in what follows.
+        let base = T0 + 1_000_000_000;
+        assert!(datagrams(&a.handle_tick(LocalNs(base))).is_empty());
+        queue_tx_reports(&mut a, MAX_BATCH_ENTRIES as u64 + 3, base);
+        let settled = base + SETTLE_NS + 1;
         assert_eq!(
-            sizes(datagrams(&a.handle_tick(LocalNs(settled)))),
+            batch_sizes(&a.handle_tick(LocalNs(settled))),
             [MAX_BATCH_ENTRIES]
         );
         assert!(datagrams(&a.handle_tick(LocalNs(settled + REPORT_DELAY_NS - 1))).is_empty());
         assert_eq!(
-            sizes(datagrams(
-                &a.handle_tick(LocalNs(settled + REPORT_DELAY_NS))
-            )),
+            batch_sizes(&a.handle_tick(LocalNs(settled + REPORT_DELAY_NS))),
             [3]
         );
+    }
+
+    #[test]
+    fn a_window_s_last_reports_are_sent_before_the_peers_fit_it() {
+        let mut a = shaken(wire::capability::STAMP_BATCH);
+        let window_end = T0 + Settings::default().window_ns();
+        let last_pairs = window_end - 100_000_000;
+        assert!(datagrams(&a.handle_tick(LocalNs(last_pairs))).is_empty());
+        queue_tx_reports(&mut a, 3, last_pairs);
+        // Settled after the window's end, but not yet the window's last pairs.
+        let settled = last_pairs + SETTLE_NS + 1;
+        assert!(datagrams(&a.handle_tick(LocalNs(settled))).is_empty());
+        // Those settle by SETTLE_NS after the end: everything goes then,
+        // long before REPORT_DELAY_NS and before the peer's fit.
+        let sent = window_end + SETTLE_NS;
+        assert!(sent - last_pairs < REPORT_DELAY_NS);
+        assert_eq!(batch_sizes(&a.handle_tick(LocalNs(sent))), [3]);
     }
 
     #[test]

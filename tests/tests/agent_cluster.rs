@@ -644,7 +644,10 @@ fn sigterm_leaves_offsets_in_holdover_leaves_detaches_and_a_restart_keeps_them()
     assert!(log.contains("SIGTERM"), "{log}");
 
     // Restarted: no gap. Until its first result the previous one answers
-    // in holdover under the new agent's epoch; then synchronised.
+    // in holdover under the new agent's epoch; then synchronised. With etcd
+    // the agent keeps its id, so its first fetch may find its last result
+    // there at once: the holdover under the new epoch can be too short for
+    // the polling to see (the offsets tests check it deterministically).
     c.start_agent(1).unwrap();
     let mut seen = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -664,7 +667,10 @@ fn sigterm_leaves_offsets_in_holdover_leaves_detaches_and_a_restart_keeps_them()
             .all(|&(s, _)| matches!(s, ClockStatus::Holdover | ClockStatus::Synchronised)),
         "a gap: {seen:?}"
     );
-    assert!(seen.contains(&(ClockStatus::Holdover, e + 1)), "{seen:?}");
+    assert!(
+        seen.iter().all(|&(_, epoch)| epoch == e || epoch == e + 1),
+        "{seen:?}"
+    );
     assert_eq!(
         seen.last(),
         Some(&(ClockStatus::Synchronised, e + 1)),

@@ -105,7 +105,7 @@ async fn members_register_elect_one_leader_and_fail_over() {
 }
 
 #[tokio::test]
-async fn a_crashed_member_disappears_when_its_lease_expires_and_can_rejoin() {
+async fn a_crashed_member_disappears_when_its_lease_expires_and_rejoins_under_its_id() {
     let server = EtcdServer::start().expect("etcd");
     let mut a = connect(&server).await;
     let mut b = connect(&server).await;
@@ -115,8 +115,18 @@ async fn a_crashed_member_disappears_when_its_lease_expires_and_can_rejoin() {
     wait_for!("node-b to lapse", a.members().await.unwrap().len() == 1);
     let mut b = connect(&server).await;
     let again = b.register(&member("node-b", 2)).await.unwrap();
-    assert_ne!(first.id, again.id, "a restarted agent gets a fresh id");
-    assert_eq!(a.members().await.unwrap().len(), 2);
+    assert_eq!(first.id, again.id, "a restarted agent keeps its id");
+    let members = a.members().await.unwrap();
+    assert_eq!(members.len(), 2);
+    assert!(
+        members
+            .iter()
+            .any(|m| m.name == "node-b" && m.id == first.id)
+    );
+    // Another name never gets it.
+    let mut c = connect(&server).await;
+    let other = c.register(&member("node-c", 3)).await.unwrap();
+    assert_ne!(other.id, first.id);
 }
 
 #[tokio::test]

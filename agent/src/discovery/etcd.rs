@@ -3,15 +3,21 @@
 //! Layout under `/clockmesh/<cluster>/`:
 //! - `members/<name>`: JSON [`Member`] bound to this agent's lease (TTL
 //!   `lease_ttl_s`, kept alive in the background): a crashed agent vanishes
-//!   from the list when its lease expires. Its id is the key's create
-//!   revision (cluster-unique, never reused; a restarted agent gets a new one).
+//!   from the list when its lease expires.
+//! - `ids/<name>`: the name's id, the create revision of this key, which is
+//!   written once and bound to no lease: cluster-unique, and the same for a
+//!   restarted agent or one whose lease lapsed (a link down for longer than
+//!   the TTL), so its peers' histories of its edges and its place in the
+//!   probe graph carry on, as with static membership.
 //! - `leader`: etcd's election on this name; the value is the leader's name.
 //!   Campaigning blocks in etcd until the seat is free, so it runs in a task.
 
 use std::time::Duration;
 
 use clockmesh_proto::{clockmesh as pb, prost::Message as _};
-use etcd_client::{Client, GetOptions, LeaderKey, PutOptions, ResignOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, GetOptions, LeaderKey, PutOptions, ResignOptions, Txn, TxnOp,
+};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
@@ -91,6 +97,24 @@ impl EtcdDiscovery {
         format!("{}members/", self.prefix())
     }
 
+    /// The id of `name`: its `ids/` key's create revision, the key written
+    /// by the first agent of that name (a transaction, so two agents of one
+    /// name racing get the same id).
+    async fn id_of(&mut self, name: &str) -> Result<u32, DiscoveryError> {
+        let key = format!("{}ids/{name}", self.prefix());
+        let create_once = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), name, None)]);
+        self.client.txn(create_once).await.map_err(unavailable)?;
+        let got = self.client.get(key, None).await.map_err(unavailable)?;
+        let kv = got
+            .kvs()
+            .first()
+            .ok_or_else(|| unavailable("id key vanished after put"))?;
+        u32::try_from(kv.create_revision())
+            .map_err(|_| unavailable(format!("id {} does not fit 32 bits", kv.create_revision())))
+    }
+
     fn election(&self) -> String {
         format!("{}leader", self.prefix())
     }
@@ -165,29 +189,19 @@ impl EtcdDiscovery {
 
 impl Discovery for EtcdDiscovery {
     async fn register(&mut self, me: &Member) -> Result<Member, DiscoveryError> {
+        let id = self.id_of(&me.name).await?;
         let lease = self.grant_lease().await?;
         let key = format!("{}{}", self.members_prefix(), me.name);
-        let value = serde_json::to_vec(me).map_err(unavailable)?;
+        let registered = Member { id, ..me.clone() };
+        let value = serde_json::to_vec(&registered).map_err(unavailable)?;
         self.client
-            .put(
-                key.clone(),
-                value,
-                Some(PutOptions::new().with_lease(lease)),
-            )
+            .put(key, value, Some(PutOptions::new().with_lease(lease)))
             .await
             .map_err(unavailable)?;
-        let got = self.client.get(key, None).await.map_err(unavailable)?;
-        let kv = got
-            .kvs()
-            .first()
-            .ok_or_else(|| unavailable("member key vanished after put"))?;
         self.me = Some(me.name.clone());
         self.lease = Some(lease);
         self.start_campaign(me.name.clone(), lease);
-        Ok(Member {
-            id: kv.create_revision() as u32,
-            ..me.clone()
-        })
+        Ok(registered)
     }
 
     async fn members(&mut self) -> Result<Vec<Member>, DiscoveryError> {
@@ -200,10 +214,7 @@ impl Discovery for EtcdDiscovery {
         let mut members = Vec::new();
         for kv in resp.kvs() {
             match serde_json::from_slice::<Member>(kv.value()) {
-                Ok(m) => members.push(Member {
-                    id: kv.create_revision() as u32,
-                    ..m
-                }),
+                Ok(m) => members.push(m),
                 Err(e) => {
                     warn!(key = %kv.key_str().unwrap_or("?"), "ignoring bad member record: {e}")
                 }
