@@ -43,6 +43,8 @@ const SPANS: [usize; 4] = [1, 2, 4, 8];
 #[derive(Debug, Default)]
 pub struct EdgeHistory {
     windows: VecDeque<(EdgeProbes, StampClass)>,
+    /// The window last pushed with [`EdgeHistory::push_window`].
+    newest: Option<u64>,
 }
 
 /// The chosen fit and how many windows it spans.
@@ -60,6 +62,19 @@ impl EdgeHistory {
         while self.windows.len() > MAX_WINDOWS {
             self.windows.pop_front();
         }
+    }
+
+    /// Adds window `k`'s probes (see [`EdgeHistory::push`]).
+    pub fn push_window(&mut self, k: u64, probes: EdgeProbes, stamps: StampClass) {
+        self.push(probes, stamps);
+        self.newest = Some(k);
+    }
+
+    /// Whether window `k` is more than [`MAX_WINDOWS`] past the newest
+    /// window pushed: a peer gone that long has nothing left to add.
+    pub fn is_outlived_by(&self, k: u64) -> bool {
+        self.newest
+            .is_none_or(|newest| k.saturating_sub(newest) >= MAX_WINDOWS as u64)
     }
 
     /// The longest span whose fit agrees with every shorter one; `None`
@@ -231,6 +246,15 @@ mod tests {
 
     fn cfg() -> EstimatorConfig {
         crate::settings::estimator_config(&crate::settings::Settings::default())
+    }
+
+    #[test]
+    fn a_peer_s_history_outlives_its_absence_for_max_windows() {
+        let mut h = EdgeHistory::default();
+        assert!(h.is_outlived_by(0), "nothing pushed: nothing to keep");
+        h.push_window(10, window(10, |_| 1_000), StampClass::Software);
+        assert!(!h.is_outlived_by(10 + MAX_WINDOWS as u64 - 1));
+        assert!(h.is_outlived_by(10 + MAX_WINDOWS as u64));
     }
 
     #[test]

@@ -315,7 +315,6 @@ impl Node {
         for id in self.peers.set(&wanted, now_ns) {
             self.book.forget(id);
             self.pending_reports.remove(&id);
-            self.history.remove(&id);
         }
         self.member_index = members.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
         self.members = members;
@@ -863,7 +862,7 @@ impl Node {
         for peer in self.graph.out_neighbours(me.id).to_vec() {
             let history = self.history.entry(peer).or_default();
             let (probes, stamps) = self.book.take_edge_classified(me.id, peer);
-            history.push(probes, stamps);
+            history.push_window(k, probes, stamps);
             let Some(chosen) = history.fit(&self.est_cfg) else {
                 continue;
             };
@@ -882,6 +881,9 @@ impl Node {
             actions.push(Action::History(line));
             fits.extend(fit);
         }
+        // A peer that left keeps its history for a while: a member whose
+        // lease lapsed comes back under its id, and its clock carried on.
+        self.history.retain(|_, h| !h.is_outlived_by(k));
         // Directions of edges other nodes fit are not ours to keep.
         self.book.clear_complete();
         self.timings.last_fit_us = self.work_us_since(started);

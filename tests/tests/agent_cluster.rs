@@ -27,8 +27,8 @@ use clockmesh_testbed::{
         carried_offset_at, jsonl_records,
     },
     firewall::{Hooks, Loss, LossSpec},
-    netns::Host,
-    root_or_skip,
+    netns::{HOST_IFACE, Host},
+    root_or_skip, sh,
 };
 use nix::sys::signal::Signal;
 
@@ -676,6 +676,80 @@ fn sigterm_leaves_offsets_in_holdover_leaves_detaches_and_a_restart_keeps_them()
         Some(&(ClockStatus::Synchronised, e + 1)),
         "{seen:?}"
     );
+}
+
+/// A host whose link is down for longer than its etcd lease: etcd drops its
+/// member key, its agent finds itself unlisted when the link returns and
+/// registers again under the same id (etcd keeps one per name) instead of
+/// exiting; its reader answers throughout (held over, then synchronised).
+#[test]
+fn a_member_whose_lease_lapses_rejoins_under_its_id_and_its_reader_keeps_answering() {
+    if !root_or_skip(
+        "a_member_whose_lease_lapses_rejoins_under_its_id_and_its_reader_keeps_answering",
+    ) {
+        return;
+    }
+    let _one = serial();
+    // A 1 ms holdover ceiling: this is about the membership, not the bound.
+    let mut c = Cluster::start(ClusterConfig {
+        extra_args: vec!["--holdover-max-bound-ns".into(), "1000000".into()],
+        ..config(3)
+    })
+    .unwrap();
+    wait_converged(&mut c, 2);
+    let id = c.status(2).unwrap().node_id;
+    let reader = OffsetsReader::open(c.node_dir(2).join("offsets")).unwrap();
+    let mut states = Vec::new();
+    let sample = |states: &mut Vec<ClockStatus>| {
+        let status = reader
+            .now()
+            .map(|n| n.status)
+            .unwrap_or(ClockStatus::Unknown);
+        if states.last() != Some(&status) {
+            states.push(status);
+        }
+    };
+    let netns = c.bed.host(2).netns.clone();
+    sh(&["ip", "-n", &netns, "link", "set", HOST_IFACE, "down"]).unwrap();
+    let gone = Cluster::name(2);
+    c.wait_for(
+        Duration::from_secs(40),
+        "etcd to drop the silent member",
+        |c| {
+            sample(&mut states);
+            std::thread::sleep(Duration::from_millis(100));
+            c.status(0)
+                .is_ok_and(|s| s.peers.iter().all(|p| p.name != gone))
+        },
+    )
+    .unwrap();
+    sh(&["ip", "-n", &netns, "link", "set", HOST_IFACE, "up"]).unwrap();
+    let lines_before = c.node_lines(2).len();
+    c.wait_for(
+        Duration::from_secs(60),
+        "a new result after rejoining",
+        |c| {
+            sample(&mut states);
+            std::thread::sleep(Duration::from_millis(100));
+            c.node_lines(2).len() > lines_before + 1
+                && reader
+                    .now()
+                    .is_ok_and(|n| n.status == ClockStatus::Synchronised)
+        },
+    )
+    .unwrap();
+    let status = c.status(2).unwrap();
+    assert!(c.running(2), "the agent exited");
+    assert_eq!(status.node_id, id, "the same id");
+    assert!(status.counters["rejoins"] >= 1, "{:?}", status.counters);
+    assert!(
+        states
+            .iter()
+            .all(|s| matches!(s, ClockStatus::Synchronised | ClockStatus::Holdover)),
+        "the reader stopped answering: {states:?}"
+    );
+    assert!(states.contains(&ClockStatus::Holdover), "{states:?}");
+    assert_within(&c.check_all(), 50_000.0);
 }
 
 #[test]

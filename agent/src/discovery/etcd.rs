@@ -190,6 +190,8 @@ impl EtcdDiscovery {
 impl Discovery for EtcdDiscovery {
     async fn register(&mut self, me: &Member) -> Result<Member, DiscoveryError> {
         let id = self.id_of(&me.name).await?;
+        // Registering again after a lapse: the old lease's tasks are done for.
+        self.stop_tasks();
         let lease = self.grant_lease().await?;
         let key = format!("{}{}", self.members_prefix(), me.name);
         let registered = Member { id, ..me.clone() };
@@ -328,14 +330,21 @@ impl Store for EtcdDiscovery {
     }
 }
 
-impl Drop for EtcdDiscovery {
-    fn drop(&mut self) {
-        // Without `leave`, the lease simply expires after its TTL.
-        for task in [self.keepalive.take()].into_iter().flatten() {
-            task.abort();
+impl EtcdDiscovery {
+    fn stop_tasks(&mut self) {
+        if let Some(k) = self.keepalive.take() {
+            k.abort();
         }
         if let Some(c) = self.campaign.take() {
             c.abort();
         }
+        self.won = None;
+    }
+}
+
+impl Drop for EtcdDiscovery {
+    fn drop(&mut self) {
+        // Without `leave`, the lease simply expires after its TTL.
+        self.stop_tasks();
     }
 }

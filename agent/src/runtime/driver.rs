@@ -530,14 +530,44 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     // ---- membership ----
 
+    /// This node is no longer listed (its etcd lease expired while its link
+    /// was down): register again under its name. etcd keeps one id per
+    /// name, so the node carries on as it was — its histories, timeline
+    /// and held result, and the offsets file readers use; a backend that
+    /// gives another id means a new member, so the agent exits to restart
+    /// cleanly. A failed registration is tried again at the next refresh.
+    async fn rejoin(&mut self) -> Result<(), RuntimeError> {
+        let me = self.node.me().clone();
+        warn!(node = %me.name, "no longer listed as a member (lease lost); registering again");
+        let again = match self.discovery.register(&me).await {
+            Ok(again) => again,
+            Err(e) => {
+                self.discovery_error("registering again", e);
+                return Ok(());
+            }
+        };
+        if again.id != me.id {
+            return Err(RuntimeError::Deregistered(me.name));
+        }
+        self.io.rejoins += 1;
+        info!(node = %me.name, id = me.id, "registered again under the same id");
+        Ok(())
+    }
+
     async fn refresh_membership(&mut self) -> Result<(), RuntimeError> {
         match self.discovery.members().await {
             Ok(members) => {
                 let count = members.len();
-                let actions = self
-                    .node
-                    .handle_members(members, LocalNs(self.local_now()))
-                    .map_err(|_| RuntimeError::Deregistered(self.node.me().name.clone()))?;
+                let me = self.node.me();
+                // Listed under another id (Kubernetes ids are computed and
+                // can move): a new member; exit, so that it restarts cleanly.
+                if members.iter().any(|m| m.name == me.name && m.id != me.id) {
+                    return Err(RuntimeError::Deregistered(me.name.clone()));
+                }
+                let Ok(actions) = self.node.handle_members(members, LocalNs(self.local_now()))
+                else {
+                    return self.rejoin().await;
+                };
                 if !actions.is_empty() {
                     info!(members = count, "probe graph updated");
                 }
@@ -815,6 +845,8 @@ pub(super) struct IoCounters {
     pub capabilities_dropped: u64,
     pub tracepoints_attached: u64,
     pub tracepoint_attach_errors: u64,
+    /// Registrations again after this node's membership lapsed.
+    pub rejoins: u64,
 }
 
 /// Monotonic ns since the first call: the core's work clock (it times

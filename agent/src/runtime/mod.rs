@@ -48,7 +48,7 @@ pub enum RuntimeError {
     AuthKey { path: String, reason: String },
     #[error("static discovery needs `members` (CLOCKMESH_MEMBERS or the config file)")]
     NoMembers,
-    #[error("this node ({0}) is no longer registered (lease lost); exiting so it restarts cleanly")]
+    #[error("this node ({0}) is listed under another id now; exiting so it restarts cleanly")]
     Deregistered(String),
 }
 
