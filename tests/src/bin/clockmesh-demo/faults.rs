@@ -506,7 +506,39 @@ pub struct BackendRun {
     pub error: Option<String>,
 }
 
+/// Set by SIGINT or SIGTERM: the bench stops at its next wait and tears its
+/// hosts, agents and chronyds down as it unwinds (killed outright, it would
+/// leave them running).
+fn interrupted() -> &'static Arc<AtomicBool> {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    FLAG.get_or_init(Arc::default)
+}
+
+fn stop_on_interrupt() -> anyhow::Result<()> {
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(interrupted()))
+            .context("catching SIGINT and SIGTERM")?;
+    }
+    Ok(())
+}
+
+/// Sleeps `d`, or fails as soon as the bench is interrupted.
+fn wait(d: Duration) -> anyhow::Result<()> {
+    let end = Instant::now() + d;
+    loop {
+        if interrupted().load(Ordering::Relaxed) {
+            bail!("interrupted (its hosts, agents and chronyds are removed)");
+        }
+        let now = Instant::now();
+        if now >= end {
+            return Ok(());
+        }
+        thread::sleep((end - now).min(Duration::from_millis(100)));
+    }
+}
+
 pub fn run(args: FaultsArgs) -> anyhow::Result<()> {
+    stop_on_interrupt()?;
     which("chronyd")?;
     which("chronyc")?;
     which("nft")?; // the loss phase
@@ -529,6 +561,9 @@ pub fn run(args: FaultsArgs) -> anyhow::Result<()> {
         + Duration::from_secs(args.warmup);
     let mut runs = Vec::new();
     for &backend in backends {
+        if interrupted().load(Ordering::Relaxed) {
+            break;
+        }
         let name = backend_name(backend);
         eprintln!(
             "bench-faults, {name}: 3 hosts on a bridge, warm-up {} s, then {} phases, ≈ {} s",
@@ -657,7 +692,7 @@ fn one_backend(
             .collect(),
         started,
     );
-    thread::sleep(Duration::from_secs(args.warmup));
+    wait(Duration::from_secs(args.warmup))?;
     for phase in phases {
         eprintln!(
             "  {:>5.0} s  {} ({} s)",
@@ -687,12 +722,12 @@ fn run_phase(
 ) -> anyhow::Result<()> {
     sampler.set(phase.name, Part::During);
     match phase.fault {
-        Fault::None => thread::sleep(phase.during),
+        Fault::None => wait(phase.during)?,
         Fault::Asymmetric => {
             let sw = cluster.bed.switch_host().context("no switch namespace")?;
             let fault = Asymmetric::apply(&sw, cluster.bed.host(1), cluster.bed.host(0))?;
             let before = forwarded(&sw);
-            thread::sleep(phase.during);
+            wait(phase.during)?;
             notes.asymmetric_forwarded =
                 forwarded(&sw).zip(before).map(|(a, b)| a.saturating_sub(b));
             fault.undo()?;
@@ -708,30 +743,30 @@ fn run_phase(
                     hooks: Hooks::InputAndOutput,
                 },
             )?;
-            thread::sleep(phase.during);
+            wait(phase.during)?;
             let (seen, dropped) = fault.counters();
             (notes.loss_seen, notes.loss_dropped) = (Some(seen), Some(dropped));
             fault.undo()?;
         }
         Fault::LinkDown => {
             let fault = LinkDown::apply(cluster.bed.host(2))?;
-            thread::sleep(phase.during);
+            wait(phase.during)?;
             fault.undo()?;
         }
         Fault::AgentRestart => {
             cluster.stop_agent(2, Signal::SIGKILL)?;
-            thread::sleep(phase.during);
+            wait(phase.during)?;
             cluster.start_agent(2)?;
         }
         Fault::ReferenceLost => {
             notes.leader_before_reference_lost = leader(cluster);
             cluster.stop_agent(0, Signal::SIGKILL)?;
-            thread::sleep(phase.during);
+            wait(phase.during)?;
         }
     }
     if phase.after {
         sampler.set(phase.name, Part::After);
-        thread::sleep(AFTER);
+        wait(AFTER)?;
     }
     notes.counters.insert(phase.name, send_counters(cluster));
     Ok(())
@@ -779,9 +814,9 @@ fn lead_from_host0(cluster: &mut Cluster) -> anyhow::Result<()> {
                 );
                 cluster.stop_agent(i, Signal::SIGTERM)?;
                 cluster.start_agent(i)?;
-                thread::sleep(Duration::from_secs(2));
+                wait(Duration::from_secs(2))?;
             }
-            None => thread::sleep(Duration::from_millis(500)),
+            None => wait(Duration::from_millis(500))?,
         }
         if Instant::now() > deadline {
             bail!("host 0's agent did not lead within 90 s (leader: {leader:?})");
