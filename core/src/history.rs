@@ -317,6 +317,26 @@ mod tests {
         }
     }
 
+    /// A detour that came and went inside the span: the newest window is
+    /// back on the old path and so are the oldest, so the path test sees no
+    /// change and the span stays long. That costs nothing: the detour only
+    /// slows one direction, and the fit's envelope is bound by the fastest
+    /// packets, those of the path around it.
+    #[test]
+    fn a_detour_inside_the_span_leaves_the_fit_on_the_faster_path() {
+        let mut h = EdgeHistory::default();
+        for w in 0..MAX_WINDOWS as i64 {
+            let detour = if (2..6).contains(&w) { 800 } else { 0 };
+            h.push(window_via(w, |_| 1_000, detour), StampClass::Software);
+        }
+        let chosen = h.fit(&cfg()).unwrap();
+        let f = chosen.outcome.fit.unwrap();
+        let (base, frac) = f.offset_at(f.epoch_ns);
+        let error = base as f64 + frac - 1_000.0;
+        assert_eq!(chosen.windows, MAX_WINDOWS);
+        assert!(error.abs() < 20.0, "{error} ns");
+    }
+
     #[test]
     fn nic_stamps_keep_a_short_history() {
         let mut h = EdgeHistory::default();
