@@ -132,10 +132,11 @@ pub fn keeps_the_held(
     if held.reference_id != new.reference_id || held.node_id != new.node_id {
         return false;
     }
+    // Whether the held one still answers then: the readers' own rule on
+    // the record it is published as.
+    let held_view = Publication::of(held.clone(), window_ns).record_view(holdover_max_bound_ns);
+    let answers_until = held_view.check_fresh(new.valid_until_ns as i64).is_ok();
     let next = new.anchor_ns.saturating_add(window_ns);
-    let until = new.valid_until_ns as i64;
-    let answers_until = until <= held.valid_until_ns as i64
-        || bound_at(held, until) <= holdover_max_bound_ns as f64;
     answers_until && bound_at(held, next) < bound_at(new, next)
 }
 
@@ -246,5 +247,14 @@ mod tests {
         assert!(!keeps(&result(36, 400_000, 100.0), 0));
         // Valid as long as the new one, it answers whatever the ceiling.
         assert!(keeps(&result(0, 400_000, 100.0), 0));
+        // A held one whose bound does not grow is stale past its validity
+        // (the readers' rule: no growth, no holdover): the new one goes out.
+        let still = result(0, 2_000, 0.0);
+        assert!(!keeps_the_held(
+            &still,
+            &result(36, 400_000, 100.0),
+            w,
+            ceiling
+        ));
     }
 }
