@@ -56,7 +56,7 @@ pub const SETTLE_NS: i64 = 150_000_000;
 pub const REPORT_DELAY_NS: i64 = 1_000_000_000;
 use crate::publication::{self, Publication};
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
-use crate::succession::{LeaderChange, Succession};
+use crate::succession::{LeaderChange, Silence, Succession};
 use crate::tally::{DropReason, NodeCounters, StampTally};
 use crate::timeline::{Carry, HandOverLine};
 use clockmesh_offsets::history::AnchorKind;
@@ -1141,7 +1141,8 @@ impl Node {
         let Some(s) = self.succession.as_mut() else {
             return;
         };
-        let change = s.tick(&ids, now_ns);
+        let peers = &self.peers;
+        let change = s.tick(&ids, now_ns, |id| peers.get(id).map(|p| p.last_heard_ns));
         let leader = s.leader(&ids);
         self.note_leader_change(change);
         if leader != self.reference() {
@@ -1152,7 +1153,12 @@ impl Node {
     fn note_leader_change(&mut self, change: LeaderChange) {
         match change {
             LeaderChange::Kept => {}
-            LeaderChange::FailedOver { .. } => self.counters.leader_failovers += 1,
+            LeaderChange::FailedOver { why, .. } => {
+                self.counters.leader_failovers += 1;
+                if why == Silence::Peer {
+                    self.counters.leader_failovers_on_peer_silence += 1;
+                }
+            }
             LeaderChange::Returned { .. } => self.counters.leader_returns += 1,
         }
     }
@@ -1522,6 +1528,25 @@ mod tests {
         assert_eq!(n.leader(), Some("n1"));
         assert_eq!(n.counters().leader_returns, 1);
         assert_eq!(n.counters().results_received, 3);
+    }
+
+    #[test]
+    fn under_succession_a_leader_its_peers_stop_hearing_is_passed_over_after_a_window() {
+        let w = Settings::default().window_ns();
+        let mut n = successor();
+        let _ = n.handle_tick(LocalNs(T0));
+        result_from(&mut n, 1, 1, T0 + w);
+        // 1 sends nothing more; 2 is still heard (any valid datagram).
+        let _ = result_from(&mut n, 2, 2, T0 + 2 * w);
+        let _ = n.handle_tick(LocalNs(T0 + 2 * w));
+        assert_eq!(n.leader(), Some("n1"), "one window: not yet");
+        let _ = n.handle_tick(LocalNs(T0 + 2 * w + 1));
+        assert_eq!(n.leader(), Some("n2"));
+        let c = n.counters();
+        assert_eq!(
+            (c.leader_failovers, c.leader_failovers_on_peer_silence),
+            (1, 1)
+        );
     }
 
     #[test]

@@ -6,11 +6,16 @@
 //! ([`crate::timeline`]), so neither the hand-over nor the return of the
 //! old leader moves the timeline by more than the carried bound.
 //!
-//! Liveness comes from what the protocol already sees: the leader sends
-//! every member its result once per window. Every member watches the same
-//! signal, so they pass over the same leader within a window of each
-//! other; a member that lost results only on its own link hears the
-//! leader's next result and goes back to it. Pure: no I/O, no clock.
+//! Liveness comes from what the protocol already sees. The leader sends
+//! every member its result once per window: a leader whose results stop
+//! for [`FAILOVER_WINDOWS`] windows is passed over by every member. Its
+//! probe peers know sooner: a live peer sends tens of datagrams a window
+//! (probes, stamp reports), so a leader that has sent a peer nothing at
+//! all for [`PEER_SILENCE_WINDOWS`] — no result either — while other
+//! members were heard is passed over then (a member whose own link is
+//! down hears nobody and waits for the longer rule). A member that passed
+//! the leader over only because of its own link's loss hears the leader's
+//! next result and goes back to it. Pure: no I/O, no clock.
 
 use std::collections::BTreeSet;
 
@@ -22,11 +27,22 @@ use clockmesh_estimator::NodeId;
 /// readers holding over see a bound grown for about five windows at most.
 pub const FAILOVER_WINDOWS: i64 = 4;
 
+/// Windows in which a leader that is a probe peer of this member sent it
+/// nothing at all (no probe, report or result) while other members were
+/// heard, before it is passed over. A live peer sends at least a stamp
+/// report a second and its result (with the 100 ms cadence, tens of probes
+/// a window), so at 30 % datagram loss a live leader goes unheard for a
+/// window at most 0.3^5 ≈ 0.2 % of the time, and its next result then
+/// brings it back; a dead one is passed over about 4 s after it died
+/// instead of 16.
+pub const PEER_SILENCE_WINDOWS: i64 = 1;
+
 /// Who leads, from the members' ids and the leader's silence.
 #[derive(Clone, Debug)]
 pub struct Succession {
     me: NodeId,
     silence_ns: i64,
+    peer_silence_ns: i64,
     /// Members passed over: silent while they led, not heard since.
     passed_over: BTreeSet<NodeId>,
     /// The leader we follow and when it was last heard (or became ours).
@@ -39,9 +55,19 @@ pub enum LeaderChange {
     /// The same leader as before.
     Kept,
     /// `passed_over` was silent for too long; the next member leads.
-    FailedOver { passed_over: NodeId },
+    FailedOver { passed_over: NodeId, why: Silence },
     /// A member passed over sent a result again: it leads again.
     Returned { leader: NodeId },
+}
+
+/// Which silence passed a leader over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Silence {
+    /// No result for [`FAILOVER_WINDOWS`] windows.
+    Results,
+    /// A probe peer that sent nothing for [`PEER_SILENCE_WINDOWS`] while
+    /// other members were heard.
+    Peer,
 }
 
 impl Succession {
@@ -50,6 +76,7 @@ impl Succession {
         Succession {
             me,
             silence_ns: window_ns.saturating_mul(FAILOVER_WINDOWS),
+            peer_silence_ns: window_ns.saturating_mul(PEER_SILENCE_WINDOWS),
             passed_over: BTreeSet::new(),
             following: None,
         }
@@ -69,23 +96,31 @@ impl Succession {
     }
 
     /// Time passes: passes over the leader if it has been silent for too
-    /// long. `ids`: the members now.
-    pub fn tick(&mut self, ids: &[NodeId], now_ns: i64) -> LeaderChange {
+    /// long. `ids`: the members now; `heard(id)`: when member `id` was last
+    /// heard on the probe path (any valid datagram), `None` for members
+    /// this node exchanges no probes with.
+    pub fn tick(
+        &mut self,
+        ids: &[NodeId],
+        now_ns: i64,
+        heard: impl Fn(NodeId) -> Option<i64>,
+    ) -> LeaderChange {
         self.passed_over.retain(|id| ids.contains(id));
         let Some(leader) = self.leader(ids) else {
             self.following = None;
             return LeaderChange::Kept;
         };
         match self.following {
-            Some((l, heard)) if l == leader => {
-                if leader != self.me && now_ns.saturating_sub(heard) > self.silence_ns {
-                    self.passed_over.insert(leader);
-                    self.follow(ids, now_ns);
-                    return LeaderChange::FailedOver {
-                        passed_over: leader,
-                    };
+            Some((l, result_at)) if l == leader => {
+                let Some(why) = self.silence(leader, result_at, ids, now_ns, &heard) else {
+                    return LeaderChange::Kept;
+                };
+                self.passed_over.insert(leader);
+                self.follow(ids, now_ns);
+                LeaderChange::FailedOver {
+                    passed_over: leader,
+                    why,
                 }
-                LeaderChange::Kept
             }
             _ => {
                 self.following = Some((leader, now_ns));
@@ -115,6 +150,32 @@ impl Succession {
         (leads, change)
     }
 
+    /// Whether `leader`, last heard leading at `result_at`, is silent
+    /// enough to be passed over, and by which rule.
+    fn silence(
+        &self,
+        leader: NodeId,
+        result_at: i64,
+        ids: &[NodeId],
+        now_ns: i64,
+        heard: impl Fn(NodeId) -> Option<i64>,
+    ) -> Option<Silence> {
+        if leader == self.me {
+            return None;
+        }
+        let without_result = now_ns.saturating_sub(result_at);
+        if without_result > self.silence_ns {
+            return Some(Silence::Results);
+        }
+        let quiet = |id: NodeId| heard(id).map(|t| now_ns.saturating_sub(t) > self.peer_silence_ns);
+        let others_heard = ids
+            .iter()
+            .filter(|id| **id != leader && **id != self.me)
+            .any(|id| quiet(*id) == Some(false));
+        let peer_silent = without_result > self.peer_silence_ns && quiet(leader) == Some(true);
+        (peer_silent && others_heard).then_some(Silence::Peer)
+    }
+
     fn follow(&mut self, ids: &[NodeId], now_ns: i64) {
         self.following = self.leader(ids).map(|l| (l, now_ns));
     }
@@ -127,31 +188,45 @@ mod tests {
     const W: i64 = 4_000_000_000;
     const IDS: [NodeId; 3] = [1, 2, 3];
 
+    /// Node 3 following node 1, whose result it last heard at `W`.
+    fn following_1_heard_at_w() -> Succession {
+        let mut s = Succession::new(3, W);
+        s.tick(&IDS, 0, no_peers);
+        s.heard_result(1, &IDS, W);
+        s
+    }
+
+    /// No member is a probe peer: only results tell liveness.
+    fn no_peers(_: NodeId) -> Option<i64> {
+        None
+    }
+
     #[test]
     fn the_lowest_id_leads_while_its_results_arrive() {
         let mut s = Succession::new(3, W);
-        assert_eq!(s.tick(&IDS, 0), LeaderChange::Kept);
+        assert_eq!(s.tick(&IDS, 0, no_peers), LeaderChange::Kept);
         assert_eq!(s.leader(&IDS), Some(1));
         for k in 1..20 {
             assert_eq!(s.heard_result(1, &IDS, k * W), (true, LeaderChange::Kept));
-            assert_eq!(s.tick(&IDS, k * W + W / 2), LeaderChange::Kept);
+            assert_eq!(s.tick(&IDS, k * W + W / 2, no_peers), LeaderChange::Kept);
         }
         assert_eq!(s.leader(&IDS), Some(1));
     }
 
     #[test]
     fn a_silent_leader_is_passed_over_then_the_next_and_returns_on_its_first_result() {
-        let mut s = Succession::new(3, W);
-        s.tick(&IDS, 0);
-        s.heard_result(1, &IDS, W);
+        let mut s = following_1_heard_at_w();
         assert_eq!(
-            s.tick(&IDS, W + FAILOVER_WINDOWS * W),
+            s.tick(&IDS, W + FAILOVER_WINDOWS * W, no_peers),
             LeaderChange::Kept,
             "not yet"
         );
         assert_eq!(
-            s.tick(&IDS, W + FAILOVER_WINDOWS * W + 1),
-            LeaderChange::FailedOver { passed_over: 1 }
+            s.tick(&IDS, W + FAILOVER_WINDOWS * W + 1, no_peers),
+            LeaderChange::FailedOver {
+                passed_over: 1,
+                why: Silence::Results
+            }
         );
         assert_eq!(s.leader(&IDS), Some(2));
         // A late result from 1 in between would bring it back; from 3 (not
@@ -160,11 +235,14 @@ mod tests {
         // 2 is silent too: this node (3) leads itself and is never passed over.
         let t = W + FAILOVER_WINDOWS * W + 1;
         assert_eq!(
-            s.tick(&IDS, t + FAILOVER_WINDOWS * W + 1),
-            LeaderChange::FailedOver { passed_over: 2 }
+            s.tick(&IDS, t + FAILOVER_WINDOWS * W + 1, no_peers),
+            LeaderChange::FailedOver {
+                passed_over: 2,
+                why: Silence::Results
+            }
         );
         assert_eq!(s.leader(&IDS), Some(3));
-        assert_eq!(s.tick(&IDS, t + 100 * W), LeaderChange::Kept);
+        assert_eq!(s.tick(&IDS, t + 100 * W, no_peers), LeaderChange::Kept);
         assert_eq!(s.leader(&IDS), Some(3));
         // 1 is back and leads again.
         assert_eq!(
@@ -177,11 +255,75 @@ mod tests {
     #[test]
     fn a_member_that_left_is_forgotten() {
         let mut s = Succession::new(3, W);
-        s.tick(&IDS, 0);
-        s.tick(&IDS, 10 * W);
+        s.tick(&IDS, 0, no_peers);
+        s.tick(&IDS, 10 * W, no_peers);
         assert_eq!(s.leader(&IDS), Some(2));
         // 1 leaves the list and later comes back: it leads at once.
-        s.tick(&[2, 3], 11 * W);
+        s.tick(&[2, 3], 11 * W, no_peers);
+        assert_eq!(s.leader(&IDS), Some(1));
+    }
+
+    /// Peers 1 and 2 as this node (3) heard them: 1 last at `one`, 2 at `two`.
+    fn peers_heard(one: i64, two: i64) -> impl Fn(NodeId) -> Option<i64> {
+        move |id| match id {
+            1 => Some(one),
+            2 => Some(two),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_leader_its_probe_peers_stop_hearing_is_passed_over_after_a_window() {
+        let mut s = following_1_heard_at_w();
+        // 1 died at 1.5 W; 2 goes on probing this node.
+        let died = W + W / 2;
+        let later = |t: i64| peers_heard(died, t);
+        assert_eq!(
+            s.tick(&IDS, died + PEER_SILENCE_WINDOWS * W, later(died + W)),
+            LeaderChange::Kept,
+            "not yet"
+        );
+        assert_eq!(
+            s.tick(&IDS, died + PEER_SILENCE_WINDOWS * W + 1, later(died + W)),
+            LeaderChange::FailedOver {
+                passed_over: 1,
+                why: Silence::Peer
+            }
+        );
+        assert_eq!(s.leader(&IDS), Some(2));
+        // The new leader gets a window of its own before the same rule
+        // applies to it: 2 is heard, so it stays.
+        let t = died + 3 * W;
+        assert_eq!(s.tick(&IDS, t, later(t)), LeaderChange::Kept);
+        assert_eq!(s.leader(&IDS), Some(2));
+    }
+
+    #[test]
+    fn a_member_that_hears_nobody_waits_for_the_results_rule() {
+        // This node's own link is down: 1 and 2 both fall silent at 1.5 W.
+        let mut s = following_1_heard_at_w();
+        let down = W + W / 2;
+        let nobody = peers_heard(down, down);
+        for t in [3 * W, 4 * W, W + FAILOVER_WINDOWS * W] {
+            assert_eq!(s.tick(&IDS, t, &nobody), LeaderChange::Kept, "at {t}");
+        }
+        assert_eq!(
+            s.tick(&IDS, W + FAILOVER_WINDOWS * W + 1, &nobody),
+            LeaderChange::FailedOver {
+                passed_over: 1,
+                why: Silence::Results
+            }
+        );
+    }
+
+    #[test]
+    fn a_leader_still_heard_on_the_probe_path_keeps_leading_while_results_are_lost() {
+        let mut s = following_1_heard_at_w();
+        // Its results are lost (or late) for three windows; its probes arrive.
+        for k in 2..=FAILOVER_WINDOWS {
+            let t = k * W + W / 2;
+            assert_eq!(s.tick(&IDS, t, peers_heard(t, t)), LeaderChange::Kept);
+        }
         assert_eq!(s.leader(&IDS), Some(1));
     }
 }

@@ -35,6 +35,10 @@ pub struct NodeCounters {
     /// This node passed a silent leader over, or saw it return (static
     /// succession).
     pub leader_failovers: u64,
+    /// Of those, passed over because a probe peer leader sent nothing for
+    /// a window while other members were heard (sooner than its results'
+    /// silence would).
+    pub leader_failovers_on_peer_silence: u64,
     pub leader_returns: u64,
     /// Taking the timeline over as leader: with a carry, or a new one.
     pub timelines_continued: u64,

@@ -396,6 +396,15 @@ fn static_reference_loss_fails_over_without_a_gap_and_the_return_keeps_the_timel
     );
     assert!(under_n1(&c) >= 2, "no results under n1 within 60 s");
     assert_eq!(c.status(1).unwrap().leader.as_deref(), Some("n1"));
+    // n0 was every member's probe peer: its silence on the probe path, not
+    // four windows without results, passed it over.
+    for i in [1, 2] {
+        let counters = c.status(i).unwrap().counters;
+        assert!(
+            counters["leader_failovers_on_peer_silence"] >= 1,
+            "n{i} did not fail over on n0's silence as a peer: {counters:?}"
+        );
+    }
     // The timeline continued: n1 carried its offset to n0's clock.
     let (step, carried) = c.hand_over_step(1, 0).expect("n1 carried the timeline");
     assert!(

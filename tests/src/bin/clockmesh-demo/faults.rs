@@ -468,6 +468,10 @@ pub struct Row {
     pub clockmesh: Figures,
     /// clockmesh p99 / chrony p99 (< 1: clockmesh is closer).
     pub p99_ratio: f64,
+    /// After parts: how long each tool took to get back to its no-fault
+    /// level (see [`Recovery`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<BTreeMap<&'static str, Recovery>>,
     /// The same figures for host 1 and host 2 alone.
     pub per_host: BTreeMap<usize, BTreeMap<&'static str, Figures>>,
 }
@@ -1082,8 +1086,70 @@ fn cpu_name() -> String {
 }
 
 /// The table's rows: every phase's parts in order, warm-up left out.
+/// How long a tool took after a fault ended to be back at its no-fault
+/// level: its own `baseline` p99, the level the issue's "back within 2
+/// windows" asks for. Per host: from the first sample after the fault
+/// ended to the first sample from which every later one of the after part
+/// answers within that level (0: at once); `None`: not within the after
+/// part.
+#[derive(Clone, Debug, Serialize)]
+pub struct Recovery {
+    /// The tool's `baseline` p99 |error|, ns.
+    pub level_ns: f64,
+    /// The slower host's time, s (`None`: not back within the after part).
+    pub worst_s: Option<f64>,
+    pub per_host: BTreeMap<usize, Option<f64>>,
+}
+
+fn recovery(samples: &[Sample], phase: &str, tool: Tool, level_ns: f64) -> Recovery {
+    let after = |s: &&Sample| s.phase == phase && s.part == Part::After;
+    let ended = samples
+        .iter()
+        .filter(after)
+        .map(|s| s.t_s)
+        .fold(f64::INFINITY, f64::min);
+    let per_host: BTreeMap<usize, Option<f64>> = [1, 2]
+        .into_iter()
+        .map(|host| {
+            let mut mine: Vec<&Sample> = samples
+                .iter()
+                .filter(after)
+                .filter(|s| s.tool == tool && s.host == host)
+                .collect();
+            mine.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+            let within = |s: &Sample| s.error_ns.is_some_and(|e| e.abs() <= level_ns);
+            let back_at = match mine.iter().rposition(|s| !within(s)) {
+                None if mine.is_empty() => None,
+                None => Some(ended),
+                Some(last_out) => mine.get(last_out + 1).map(|s| s.t_s),
+            };
+            (host, back_at.map(|t| t - ended))
+        })
+        .collect();
+    let worst_s = per_host
+        .values()
+        .try_fold(0.0_f64, |worst, host| host.map(|s| worst.max(s)));
+    Recovery {
+        level_ns,
+        worst_s,
+        per_host,
+    }
+}
+
 fn rows(phases: &[Phase], samples: &[Sample]) -> Vec<Row> {
     let mut out = Vec::new();
+    let baseline_p99 = |tool: Tool| {
+        figures(
+            samples
+                .iter()
+                .filter(|s| s.phase == "baseline" && s.part == Part::During && s.tool == tool),
+        )
+        .p99_ns
+    };
+    let levels = [
+        ("chrony", Tool::Chrony, baseline_p99(Tool::Chrony)),
+        ("clockmesh", Tool::Clockmesh, baseline_p99(Tool::Clockmesh)),
+    ];
     for p in phases {
         let parts = [(Part::During, p.during)]
             .into_iter()
@@ -1110,11 +1176,18 @@ fn rows(phases: &[Phase], samples: &[Sample]) -> Vec<Row> {
                     )
                 })
                 .collect();
+            let recovery = (part == Part::After).then(|| {
+                levels
+                    .iter()
+                    .map(|&(name, tool, level)| (name, recovery(samples, p.name, tool, level)))
+                    .collect()
+            });
             out.push(Row {
                 phase: p.name,
                 part: part.as_str(),
                 seconds: seconds.as_secs_f64(),
                 p99_ratio: clockmesh.p99_ns / chrony.p99_ns,
+                recovery,
                 chrony,
                 clockmesh,
                 per_host,
@@ -1178,6 +1251,25 @@ fn print_tables(runs: &[BackendRun]) {
                 "{:<15} {:<6} clockmesh p99 / chrony p99 = {:.3}",
                 "", "", row.p99_ratio
             );
+            if let Some(rec) = &row.recovery {
+                let back: Vec<String> = rec
+                    .iter()
+                    .map(|(tool, r)| {
+                        let t = r
+                            .worst_s
+                            .map_or(format!("not within {} s", AFTER.as_secs()), |t| {
+                                format!("{t:.1} s")
+                            });
+                        format!("{tool} {t} (its baseline p99 {} ns)", ns(r.level_ns))
+                    })
+                    .collect();
+                println!(
+                    "{:<15} {:<6} back at the no-fault level: {}",
+                    "",
+                    "",
+                    back.join("; ")
+                );
+            }
         }
         let n = &r.notes;
         println!(
@@ -1334,5 +1426,47 @@ mod tests {
         assert_eq!(steps.len(), 1);
         assert_eq!((steps[0].reads, steps[0].max_abs_ns), (1, Some(120.0)));
         assert_eq!(steps[0].carried_bound_ns, Some(5_000));
+    }
+
+    /// Recovery is the time from the fault's end until a host's answers
+    /// stay within the tool's baseline level; a host still out at the end
+    /// has not recovered.
+    #[test]
+    fn recovery_is_when_every_later_answer_is_back_within_the_baseline_level() {
+        let sample = |t_s, host, error: Option<f64>| Sample {
+            t_s,
+            phase: "p",
+            part: Part::After,
+            host,
+            tool: Tool::Clockmesh,
+            state: "synchronised".into(),
+            error_ns: error,
+            bound_ns: Some(1_000.0),
+            error_vs_host0_ns: None,
+            read: None,
+        };
+        let v = [
+            sample(10.0, 1, Some(300.0)),
+            sample(10.5, 1, Some(20.0)),
+            sample(11.0, 1, None),
+            sample(11.5, 1, Some(50.0)),
+            sample(12.0, 1, Some(10.0)),
+            sample(10.0, 2, Some(10.0)),
+            sample(10.5, 2, Some(10.0)),
+        ];
+        let r = recovery(&v, "p", Tool::Clockmesh, 50.0);
+        assert_eq!(
+            r.per_host[&1],
+            Some(1.5),
+            "an unanswered sample is not back"
+        );
+        assert_eq!(r.per_host[&2], Some(0.0));
+        assert_eq!(r.worst_s, Some(1.5));
+        let r = recovery(&v, "p", Tool::Clockmesh, 40.0);
+        assert_eq!(r.per_host[&1], Some(2.0));
+        let out = [sample(10.0, 1, Some(10.0)), sample(10.5, 1, Some(90.0))];
+        let r = recovery(&out, "p", Tool::Clockmesh, 50.0);
+        assert_eq!((r.per_host[&1], r.worst_s), (None, None));
+        assert_eq!(recovery(&v, "p", Tool::Chrony, 50.0).per_host[&1], None);
     }
 }
