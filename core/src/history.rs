@@ -6,7 +6,7 @@
 //! samples are noisy, and so is a fit that stands between them. A longer
 //! span sees more of the fast packets — but only while both clocks stay
 //! affine over it. So the node keeps the raw probes of the last
-//! [`MAX_WINDOWS`] windows and fits the last 1, 2, 4 and 8 of them. It keeps
+//! [`MAX_WINDOWS`] windows and fits the last 1, 2, 4, 8 and 16 of them. It keeps
 //! the longest fit that agrees with every shorter one: their offsets at the
 //! newest point differ by less than the sum of their bounds. A clock whose
 //! frequency moved inside the span breaks that agreement and shortens the
@@ -17,10 +17,10 @@
 //! fit (half the best RTT plus the slopes that RTT allows) are far wider
 //! than the tens of ns a wandering clock bends the line. So each class of
 //! stamps has its own longest span ([`StampClass::max_history_windows`]):
-//! one window with NIC stamps, whose pairs pin the line within it; eight
-//! (32 s) with software stamps, whose noise needs the long span (its
-//! tighter drift bound also makes holdover last; on a fast-wandering clock
-//! four would do better: docs/estimator.md).
+//! one window with NIC stamps, whose pairs pin the line within it; 32 s
+//! (16 windows of the shipped 2 s) with software stamps, whose noise needs
+//! the long span (its tighter drift bound also makes holdover last; on a
+//! fast-wandering clock 16 s would do better: docs/estimator.md).
 //!
 //! The bound stays honest over the longer span: each fit's model slack
 //! grows with its span by the frequency wander the estimator assumes
@@ -33,11 +33,11 @@ use clockmesh_estimator::{EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, est
 
 use crate::settings::StampClass;
 
-/// Windows of raw probes kept per out-edge (32 s at the shipped 4 s
+/// Windows of raw probes kept per out-edge (32 s at the shipped 2 s
 /// windows): the longest span of any class of stamps.
-pub const MAX_WINDOWS: usize = 8;
+pub const MAX_WINDOWS: usize = 16;
 /// Spans tried, in windows, shortest first.
-const SPANS: [usize; 4] = [1, 2, 4, 8];
+const SPANS: [usize; 5] = [1, 2, 4, 8, 16];
 
 /// The raw probes of one out-edge's recent windows, newest last.
 #[derive(Debug, Default)]
@@ -79,15 +79,15 @@ impl EdgeHistory {
 
     /// The longest span whose fit agrees with every shorter one; `None`
     /// only before the first window. The one-window span is always tried,
-    /// so a failed fit is reported when no span fits.
-    pub fn fit(&self, cfg: &EstimatorConfig) -> Option<HistoryFit> {
+    /// so a failed fit is reported when no span fits. Windows are
+    /// `window_ns` long.
+    pub fn fit(&self, cfg: &EstimatorConfig, window_ns: i64) -> Option<HistoryFit> {
         let mut chosen: Option<HistoryFit> = None;
         let mut accepted: Vec<EdgeFit> = Vec::new();
         // The newest window's stamps set how long a history is worth it.
-        let longest = self
-            .windows
-            .back()
-            .map_or(MAX_WINDOWS, |(_, class)| class.max_history_windows());
+        let longest = self.windows.back().map_or(MAX_WINDOWS, |(_, class)| {
+            class.max_history_windows(window_ns)
+        });
         let spans = SPANS
             .iter()
             .filter(|&&s| s <= self.windows.len() && s <= longest);
@@ -211,16 +211,25 @@ mod tests {
         window_via(w, offset, 0)
     }
 
+    /// The tests' windows: 4 s, 40 pairs each way.
+    const W_NS: i64 = 4_000_000_000;
+
     /// [`window`] with `detour_ns` more one-way delay forward (an extra hop).
     fn window_via(w: i64, offset: impl Fn(i64) -> i64, detour_ns: i64) -> EdgeProbes {
-        let base = 1_700_000_000_000_000_000i64 + w * 4_000_000_000;
+        window_of(W_NS, w, offset, detour_ns)
+    }
+
+    /// Window `w` of `len_ns`, a pair every 100 ms.
+    fn window_of(len_ns: i64, w: i64, offset: impl Fn(i64) -> i64, detour_ns: i64) -> EdgeProbes {
+        let base = 1_700_000_000_000_000_000i64 + w * len_ns;
+        let pairs = len_ns / 100_000_000;
         let mut forward = Vec::new();
         let mut backward = Vec::new();
-        for k in 0..40i64 {
+        for k in 0..pairs {
             for i in 0..2u8 {
                 let t = base + k * 100_000_000 + i64::from(i) * 100_000;
                 let jitter = (k * 7919 + i64::from(i) * 31) % 3_000;
-                let seq = (w * 40 + k) as u64;
+                let seq = (w * pairs + k) as u64;
                 forward.push(ProbeTimestamps {
                     seq,
                     pair_index: i,
@@ -257,17 +266,21 @@ mod tests {
         assert!(h.is_outlived_by(10 + MAX_WINDOWS as u64));
     }
 
+    /// Software stamps: 32 s of history whatever the window, as far as
+    /// the windows kept reach.
     #[test]
     fn a_steady_clock_uses_the_whole_history() {
-        let mut h = EdgeHistory::default();
-        for w in 0..MAX_WINDOWS as i64 + 2 {
-            h.push(window(w, |_| 1_000), StampClass::Software);
+        for (len_ns, windows) in [(4_000_000_000, 8), (2_000_000_000, 16), (1_000_000_000, 16)] {
+            let mut h = EdgeHistory::default();
+            for w in 0..MAX_WINDOWS as i64 + 2 {
+                h.push(window_of(len_ns, w, |_| 1_000, 0), StampClass::Software);
+            }
+            let fit = h.fit(&cfg(), len_ns).unwrap();
+            assert_eq!(fit.windows, windows, "{len_ns} ns windows");
+            let f = fit.outcome.fit.unwrap();
+            let (base, frac) = f.offset_at(f.epoch_ns);
+            assert!(((base as f64 + frac) - 1_000.0).abs() <= f.bound_ns);
         }
-        let fit = h.fit(&cfg()).unwrap();
-        assert_eq!(fit.windows, MAX_WINDOWS);
-        let f = fit.outcome.fit.unwrap();
-        let (base, frac) = f.offset_at(f.epoch_ns);
-        assert!(((base as f64 + frac) - 1_000.0).abs() <= f.bound_ns);
     }
 
     #[test]
@@ -279,7 +292,7 @@ mod tests {
         for w in 0..8 {
             h.push(window(w, offset), StampClass::Software);
         }
-        let fit = h.fit(&cfg()).unwrap();
+        let fit = h.fit(&cfg(), W_NS).unwrap();
         assert!(fit.windows <= 2, "{} windows", fit.windows);
         let f = fit.outcome.fit.unwrap();
         let (base, frac) = f.offset_at(f.epoch_ns);
@@ -296,13 +309,13 @@ mod tests {
             for w in 0..MAX_WINDOWS as i64 - 1 {
                 h.push(window_via(w, |_| 1_000, before), StampClass::Software);
             }
-            let fit = h.fit(&cfg()).unwrap();
+            let fit = h.fit(&cfg(), W_NS).unwrap();
             assert!(fit.windows > 1, "a steady path: a span of several windows");
             h.push(
                 window_via(MAX_WINDOWS as i64 - 1, |_| 1_000, after),
                 StampClass::Software,
             );
-            let chosen = h.fit(&cfg()).unwrap();
+            let chosen = h.fit(&cfg(), W_NS).unwrap();
             let f = chosen.outcome.fit.unwrap();
             let (base, frac) = f.offset_at(f.epoch_ns);
             // The newest window's own bias: half its detour, which no
@@ -325,15 +338,16 @@ mod tests {
     #[test]
     fn a_detour_inside_the_span_leaves_the_fit_on_the_faster_path() {
         let mut h = EdgeHistory::default();
-        for w in 0..MAX_WINDOWS as i64 {
+        let span = StampClass::Software.max_history_windows(W_NS);
+        for w in 0..span as i64 {
             let detour = if (2..6).contains(&w) { 800 } else { 0 };
             h.push(window_via(w, |_| 1_000, detour), StampClass::Software);
         }
-        let chosen = h.fit(&cfg()).unwrap();
+        let chosen = h.fit(&cfg(), W_NS).unwrap();
         let f = chosen.outcome.fit.unwrap();
         let (base, frac) = f.offset_at(f.epoch_ns);
         let error = base as f64 + frac - 1_000.0;
-        assert_eq!(chosen.windows, MAX_WINDOWS);
+        assert_eq!(chosen.windows, span);
         assert!(error.abs() < 20.0, "{error} ns");
     }
 
@@ -343,7 +357,7 @@ mod tests {
         for w in 0..MAX_WINDOWS as i64 {
             h.push(window(w, |_| 1_000), StampClass::Nic);
         }
-        let fit = h.fit(&cfg()).unwrap();
-        assert_eq!(fit.windows, StampClass::Nic.max_history_windows());
+        let fit = h.fit(&cfg(), W_NS).unwrap();
+        assert_eq!(fit.windows, StampClass::Nic.max_history_windows(W_NS));
     }
 }

@@ -863,7 +863,7 @@ impl Node {
             let history = self.history.entry(peer).or_default();
             let (probes, stamps) = self.book.take_edge_classified(me.id, peer);
             history.push_window(k, probes, stamps);
-            let Some(chosen) = history.fit(&self.est_cfg) else {
+            let Some(chosen) = history.fit(&self.est_cfg, self.settings.window_ns()) else {
                 continue;
             };
             let peer_name = self
@@ -1531,16 +1531,17 @@ mod tests {
     }
 
     #[test]
-    fn under_succession_a_leader_its_peers_stop_hearing_is_passed_over_after_a_window() {
+    fn under_succession_a_leader_its_peers_stop_hearing_is_passed_over_sooner() {
         let w = Settings::default().window_ns();
+        let silence = crate::succession::PEER_SILENCE_NS.max(w);
         let mut n = successor();
         let _ = n.handle_tick(LocalNs(T0));
         result_from(&mut n, 1, 1, T0 + w);
         // 1 sends nothing more; 2 is still heard (any valid datagram).
-        let _ = result_from(&mut n, 2, 2, T0 + 2 * w);
-        let _ = n.handle_tick(LocalNs(T0 + 2 * w));
-        assert_eq!(n.leader(), Some("n1"), "one window: not yet");
-        let _ = n.handle_tick(LocalNs(T0 + 2 * w + 1));
+        let _ = result_from(&mut n, 2, 2, T0 + w + silence);
+        let _ = n.handle_tick(LocalNs(T0 + w + silence));
+        assert_eq!(n.leader(), Some("n1"), "not yet");
+        let _ = n.handle_tick(LocalNs(T0 + w + silence + 1));
         assert_eq!(n.leader(), Some("n2"));
         let c = n.counters();
         assert_eq!(
@@ -1595,8 +1596,10 @@ mod tests {
     #[test]
     fn a_batch_waits_for_more_reports_unless_it_is_full() {
         let mut a = shaken(wire::capability::STAMP_BATCH);
-        // Mid-window (T0 starts one), so no window ends in what follows.
-        let base = T0 + 1_000_000_000;
+        // In a window (T0 starts one) past the previous one's flush, early
+        // enough that no window ends in what follows.
+        let base = T0 + SETTLE_NS + 50_000_000;
+        assert!(base + SETTLE_NS + REPORT_DELAY_NS < T0 + Settings::default().window_ns());
         assert!(datagrams(&a.handle_tick(LocalNs(base))).is_empty());
         queue_tx_reports(&mut a, MAX_BATCH_ENTRIES as u64 + 3, base);
         let settled = base + SETTLE_NS + 1;

@@ -11,7 +11,7 @@
 //! for [`FAILOVER_WINDOWS`] windows is passed over by every member. Its
 //! probe peers know sooner: a live peer sends tens of datagrams a window
 //! (probes, stamp reports), so a leader that has sent a peer nothing at
-//! all for [`PEER_SILENCE_WINDOWS`] — no result either — while other
+//! all for [`PEER_SILENCE_NS`] — no result either — while other
 //! members were heard is passed over then (a member whose own link is
 //! down hears nobody and waits for the longer rule). A member that passed
 //! the leader over only because of its own link's loss hears the leader's
@@ -27,15 +27,15 @@ use clockmesh_estimator::NodeId;
 /// readers holding over see a bound grown for about five windows at most.
 pub const FAILOVER_WINDOWS: i64 = 4;
 
-/// Windows in which a leader that is a probe peer of this member sent it
-/// nothing at all (no probe, report or result) while other members were
-/// heard, before it is passed over. A live peer sends at least a stamp
-/// report a second and its result (with the 100 ms cadence, tens of probes
-/// a window), so at 30 % datagram loss a live leader goes unheard for a
-/// window at most 0.3^5 ≈ 0.2 % of the time, and its next result then
-/// brings it back; a dead one is passed over about 4 s after it died
-/// instead of 16.
-pub const PEER_SILENCE_WINDOWS: i64 = 1;
+/// How long a leader that is a probe peer of this member may send it
+/// nothing at all (no probe, report or result) while other members are
+/// heard, before it is passed over (at least a window). A live peer sends
+/// at least a stamp report a second and its result every window (with the
+/// 100 ms cadence, tens of probes a second), so at 30 % datagram loss a
+/// live leader goes unheard for 4 s at most 0.3^5 ≈ 0.2 % of the time, and
+/// its next result then brings it back; a dead one is passed over about
+/// 4 s after it died instead of [`FAILOVER_WINDOWS`] windows.
+pub const PEER_SILENCE_NS: i64 = 4_000_000_000;
 
 /// Who leads, from the members' ids and the leader's silence.
 #[derive(Clone, Debug)]
@@ -65,7 +65,7 @@ pub enum LeaderChange {
 pub enum Silence {
     /// No result for [`FAILOVER_WINDOWS`] windows.
     Results,
-    /// A probe peer that sent nothing for [`PEER_SILENCE_WINDOWS`] while
+    /// A probe peer that sent nothing for [`PEER_SILENCE_NS`] while
     /// other members were heard.
     Peer,
 }
@@ -76,7 +76,7 @@ impl Succession {
         Succession {
             me,
             silence_ns: window_ns.saturating_mul(FAILOVER_WINDOWS),
-            peer_silence_ns: window_ns.saturating_mul(PEER_SILENCE_WINDOWS),
+            peer_silence_ns: PEER_SILENCE_NS.max(window_ns),
             passed_over: BTreeSet::new(),
             following: None,
         }
@@ -273,18 +273,18 @@ mod tests {
     }
 
     #[test]
-    fn a_leader_its_probe_peers_stop_hearing_is_passed_over_after_a_window() {
+    fn a_leader_its_probe_peers_stop_hearing_is_passed_over_on_its_silence() {
         let mut s = following_1_heard_at_w();
         // 1 died at 1.5 W; 2 goes on probing this node.
         let died = W + W / 2;
         let later = |t: i64| peers_heard(died, t);
         assert_eq!(
-            s.tick(&IDS, died + PEER_SILENCE_WINDOWS * W, later(died + W)),
+            s.tick(&IDS, died + PEER_SILENCE_NS, later(died + W)),
             LeaderChange::Kept,
             "not yet"
         );
         assert_eq!(
-            s.tick(&IDS, died + PEER_SILENCE_WINDOWS * W + 1, later(died + W)),
+            s.tick(&IDS, died + PEER_SILENCE_NS + 1, later(died + W)),
             LeaderChange::FailedOver {
                 passed_over: 1,
                 why: Silence::Peer

@@ -34,8 +34,17 @@ use crate::{
     scenario::Scenario,
 };
 
-/// Windows before scoring starts: handshakes and the first partial window.
-const WARMUP_WINDOWS: u32 = 2;
+/// Time before scoring starts: handshakes, the first partial window and
+/// the first short histories (8 s: two windows of 4 s, four of 2 s), the
+/// same stretch whatever the window, so that windows of any length are
+/// scored over the same steady state.
+const WARMUP_NS: i64 = 8_000_000_000;
+
+/// [`WARMUP_NS`] in windows of `window_ns` (rounded up, at least 2).
+fn warmup_windows(window_ns: i64) -> u32 {
+    let windows = (WARMUP_NS + window_ns - 1) / window_ns.max(1);
+    u32::try_from(windows).unwrap_or(u32::MAX).max(2)
+}
 /// Probe port of every simulated agent.
 const PORT: u16 = 31900;
 
@@ -242,14 +251,15 @@ pub fn run_protocol(s: &Scenario) -> Result<ProtocolReport, SimError> {
     s.validate()?;
     let started = std::time::Instant::now();
     let window_ns = s.agent.window_ns();
-    let total_windows = s.windows + WARMUP_WINDOWS;
+    let warmup = warmup_windows(window_ns);
+    let total_windows = s.windows + warmup;
     // One more window so the last scored window's result is fetched.
     let end = window_ns * (i64::from(total_windows) + 1);
     let mut sim = Sim::new(s, end as f64 + window_ns as f64);
-    sim.score_from = window_ns * i64::from(WARMUP_WINDOWS);
+    sim.score_from = window_ns * i64::from(warmup);
     sim.start()?;
     if let Some(c) = s.leader_change {
-        let at = window_ns * i64::from(WARMUP_WINDOWS + c.after_window);
+        let at = window_ns * i64::from(warmup + c.after_window);
         sim.schedule(at, Event::LeaderChange(c.to as usize));
     }
     while let Some(Reverse(next)) = sim.queue.pop() {
@@ -658,7 +668,8 @@ impl<'a> Sim<'a> {
     fn report(mut self, wall_ms: f64) -> ProtocolReport {
         let leader = self.s.reference as usize;
         let others = self.hosts.len().saturating_sub(1).max(1) as f64;
-        let per_window = 1.0 / f64::from(self.s.windows + WARMUP_WINDOWS + 1);
+        let warmup = warmup_windows(self.s.agent.window_ns());
+        let per_window = 1.0 / f64::from(self.s.windows + warmup + 1);
         let mut node_sum = HostTraffic::default();
         let mut coordination_max = Traffic::default();
         for (_, h) in self.hosts.iter().enumerate().filter(|(i, _)| *i != leader) {

@@ -182,8 +182,10 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
         ..ClusterConfig::default()
     };
     // The shipped defaults, unless a cadence is asked for.
-    cfg.cadence_us = args.cadence_us.unwrap_or(100_000);
-    cfg.window_s = 4;
+    cfg.cadence_us = args
+        .cadence_us
+        .unwrap_or(clockmesh_core::settings::DEFAULT_PROBE_CADENCE_US);
+    cfg.window_s = clockmesh_core::settings::DEFAULT_PROBE_WINDOW_S;
     let cluster = Cluster::start(cfg)?;
     let dir = cluster.dir.join("chrony");
     std::fs::create_dir_all(&dir)?;

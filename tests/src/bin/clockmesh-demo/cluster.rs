@@ -32,8 +32,8 @@ pub struct ClusterArgs {
     /// Probe cadence per edge, µs (default: the agent's default).
     #[arg(long)]
     pub cadence_us: Option<u64>,
-    /// Estimation window, s.
-    #[arg(long, default_value_t = 4)]
+    /// Estimation window, s (default: the agent's default).
+    #[arg(long, default_value_t = clockmesh_core::settings::DEFAULT_PROBE_WINDOW_S)]
     pub window_s: u64,
     /// Out-neighbours per node.
     #[arg(long, default_value_t = 4)]
