@@ -1520,9 +1520,11 @@ mod tests {
             2,
             "the new leader's result is taken"
         );
-        // 2 falls silent too: this node leads itself.
+        // 2 falls silent too, and this node hears nobody: it does not lead
+        // itself (its readers hold the last result over).
         let _ = n.handle_tick(LocalNs(T0 + 7 * w + silent + 1));
-        assert_eq!((n.leader(), n.is_leader()), (Some("n3"), true));
+        assert_eq!((n.leader(), n.is_leader()), (Some("n2"), false));
+        assert_eq!(n.counters().leader_failovers, 1);
         // 1 is back: its result shows it leads again.
         result_from(&mut n, 1, 20, T0 + 20 * w);
         assert_eq!(n.leader(), Some("n1"));

@@ -13,7 +13,8 @@
 //! (probes, stamp reports), so a leader that has sent a peer nothing at
 //! all for [`PEER_SILENCE_NS`] — no result either — while other
 //! members were heard is passed over then (a member whose own link is
-//! down hears nobody and waits for the longer rule). A member that passed
+//! down hears nobody and waits for the longer rule, and never leads
+//! itself while it hears nobody: it holds over). A member that passed
 //! the leader over only because of its own link's loss hears the leader's
 //! next result and goes back to it. Pure: no I/O, no clock.
 
@@ -115,6 +116,9 @@ impl Succession {
                 let Some(why) = self.silence(leader, result_at, ids, now_ns, &heard) else {
                     return LeaderChange::Kept;
                 };
+                if self.would_lead_alone(leader, ids, now_ns, &heard) {
+                    return LeaderChange::Kept;
+                }
                 self.passed_over.insert(leader);
                 self.follow(ids, now_ns);
                 LeaderChange::FailedOver {
@@ -176,6 +180,31 @@ impl Succession {
         (peer_silent && others_heard).then_some(Silence::Peer)
     }
 
+    /// Whether passing `leader` over would leave this member leading while
+    /// it hears no other member at all: cut off by its own link, or the
+    /// last member left. Leading, it would publish its own clock as the
+    /// timeline with its own bound, which says nothing of how far that
+    /// drifts from the timeline the others keep; holding the last result
+    /// over keeps answering with the honest, growing bound instead.
+    fn would_lead_alone(
+        &self,
+        leader: NodeId,
+        ids: &[NodeId],
+        now_ns: i64,
+        heard: impl Fn(NodeId) -> Option<i64>,
+    ) -> bool {
+        let next = ids
+            .iter()
+            .copied()
+            .filter(|id| *id == self.me || (*id != leader && !self.passed_over.contains(id)))
+            .min();
+        let hears_someone = ids.iter().any(|id| {
+            *id != self.me
+                && heard(*id).is_some_and(|t| now_ns.saturating_sub(t) <= self.peer_silence_ns)
+        });
+        next == Some(self.me) && !hears_someone
+    }
+
     fn follow(&mut self, ids: &[NodeId], now_ns: i64) {
         self.following = self.leader(ids).map(|l| (l, now_ns));
     }
@@ -232,10 +261,12 @@ mod tests {
         // A late result from 1 in between would bring it back; from 3 (not
         // the leader) it is not taken.
         assert_eq!(s.heard_result(3, &IDS, 6 * W), (false, LeaderChange::Kept));
-        // 2 is silent too: this node (3) leads itself and is never passed over.
+        // 2 sends no results either (it still probes): this node (3) leads
+        // itself and is never passed over.
         let t = W + FAILOVER_WINDOWS * W + 1;
+        let now = t + FAILOVER_WINDOWS * W + 1;
         assert_eq!(
-            s.tick(&IDS, t + FAILOVER_WINDOWS * W + 1, no_peers),
+            s.tick(&IDS, now, |id| (id == 2).then_some(now)),
             LeaderChange::FailedOver {
                 passed_over: 2,
                 why: Silence::Results
@@ -299,7 +330,7 @@ mod tests {
     }
 
     #[test]
-    fn a_member_that_hears_nobody_waits_for_the_results_rule() {
+    fn a_member_that_hears_nobody_waits_for_the_results_rule_and_never_leads_itself() {
         // This node's own link is down: 1 and 2 both fall silent at 1.5 W.
         let mut s = following_1_heard_at_w();
         let down = W + W / 2;
@@ -313,6 +344,18 @@ mod tests {
                 passed_over: 1,
                 why: Silence::Results
             }
+        );
+        // 2 sends nothing either, but this node never leads itself while
+        // it hears nobody: it holds its last result over.
+        for k in 2..40 {
+            let t = W + k * FAILOVER_WINDOWS * W + 1;
+            assert_eq!(s.tick(&IDS, t, &nobody), LeaderChange::Kept, "at {t}");
+        }
+        assert_eq!(s.leader(&IDS), Some(2));
+        // The link is back: 1's next result is taken.
+        assert_eq!(
+            s.heard_result(1, &IDS, 200 * W),
+            (true, LeaderChange::Returned { leader: 1 })
         );
     }
 
