@@ -263,7 +263,7 @@ fn the_ring_keeps_the_last_256_records_and_refuses_older_stamps() {
     let exe = compile_c_reader(path.parent().unwrap());
     let writer = OffsetsWriter::open(&path).unwrap();
     let now = realtime_now_ns();
-    // 300 windows of 4 s (the default), each valid 12 s: the last 256 cover
+    // 300 windows of 4 s (a window the agent takes), each valid 12 s: the last 256 cover
     // 1024 s (17 min) of stamps.
     let first = now - 300 * 4 * S;
     let published: Vec<Record> = (0..300)

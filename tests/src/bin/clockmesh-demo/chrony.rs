@@ -39,6 +39,9 @@ pub struct ChronyArgs {
     /// clockmesh's probe cadence, µs (default: the agent's default).
     #[arg(long)]
     cadence_us: Option<u64>,
+    /// clockmesh's estimation window, s (default: the agent's default).
+    #[arg(long, default_value_t = clockmesh_core::settings::DEFAULT_PROBE_WINDOW_S)]
+    window_s: u64,
     /// Runs; the summary is the median over them.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -181,11 +184,11 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
         inject_skew: false,
         ..ClusterConfig::default()
     };
-    // The shipped defaults, unless a cadence is asked for.
+    // The shipped defaults, unless a cadence or window is asked for.
     cfg.cadence_us = args
         .cadence_us
         .unwrap_or(clockmesh_core::settings::DEFAULT_PROBE_CADENCE_US);
-    cfg.window_s = clockmesh_core::settings::DEFAULT_PROBE_WINDOW_S;
+    cfg.window_s = args.window_s;
     let cluster = Cluster::start(cfg)?;
     let dir = cluster.dir.join("chrony");
     std::fs::create_dir_all(&dir)?;
