@@ -1252,25 +1252,7 @@ fn print_tables(runs: &[BackendRun]) {
                 "{:<15} {:<6} clockmesh p99 / chrony p99 = {:.3}",
                 "", "", row.p99_ratio
             );
-            if let Some(rec) = &row.recovery {
-                let back: Vec<String> = rec
-                    .iter()
-                    .map(|(tool, r)| {
-                        let t = r
-                            .worst_s
-                            .map_or(format!("not within {} s", AFTER.as_secs()), |t| {
-                                format!("{t:.1} s")
-                            });
-                        format!("{tool} {t} (its baseline p99 {} ns)", ns(r.level_ns))
-                    })
-                    .collect();
-                println!(
-                    "{:<15} {:<6} back at the no-fault level: {}",
-                    "",
-                    "",
-                    back.join("; ")
-                );
-            }
+            print_recovery(row);
         }
         let n = &r.notes;
         println!(
@@ -1314,6 +1296,31 @@ fn print_tables(runs: &[BackendRun]) {
             );
         }
     }
+}
+
+/// The after part's line: how long each tool took to be back at its
+/// no-fault level.
+fn print_recovery(row: &Row) {
+    let Some(rec) = &row.recovery else {
+        return;
+    };
+    let back: Vec<String> = rec
+        .iter()
+        .map(|(tool, r)| {
+            let t = r
+                .worst_s
+                .map_or(format!("not within {} s", AFTER.as_secs()), |t| {
+                    format!("{t:.1} s")
+                });
+            format!("{tool} {t} (its baseline p99 {} ns)", ns(r.level_ns))
+        })
+        .collect();
+    println!(
+        "{:<15} {:<6} back at the no-fault level: {}",
+        "",
+        "",
+        back.join("; ")
+    );
 }
 
 fn ns(v: f64) -> String {
