@@ -90,10 +90,26 @@ impl Succession {
 
     /// The leader among `ids`: the lowest not passed over (never `me`).
     pub fn leader(&self, ids: &[NodeId]) -> Option<NodeId> {
+        self.leader_passing_over(ids, None)
+    }
+
+    /// The leader among `ids` if `also` were passed over as well.
+    fn leader_passing_over(&self, ids: &[NodeId], also: Option<NodeId>) -> Option<NodeId> {
         ids.iter()
             .copied()
-            .filter(|id| *id == self.me || !self.passed_over.contains(id))
+            .filter(|id| *id == self.me || (Some(*id) != also && !self.passed_over.contains(id)))
             .min()
+    }
+
+    /// Whether member `id` was heard on the probe path within the peer
+    /// silence; `None` for a member this node exchanges no probes with.
+    fn heard_lately(
+        &self,
+        id: NodeId,
+        now_ns: i64,
+        heard: impl Fn(NodeId) -> Option<i64>,
+    ) -> Option<bool> {
+        heard(id).map(|t| now_ns.saturating_sub(t) <= self.peer_silence_ns)
     }
 
     /// Time passes: passes over the leader if it has been silent for too
@@ -171,12 +187,12 @@ impl Succession {
         if without_result > self.silence_ns {
             return Some(Silence::Results);
         }
-        let quiet = |id: NodeId| heard(id).map(|t| now_ns.saturating_sub(t) > self.peer_silence_ns);
+        let lately = |id: NodeId| self.heard_lately(id, now_ns, &heard);
         let others_heard = ids
             .iter()
             .filter(|id| **id != leader && **id != self.me)
-            .any(|id| quiet(*id) == Some(false));
-        let peer_silent = without_result > self.peer_silence_ns && quiet(leader) == Some(true);
+            .any(|id| lately(*id) == Some(true));
+        let peer_silent = without_result > self.peer_silence_ns && lately(leader) == Some(false);
         (peer_silent && others_heard).then_some(Silence::Peer)
     }
 
@@ -193,16 +209,10 @@ impl Succession {
         now_ns: i64,
         heard: impl Fn(NodeId) -> Option<i64>,
     ) -> bool {
-        let next = ids
+        let hears_someone = ids
             .iter()
-            .copied()
-            .filter(|id| *id == self.me || (*id != leader && !self.passed_over.contains(id)))
-            .min();
-        let hears_someone = ids.iter().any(|id| {
-            *id != self.me
-                && heard(*id).is_some_and(|t| now_ns.saturating_sub(t) <= self.peer_silence_ns)
-        });
-        next == Some(self.me) && !hears_someone
+            .any(|id| *id != self.me && self.heard_lately(*id, now_ns, &heard) == Some(true));
+        self.leader_passing_over(ids, Some(leader)) == Some(self.me) && !hears_someone
     }
 
     fn follow(&mut self, ids: &[NodeId], now_ns: i64) {

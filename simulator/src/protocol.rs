@@ -45,6 +45,7 @@ fn warmup_windows(window_ns: i64) -> u32 {
     let windows = (WARMUP_NS + window_ns - 1) / window_ns.max(1);
     u32::try_from(windows).unwrap_or(u32::MAX).max(2)
 }
+
 /// Probe port of every simulated agent.
 const PORT: u16 = 31900;
 

@@ -117,7 +117,9 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         "static" => Backend::Static,
         other => anyhow::bail!("--backend {other}: expected etcd or static"),
     };
-    let cadence_us = args.cadence_us.unwrap_or(DEFAULT_CADENCE_US);
+    let cadence_us = args
+        .cadence_us
+        .unwrap_or(clockmesh_core::settings::DEFAULT_PROBE_CADENCE_US);
     let cfg = ClusterConfig {
         nodes: args.nodes,
         backend,
@@ -271,8 +273,6 @@ fn write_report(cluster: &Cluster) -> anyhow::Result<PathBuf> {
     Ok(out)
 }
 
-/// The agent's shipped default cadence (`probe_cadence_us`).
-const DEFAULT_CADENCE_US: u64 = 100_000;
 /// Bytes each datagram adds on the wire to its payload: UDP, IPv4, Ethernet.
 const HEADER_BYTES: u64 = 8 + 20 + 14;
 

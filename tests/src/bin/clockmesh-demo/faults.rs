@@ -1086,7 +1086,6 @@ fn cpu_name() -> String {
         .unwrap_or_default()
 }
 
-/// The table's rows: every phase's parts in order, warm-up left out.
 /// How long a tool took after a fault ended to be back at its no-fault
 /// level: its own `baseline` p99, the level the issue's "back within 2
 /// windows" asks for. Per host: from the first sample after the fault
@@ -1137,6 +1136,7 @@ fn recovery(samples: &[Sample], phase: &str, tool: Tool, level_ns: f64) -> Recov
     }
 }
 
+/// The table's rows: every phase's parts in order, warm-up left out.
 fn rows(phases: &[Phase], samples: &[Sample]) -> Vec<Row> {
     let mut out = Vec::new();
     let baseline_p99 = |tool: Tool| {
