@@ -6,7 +6,7 @@
 //! samples are noisy, and so is a fit that stands between them. A longer
 //! span sees more of the fast packets — but only while both clocks stay
 //! affine over it. So the node keeps the raw probes of the last
-//! [`MAX_WINDOWS`] windows and fits the last 1, 2, 4, 8 and 16 of them. It keeps
+//! [`MAX_WINDOWS`] windows and fits the last 1, 2, 4, 8, 16 and 32 of them. It keeps
 //! the longest fit that agrees with every shorter one: their offsets at the
 //! newest point differ by less than the sum of their bounds. A clock whose
 //! frequency moved inside the span breaks that agreement and shortens the
@@ -17,10 +17,11 @@
 //! fit (half the best RTT plus the slopes that RTT allows) are far wider
 //! than the tens of ns a wandering clock bends the line. So each class of
 //! stamps has its own longest span ([`StampClass::max_history_windows`]):
-//! one window with NIC stamps, whose pairs pin the line within it; 32 s
-//! (16 windows of the shipped 2 s) with software stamps, whose noise needs
-//! the long span (its tighter drift bound also makes holdover last; on a
-//! fast-wandering clock 16 s would do better: docs/estimator.md).
+//! 2 s with NIC stamps, whose pairs pin the line within it; 32 s with
+//! software stamps, whose noise needs the long span (its tighter drift
+//! bound also makes holdover last; on a fast-wandering clock 16 s would do
+//! better: docs/estimator.md). Both are times, not window counts, so a
+//! shorter window brings results more often from as many pairs.
 //!
 //! The bound stays honest over the longer span: each fit's model slack
 //! grows with its span by the frequency wander the estimator assumes
@@ -33,11 +34,11 @@ use clockmesh_estimator::{EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, est
 
 use crate::settings::StampClass;
 
-/// Windows of raw probes kept per out-edge (32 s at the shipped 2 s
+/// Windows of raw probes kept per out-edge (32 s at the shipped 1 s
 /// windows): the longest span of any class of stamps.
-pub const MAX_WINDOWS: usize = 16;
+pub const MAX_WINDOWS: usize = 32;
 /// Spans tried, in windows, shortest first.
-const SPANS: [usize; 5] = [1, 2, 4, 8, 16];
+const SPANS: [usize; 6] = [1, 2, 4, 8, 16, 32];
 
 /// The raw probes of one out-edge's recent windows, newest last.
 #[derive(Debug, Default)]
@@ -106,7 +107,7 @@ impl EdgeHistory {
             if !accepted.iter().all(|short| agree(fit, short)) {
                 break; // the clocks were not affine over this span
             }
-            if self.path_changed(span, fit, stamps) {
+            if self.path_changed(span, fit, stamps, window_ns) {
                 break; // the older windows saw another path
             }
             accepted.push(fit.clone());
@@ -119,22 +120,30 @@ impl EdgeHistory {
         chosen
     }
 
-    /// Whether the newest window's best round trip, measured along the
+    /// Whether the newest probes' best round trip, measured along the
     /// span's fitted line, sits so far from the best of the span's older
     /// windows that those saw another path (a detour added or removed).
     /// The fit cannot tell: it keeps the fastest packets of either path,
-    /// and the agreement test allows the asymmetry both fits share.
-    fn path_changed(&self, span: usize, fit: &EdgeFit, stamps: StampClass) -> bool {
-        let mut gaps = self
+    /// and the agreement test allows the asymmetry both fits share. The
+    /// newest probes are the newest windows covering the class's
+    /// [`StampClass::path_judged_ns`]: the best of fewer pairs would wander
+    /// by more than the cut.
+    fn path_changed(&self, span: usize, fit: &EdgeFit, stamps: StampClass, window_ns: i64) -> bool {
+        let newest_windows = windows_covering(stamps.path_judged_ns(), window_ns);
+        if span <= newest_windows {
+            return false;
+        }
+        let gaps: Vec<Option<f64>> = self
             .windows
             .iter()
             .skip(self.windows.len() - span)
-            .map(|(w, _)| best_round_trip(w, fit));
-        let Some(newest) = gaps.next_back().flatten() else {
-            return false;
-        };
-        let older = gaps.flatten().fold(f64::INFINITY, f64::min);
-        older.is_finite() && (newest - older).abs() > stamps.path_change_ns()
+            .map(|(w, _)| best_round_trip(w, fit))
+            .collect();
+        let (older, newest) = gaps.split_at(span - newest_windows);
+        let best =
+            |gaps: &[Option<f64>]| gaps.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+        let (newest, older) = (best(newest), best(older));
+        newest.is_finite() && older.is_finite() && (newest - older).abs() > stamps.path_change_ns()
     }
 
     fn fit_span(&self, span: usize, cfg: &EstimatorConfig) -> (EdgeOutcome, StampClass) {
@@ -186,6 +195,12 @@ fn best_round_trip(w: &EdgeProbes, fit: &EdgeFit) -> Option<f64> {
         (p.rx_ns - p.tx_ns + base) as f64 + rel
     });
     Some(forward.reduce(f64::min)? + backward.reduce(f64::min)?)
+}
+
+/// How many windows of `window_ns` cover `span_ns` (at least one).
+fn windows_covering(span_ns: i64, window_ns: i64) -> usize {
+    let windows = (span_ns + window_ns.max(1) - 1) / window_ns.max(1);
+    usize::try_from(windows).map_or(1, |w| w.max(1))
 }
 
 /// Time covered by the probes (ns, on the `from` clock).
@@ -270,7 +285,7 @@ mod tests {
     /// the windows kept reach.
     #[test]
     fn a_steady_clock_uses_the_whole_history() {
-        for (len_ns, windows) in [(4_000_000_000, 8), (2_000_000_000, 16), (1_000_000_000, 16)] {
+        for (len_ns, windows) in [(4_000_000_000, 8), (2_000_000_000, 16), (1_000_000_000, 32)] {
             let mut h = EdgeHistory::default();
             for w in 0..MAX_WINDOWS as i64 + 2 {
                 h.push(window_of(len_ns, w, |_| 1_000, 0), StampClass::Software);
@@ -351,13 +366,39 @@ mod tests {
         assert!(error.abs() < 20.0, "{error} ns");
     }
 
+    /// NIC stamps: 2 s of history whatever the window.
     #[test]
     fn nic_stamps_keep_a_short_history() {
-        let mut h = EdgeHistory::default();
-        for w in 0..MAX_WINDOWS as i64 {
-            h.push(window(w, |_| 1_000), StampClass::Nic);
+        for (len_ns, windows) in [(4_000_000_000, 1), (2_000_000_000, 1), (1_000_000_000, 2)] {
+            let mut h = EdgeHistory::default();
+            for w in 0..MAX_WINDOWS as i64 {
+                h.push(window_of(len_ns, w, |_| 1_000, 0), StampClass::Nic);
+            }
+            let fit = h.fit(&cfg(), len_ns).unwrap();
+            assert_eq!(fit.windows, windows, "{len_ns} ns windows");
         }
-        let fit = h.fit(&cfg(), W_NS).unwrap();
-        assert_eq!(fit.windows, StampClass::Nic.max_history_windows(W_NS));
+    }
+
+    /// Short windows: a path change is judged on the newest 2 s of
+    /// software-stamped pairs, not on one window's few: one slow window
+    /// (its pairs all queued behind other traffic) leaves the history
+    /// whole; the change shows once the window before it is slow too.
+    #[test]
+    fn one_slow_short_window_does_not_cut_a_software_history() {
+        const SHORT_NS: i64 = 1_000_000_000;
+        let mut h = EdgeHistory::default();
+        for w in 0..MAX_WINDOWS as i64 - 1 {
+            h.push(window_of(SHORT_NS, w, |_| 1_000, 0), StampClass::Software);
+        }
+        h.push(
+            window_of(SHORT_NS, MAX_WINDOWS as i64 - 1, |_| 1_000, 800),
+            StampClass::Software,
+        );
+        assert_eq!(h.fit(&cfg(), SHORT_NS).unwrap().windows, MAX_WINDOWS);
+        h.push(
+            window_of(SHORT_NS, MAX_WINDOWS as i64, |_| 1_000, 800),
+            StampClass::Software,
+        );
+        assert_eq!(h.fit(&cfg(), SHORT_NS).unwrap().windows, 2);
     }
 }

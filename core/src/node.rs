@@ -1279,9 +1279,13 @@ mod tests {
     }
 
     fn node(id: u32) -> Node {
+        node_with(id, Settings::default())
+    }
+
+    fn node_with(id: u32, settings: Settings) -> Node {
         let mut n = Node::new(NodeConfig {
             me: member(id),
-            settings: Settings::default(),
+            settings,
             key: None,
             exchange: Exchange::Relay,
             nonce_base: 1,
@@ -1304,7 +1308,11 @@ mod tests {
 
     /// Node 1 after its handshake with node 2, which announced `caps`.
     fn shaken(caps: u32) -> Node {
-        let mut a = node(1);
+        shaken_with(caps, Settings::default())
+    }
+
+    fn shaken_with(caps: u32, settings: Settings) -> Node {
+        let mut a = node_with(1, settings);
         let hello = datagrams(&a.handle_tick(LocalNs(T0)));
         let Some(Message::Hello { header, .. }) = hello.first() else {
             panic!("no hello: {hello:?}");
@@ -1346,9 +1354,13 @@ mod tests {
 
     /// Node 3 of members 1, 2, 3 under static succession.
     fn successor() -> Node {
+        successor_with(Settings::default())
+    }
+
+    fn successor_with(settings: Settings) -> Node {
         let mut n = Node::new(NodeConfig {
             me: member(3),
-            settings: Settings::default(),
+            settings,
             key: None,
             exchange: Exchange::Relay,
             nonce_base: 1,
@@ -1534,9 +1546,15 @@ mod tests {
 
     #[test]
     fn under_succession_a_leader_its_peers_stop_hearing_is_passed_over_sooner() {
-        let w = Settings::default().window_ns();
+        // Windows long enough that the results rule (FAILOVER_WINDOWS of
+        // them) comes later than the peer rule.
+        let settings = Settings {
+            probe_window_s: 4,
+            ..Settings::default()
+        };
+        let w = settings.window_ns();
         let silence = crate::succession::PEER_SILENCE_NS.max(w);
-        let mut n = successor();
+        let mut n = successor_with(settings);
         let _ = n.handle_tick(LocalNs(T0));
         result_from(&mut n, 1, 1, T0 + w);
         // 1 sends nothing more; 2 is still heard (any valid datagram).
@@ -1597,11 +1615,18 @@ mod tests {
 
     #[test]
     fn a_batch_waits_for_more_reports_unless_it_is_full() {
-        let mut a = shaken(wire::capability::STAMP_BATCH);
+        // Windows longer than the wait, so that no window's end sends the
+        // batch first.
+        let settings = Settings {
+            probe_window_s: 4,
+            ..Settings::default()
+        };
+        let window_ns = settings.window_ns();
+        let mut a = shaken_with(wire::capability::STAMP_BATCH, settings);
         // In a window (T0 starts one) past the previous one's flush, early
         // enough that no window ends in what follows.
         let base = T0 + SETTLE_NS + 50_000_000;
-        assert!(base + SETTLE_NS + REPORT_DELAY_NS < T0 + Settings::default().window_ns());
+        assert!(base + SETTLE_NS + REPORT_DELAY_NS < T0 + window_ns);
         assert!(datagrams(&a.handle_tick(LocalNs(base))).is_empty());
         queue_tx_reports(&mut a, MAX_BATCH_ENTRIES as u64 + 3, base);
         let settled = base + SETTLE_NS + 1;

@@ -14,6 +14,12 @@ use serde::{Deserialize, Serialize};
 /// short (docs/estimator.md §8).
 pub const SOFTWARE_HISTORY_NS: i64 = 32_000_000_000;
 
+/// Longest time a NIC-stamp fit spans (2 s). Its pairs pin the line
+/// within a couple of seconds; a longer span only adds the clocks'
+/// frequency wander. Windows shorter than this fit several of them, so a
+/// result comes every window from as many pairs as before.
+pub const NIC_HISTORY_NS: i64 = 2_000_000_000;
+
 /// Software stamps: a pair is pure when its gaps agree within this.
 pub const SOFTWARE_PURITY_NS: i64 = 10_000;
 /// NIC stamps on both sides: a few clock ticks plus serialisation jitter
@@ -40,19 +46,16 @@ impl StampClass {
     }
 
     /// Most windows of `window_ns` an edge's fit may span with these
-    /// stamps. NIC stamps are precise enough that one window's pairs pin
-    /// the line; a longer span only adds the clocks' frequency wander.
-    /// Software stamps need the long history, [`SOFTWARE_HISTORY_NS`]
-    /// whatever the window (the caller caps it at the windows it keeps).
+    /// stamps: [`NIC_HISTORY_NS`] or [`SOFTWARE_HISTORY_NS`] whatever the
+    /// window, at least one (the caller caps it at the windows it keeps).
     /// The simulator's figures per limit, dated, are in docs/estimator.md
     /// ("At the agent's shipped settings").
     pub fn max_history_windows(self, window_ns: i64) -> usize {
-        match self {
-            StampClass::Nic => 1,
-            StampClass::Software => {
-                usize::try_from(SOFTWARE_HISTORY_NS / window_ns.max(1)).map_or(1, |w| w.max(1))
-            }
-        }
+        let history_ns = match self {
+            StampClass::Nic => NIC_HISTORY_NS,
+            StampClass::Software => SOFTWARE_HISTORY_NS,
+        };
+        usize::try_from(history_ns / window_ns.max(1)).map_or(1, |w| w.max(1))
     }
 
     /// How far the best round trip of the newest window may sit from that
@@ -64,6 +67,17 @@ impl StampClass {
         match self {
             StampClass::Nic => 30.0,
             StampClass::Software => 500.0,
+        }
+    }
+
+    /// The newest probes a path change is judged on span at least this
+    /// long: a second of NIC-stamped pairs pins the best round trip within
+    /// a few ns; a software-stamped one wanders by more than the cut with
+    /// fewer than a couple of seconds' pairs.
+    pub fn path_judged_ns(self) -> i64 {
+        match self {
+            StampClass::Nic => 1_000_000_000,
+            StampClass::Software => 2_000_000_000,
         }
     }
 
@@ -108,7 +122,7 @@ pub struct Settings {
 /// here (agent/src/config.rs), so the simulator runs what ships.
 pub const DEFAULT_PROBE_CADENCE_US: u64 = 100_000;
 pub const DEFAULT_PACKET_SPACING_US: u64 = 100;
-pub const DEFAULT_PROBE_WINDOW_S: u64 = 2;
+pub const DEFAULT_PROBE_WINDOW_S: u64 = 1;
 pub const DEFAULT_DEGREE: usize = 4;
 pub const DEFAULT_HOLDOVER_MAX_BOUND_NS: u64 = 10_000;
 

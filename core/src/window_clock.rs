@@ -8,15 +8,19 @@ use clockmesh_estimator::NodeId;
 use crate::report::EdgeStatus;
 
 /// Phase delays after a window ends: (cap ns, eighths of the window).
-const FIT_DELAY: (i64, i64) = (300_000_000, 1);
+/// The fit waits for the window's last reports: its last pairs settle
+/// [`crate::node::SETTLE_NS`] after its end, on the next tick
+/// ([`crate::node::TICK_NS`]), and then cross the link (300 ms at the
+/// shipped 1 s windows).
+const FIT_DELAY: (i64, i64) = (300_000_000, 3);
 /// The leader solves once the fits are in: relayed fits arrive within
 /// milliseconds of the fit phase (agents' clocks, NTP-disciplined, agree
-/// far better than the 0.4 s between); fits put in a shared store (etcd)
+/// far better than the 0.2 s between); fits put in a shared store (etcd)
 /// get longer. Every result ages from its anchor until the next one
 /// arrives, so this delay is part of what a reader sees.
-const SOLVE_DELAY_RELAYED: (i64, i64) = (700_000_000, 2);
-const SOLVE_DELAY_STORED: (i64, i64) = (1_500_000_000, 3);
-const FETCH_DELAY: (i64, i64) = (2_500_000_000, 5);
+const SOLVE_DELAY_RELAYED: (i64, i64) = (700_000_000, 4);
+const SOLVE_DELAY_STORED: (i64, i64) = (1_500_000_000, 5);
+const FETCH_DELAY: (i64, i64) = (2_500_000_000, 6);
 
 /// Which step of a window's processing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +127,17 @@ fn due(w: i64, now_ns: i64, (cap, eighths): (i64, i64), done: Option<u64>) -> Op
 mod tests {
     use super::*;
 
+    /// At the shipped window the fit comes after the window's last pairs
+    /// have settled on some tick, with time to cross the link: a fit
+    /// before would leave them out.
+    #[test]
+    fn the_fit_waits_for_the_window_s_last_reports() {
+        use crate::node::{SETTLE_NS, TICK_NS};
+        let w = crate::settings::Settings::default().window_ns();
+        let delay = FIT_DELAY.0.min(w / 8 * FIT_DELAY.1);
+        assert!(delay >= SETTLE_NS + TICK_NS + 50_000_000, "{delay} ns");
+    }
+
     #[test]
     fn phases_fire_once_per_window_after_their_delay() {
         let w = 4_000_000_000;
@@ -150,7 +165,7 @@ mod tests {
         assert_eq!(
             due(
                 short.window_ns,
-                5_000_000_000 + 625_000_000,
+                5_000_000_000 + 750_000_000,
                 FETCH_DELAY,
                 None
             ),
@@ -159,7 +174,7 @@ mod tests {
         assert_eq!(
             due(
                 short.window_ns,
-                5_000_000_000 + 600_000_000,
+                5_000_000_000 + 740_000_000,
                 FETCH_DELAY,
                 None
             ),
