@@ -7,8 +7,8 @@
 use clockmesh_estimator::{EstimatorConfig, FitConfig, PurityConfig};
 use serde::{Deserialize, Serialize};
 
-/// Longest time a software-stamp fit spans (32 s: 16 windows of the
-/// shipped 2 s). Their noise needs the long span, and its tight drift
+/// Longest time a software-stamp fit spans (32 s: 32 windows of the
+/// shipped 1 s). Their noise needs the long span, and its tight drift
 /// bound is what makes holdover last; on a fast-wandering clock a shorter
 /// one is better at the result, but 16 s cut the fault bench's holdover
 /// short (docs/estimator.md §8).

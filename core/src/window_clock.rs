@@ -7,20 +7,20 @@ use clockmesh_estimator::NodeId;
 
 use crate::report::EdgeStatus;
 
-/// Phase delays after a window ends: (cap ns, eighths of the window).
+/// Phase delays after a window ends: (cap ns, percent of the window).
 /// The fit waits for the window's last reports: its last pairs settle
 /// [`crate::node::SETTLE_NS`] after its end, on the next tick
 /// ([`crate::node::TICK_NS`]), and then cross the link (300 ms at the
 /// shipped 1 s windows).
-const FIT_DELAY: (i64, i64) = (300_000_000, 3);
+const FIT_DELAY: (i64, i64) = (300_000_000, 30);
 /// The leader solves once the fits are in: relayed fits arrive within
 /// milliseconds of the fit phase (agents' clocks, NTP-disciplined, agree
-/// far better than the 0.2 s between); fits put in a shared store (etcd)
+/// far better than the 0.1 s between); fits put in a shared store (etcd)
 /// get longer. Every result ages from its anchor until the next one
 /// arrives, so this delay is part of what a reader sees.
-const SOLVE_DELAY_RELAYED: (i64, i64) = (700_000_000, 4);
-const SOLVE_DELAY_STORED: (i64, i64) = (1_500_000_000, 5);
-const FETCH_DELAY: (i64, i64) = (2_500_000_000, 6);
+const SOLVE_DELAY_RELAYED: (i64, i64) = (700_000_000, 40);
+const SOLVE_DELAY_STORED: (i64, i64) = (1_500_000_000, 55);
+const FETCH_DELAY: (i64, i64) = (2_500_000_000, 70);
 
 /// Which step of a window's processing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,8 +115,8 @@ impl WindowClock {
 
 /// The window (of length `w`) that ended most recently, if `delay` has
 /// passed since and it is newer than `done`.
-fn due(w: i64, now_ns: i64, (cap, eighths): (i64, i64), done: Option<u64>) -> Option<u64> {
-    let delay = cap.min(w / 8 * eighths);
+fn due(w: i64, now_ns: i64, (cap, percent): (i64, i64), done: Option<u64>) -> Option<u64> {
+    let delay = cap.min(w / 100 * percent);
     let ended = now_ns.div_euclid(w) - 1;
     let since_end = now_ns - (ended + 1) * w;
     let k = u64::try_from(ended).ok()?;
@@ -134,7 +134,7 @@ mod tests {
     fn the_fit_waits_for_the_window_s_last_reports() {
         use crate::node::{SETTLE_NS, TICK_NS};
         let w = crate::settings::Settings::default().window_ns();
-        let delay = FIT_DELAY.0.min(w / 8 * FIT_DELAY.1);
+        let delay = FIT_DELAY.0.min(w / 100 * FIT_DELAY.1);
         assert!(delay >= SETTLE_NS + TICK_NS + 50_000_000, "{delay} ns");
     }
 
@@ -165,7 +165,7 @@ mod tests {
         assert_eq!(
             due(
                 short.window_ns,
-                5_000_000_000 + 750_000_000,
+                5_000_000_000 + 700_000_000,
                 FETCH_DELAY,
                 None
             ),
@@ -174,7 +174,7 @@ mod tests {
         assert_eq!(
             due(
                 short.window_ns,
-                5_000_000_000 + 740_000_000,
+                5_000_000_000 + 690_000_000,
                 FETCH_DELAY,
                 None
             ),

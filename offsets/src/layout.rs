@@ -32,7 +32,7 @@ pub const RECORD_CHECKSUM_OFFSET: usize = RECORD_END;
 pub const RING_HEAD_OFFSET: usize = RECORD_END + 8;
 /// The ring of recent records starts on the second page.
 pub const RING_OFFSET: usize = 4096;
-/// Records the ring keeps: 256 × the 2 s default window = 512 s (8.5 min)
+/// Records the ring keeps: 256 × the 1 s default window = 256 s (4.3 min)
 /// of stamps that `to_global` can still map at their own time.
 pub const RING_SLOTS: usize = 256;
 pub const SLOT_LEN: usize = 128;

@@ -3,7 +3,7 @@
 //!
 //! Three netns hosts on the test bridge share one kernel clock, so every
 //! true offset is 0 and each answer's offset is its own error. clockmesh:
-//! three agents at the shipped defaults (100 ms cadence, 2 s windows),
+//! three agents at the shipped defaults (100 ms cadence, 1 s windows),
 //! static membership or etcd. chrony (`chronyd -x`, never touches the
 //! clock): server in host 0, clients in hosts 1 and 2 (16 Hz, interleaved),
 //! as in `bench-chrony`. Every 500 ms both tools are read for hosts 1 and 2
@@ -77,7 +77,7 @@ enum BackendArg {
     Both,
 }
 
-/// How long each fault's "after" part is sampled: four 2 s windows (the
+/// How long each fault's "after" part is sampled: eight 1 s windows (the
 /// recovery the issue asks for is two).
 const AFTER: Duration = Duration::from_secs(8);
 /// Both tools are read this often.
