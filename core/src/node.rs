@@ -1519,14 +1519,17 @@ mod tests {
         let taken = result_from(&mut n, 1, 1, T0 + w);
         assert_eq!(n.counters().results_received, 1);
         assert_eq!(published_windows(&taken), [1], "published on arrival");
-        // 1 falls silent: passed over after FAILOVER_WINDOWS windows.
-        let silent = crate::succession::FAILOVER_WINDOWS * w;
+        // 1 falls silent: passed over after the results rule's silence.
+        let silent = crate::succession::results_silence_ns(w);
         let _ = n.handle_tick(LocalNs(T0 + w + silent));
         assert_eq!(n.leader(), Some("n1"), "not yet");
         let _ = n.handle_tick(LocalNs(T0 + w + silent + 1));
         assert_eq!(n.leader(), Some("n2"));
         assert_eq!(n.counters().leader_failovers, 1);
-        result_from(&mut n, 2, 7, T0 + 7 * w);
+        // Windows of the new leader's result and of the old one's return.
+        let k2 = 2 + silent / w;
+        let k3 = k2 + silent / w + 2;
+        result_from(&mut n, 2, k2 as u64, T0 + k2 * w);
         assert_eq!(
             n.counters().results_received,
             2,
@@ -1534,11 +1537,11 @@ mod tests {
         );
         // 2 falls silent too, and this node hears nobody: it does not lead
         // itself (its readers hold the last result over).
-        let _ = n.handle_tick(LocalNs(T0 + 7 * w + silent + 1));
+        let _ = n.handle_tick(LocalNs(T0 + k2 * w + silent + 1));
         assert_eq!((n.leader(), n.is_leader()), (Some("n2"), false));
         assert_eq!(n.counters().leader_failovers, 1);
         // 1 is back: its result shows it leads again.
-        result_from(&mut n, 1, 20, T0 + 20 * w);
+        result_from(&mut n, 1, k3 as u64, T0 + k3 * w);
         assert_eq!(n.leader(), Some("n1"));
         assert_eq!(n.counters().leader_returns, 1);
         assert_eq!(n.counters().results_received, 3);

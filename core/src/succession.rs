@@ -1,6 +1,6 @@
 //! Reference succession for static membership, where no engine elects a
 //! leader: the lowest-id member leads while its results arrive; one that
-//! stays silent for [`FAILOVER_WINDOWS`] windows is passed over for the
+//! stays silent for [`FAILOVER_WINDOWS`] windows (at least 8 s) is passed over for the
 //! next id, until a result from it shows it leads again. A new leader
 //! continues the global timeline from its own last result
 //! ([`crate::timeline`]), so neither the hand-over nor the return of the
@@ -27,6 +27,23 @@ use clockmesh_estimator::NodeId;
 /// four results in a row are lost 0.8 % of the time), short enough that
 /// readers holding over see a bound grown for about five windows at most.
 pub const FAILOVER_WINDOWS: i64 = 4;
+
+/// The shortest silence the results rule waits for, whatever the window:
+/// 8 s, four windows of 2 s. With 1 s windows four results in a row would
+/// be lost at 30 % loss once a window in 120, enough for a spurious
+/// failover in most minutes of such loss (the fault bench saw one); eight
+/// are lost once in 15,000. A dead leader's probe peers pass it over
+/// sooner ([`PEER_SILENCE_NS`]).
+pub const FAILOVER_MIN_NS: i64 = 8_000_000_000;
+
+/// How long the leader's results may stop before it is passed over, with
+/// windows of `window_ns`: [`FAILOVER_WINDOWS`] windows, at least
+/// [`FAILOVER_MIN_NS`].
+pub fn results_silence_ns(window_ns: i64) -> i64 {
+    window_ns
+        .saturating_mul(FAILOVER_WINDOWS)
+        .max(FAILOVER_MIN_NS)
+}
 
 /// How long a leader that is a probe peer of this member may send it
 /// nothing at all (no probe, report or result) while other members are
@@ -64,7 +81,7 @@ pub enum LeaderChange {
 /// Which silence passed a leader over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Silence {
-    /// No result for [`FAILOVER_WINDOWS`] windows.
+    /// No result for [`results_silence_ns`].
     Results,
     /// A probe peer that sent nothing for [`PEER_SILENCE_NS`] while
     /// other members were heard.
@@ -76,7 +93,7 @@ impl Succession {
     pub fn new(me: NodeId, window_ns: i64) -> Self {
         Succession {
             me,
-            silence_ns: window_ns.saturating_mul(FAILOVER_WINDOWS),
+            silence_ns: results_silence_ns(window_ns),
             peer_silence_ns: PEER_SILENCE_NS.max(window_ns),
             passed_over: BTreeSet::new(),
             following: None,
@@ -233,6 +250,25 @@ mod tests {
         s.tick(&IDS, 0, no_peers);
         s.heard_result(1, &IDS, W);
         s
+    }
+
+    /// Short windows: the results rule still waits [`FAILOVER_MIN_NS`],
+    /// not four windows, so loss alone rarely passes a live leader over.
+    #[test]
+    fn short_windows_wait_the_minimum_silence_for_results() {
+        const SHORT: i64 = 1_000_000_000;
+        let mut s = Succession::new(3, SHORT);
+        s.tick(&IDS, 0, no_peers);
+        s.heard_result(1, &IDS, SHORT);
+        let four_windows = SHORT + FAILOVER_WINDOWS * SHORT + 1;
+        assert_eq!(s.tick(&IDS, four_windows, no_peers), LeaderChange::Kept);
+        assert_eq!(
+            s.tick(&IDS, SHORT + FAILOVER_MIN_NS + 1, no_peers),
+            LeaderChange::FailedOver {
+                passed_over: 1,
+                why: Silence::Results
+            }
+        );
     }
 
     /// No member is a probe peer: only results tell liveness.
