@@ -129,20 +129,22 @@ impl EdgeHistory {
     /// [`StampClass::path_judged_ns`]: the best of fewer pairs would wander
     /// by more than the cut.
     fn path_changed(&self, span: usize, fit: &EdgeFit, stamps: StampClass, window_ns: i64) -> bool {
-        let newest_windows = windows_covering(stamps.path_judged_ns(), window_ns);
+        let newest_windows = stamps.path_judged_windows(window_ns);
         if span <= newest_windows {
             return false;
         }
-        let gaps: Vec<Option<f64>> = self
-            .windows
-            .iter()
-            .skip(self.windows.len() - span)
-            .map(|(w, _)| best_round_trip(w, fit))
-            .collect();
-        let (older, newest) = gaps.split_at(span - newest_windows);
-        let best =
-            |gaps: &[Option<f64>]| gaps.iter().flatten().copied().fold(f64::INFINITY, f64::min);
-        let (newest, older) = (best(newest), best(older));
+        // The best round trip of `count` windows from the `first`.
+        let best = |first: usize, count: usize| {
+            self.windows
+                .iter()
+                .skip(first)
+                .take(count)
+                .filter_map(|(w, _)| best_round_trip(w, fit))
+                .fold(f64::INFINITY, f64::min)
+        };
+        let newest_first = self.windows.len() - newest_windows;
+        let older = best(self.windows.len() - span, span - newest_windows);
+        let newest = best(newest_first, newest_windows);
         newest.is_finite() && older.is_finite() && (newest - older).abs() > stamps.path_change_ns()
     }
 
@@ -195,12 +197,6 @@ fn best_round_trip(w: &EdgeProbes, fit: &EdgeFit) -> Option<f64> {
         (p.rx_ns - p.tx_ns + base) as f64 + rel
     });
     Some(forward.reduce(f64::min)? + backward.reduce(f64::min)?)
-}
-
-/// How many windows of `window_ns` cover `span_ns` (at least one).
-fn windows_covering(span_ns: i64, window_ns: i64) -> usize {
-    let windows = (span_ns + window_ns.max(1) - 1) / window_ns.max(1);
-    usize::try_from(windows).map_or(1, |w| w.max(1))
 }
 
 /// Time covered by the probes (ns, on the `from` clock).

@@ -70,6 +70,12 @@ impl StampClass {
         }
     }
 
+    /// The newest windows of `window_ns` a path change is judged on: those
+    /// covering [`StampClass::path_judged_ns`].
+    pub fn path_judged_windows(self, window_ns: i64) -> usize {
+        windows_covering(self.path_judged_ns(), window_ns)
+    }
+
     /// The newest probes a path change is judged on span at least this
     /// long: a second of NIC-stamped pairs pins the best round trip within
     /// a few ns; a software-stamped one wanders by more than the cut with
@@ -116,6 +122,14 @@ pub struct Settings {
     /// ([`DEFAULT_HOLDOVER_MAX_BOUND_NS`]; 0: never). Written into every
     /// record; the node also keeps a held result only while it answers.
     pub holdover_max_bound_ns: u64,
+}
+
+/// How many windows of `window_ns` cover `span_ns`: rounded up, at least
+/// one.
+pub fn windows_covering(span_ns: i64, window_ns: i64) -> usize {
+    let window_ns = window_ns.max(1);
+    let windows = span_ns.saturating_add(window_ns - 1) / window_ns;
+    usize::try_from(windows).map_or(1, |w| w.max(1))
 }
 
 /// The shipped defaults: the agent's configuration keys take theirs from

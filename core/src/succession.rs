@@ -1,14 +1,14 @@
 //! Reference succession for static membership, where no engine elects a
 //! leader: the lowest-id member leads while its results arrive; one that
-//! stays silent for [`FAILOVER_WINDOWS`] windows (at least 8 s) is passed over for the
-//! next id, until a result from it shows it leads again. A new leader
+//! stays silent for [`results_silence_ns`] (four windows, at least 8 s) is
+//! passed over for the next id, until a result from it shows it leads again. A new leader
 //! continues the global timeline from its own last result
 //! ([`crate::timeline`]), so neither the hand-over nor the return of the
 //! old leader moves the timeline by more than the carried bound.
 //!
 //! Liveness comes from what the protocol already sees. The leader sends
 //! every member its result once per window: a leader whose results stop
-//! for [`FAILOVER_WINDOWS`] windows is passed over by every member. Its
+//! for [`results_silence_ns`] is passed over by every member. Its
 //! probe peers know sooner: a live peer sends tens of datagrams a window
 //! (probes, stamp reports), so a leader that has sent a peer nothing at
 //! all for [`PEER_SILENCE_NS`] — no result either — while other
@@ -22,10 +22,11 @@ use std::collections::BTreeSet;
 
 use clockmesh_estimator::NodeId;
 
-/// Windows without a result from the leader before it is passed over:
-/// long enough that datagram loss alone rarely triggers it (at 30 % loss,
-/// four results in a row are lost 0.8 % of the time), short enough that
-/// readers holding over see a bound grown for about five windows at most.
+/// Windows without a result from the leader before it is passed over (at
+/// least [`FAILOVER_MIN_NS`]): long enough that datagram loss alone rarely
+/// triggers it (at 30 % loss, four results in a row are lost 0.8 % of the
+/// time), short enough that readers holding over see a bound grown for
+/// about five windows at most at windows of 2 s and longer.
 pub const FAILOVER_WINDOWS: i64 = 4;
 
 /// The shortest silence the results rule waits for, whatever the window:
@@ -52,7 +53,7 @@ pub fn results_silence_ns(window_ns: i64) -> i64 {
 /// 100 ms cadence, tens of probes a second), so at 30 % datagram loss a
 /// live leader goes unheard for 4 s at most 0.3^5 ≈ 0.2 % of the time, and
 /// its next result then brings it back; a dead one is passed over about
-/// 4 s after it died instead of [`FAILOVER_WINDOWS`] windows.
+/// 4 s after it died instead of after [`results_silence_ns`].
 pub const PEER_SILENCE_NS: i64 = 4_000_000_000;
 
 /// Who leads, from the members' ids and the leader's silence.

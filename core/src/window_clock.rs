@@ -113,10 +113,16 @@ impl WindowClock {
     }
 }
 
+/// A phase's delay after the end of a window of length `w`: its share of
+/// the window, at most its cap.
+fn delay_ns(w: i64, (cap, percent): (i64, i64)) -> i64 {
+    cap.min(w / 100 * percent)
+}
+
 /// The window (of length `w`) that ended most recently, if `delay` has
 /// passed since and it is newer than `done`.
-fn due(w: i64, now_ns: i64, (cap, percent): (i64, i64), done: Option<u64>) -> Option<u64> {
-    let delay = cap.min(w / 100 * percent);
+fn due(w: i64, now_ns: i64, phase_delay: (i64, i64), done: Option<u64>) -> Option<u64> {
+    let delay = delay_ns(w, phase_delay);
     let ended = now_ns.div_euclid(w) - 1;
     let since_end = now_ns - (ended + 1) * w;
     let k = u64::try_from(ended).ok()?;
@@ -134,7 +140,7 @@ mod tests {
     fn the_fit_waits_for_the_window_s_last_reports() {
         use crate::node::{SETTLE_NS, TICK_NS};
         let w = crate::settings::Settings::default().window_ns();
-        let delay = FIT_DELAY.0.min(w / 100 * FIT_DELAY.1);
+        let delay = delay_ns(w, FIT_DELAY);
         assert!(delay >= SETTLE_NS + TICK_NS + 50_000_000, "{delay} ns");
     }
 

@@ -42,7 +42,7 @@ const WARMUP_NS: i64 = 8_000_000_000;
 
 /// [`WARMUP_NS`] in windows of `window_ns` (rounded up, at least 2).
 fn warmup_windows(window_ns: i64) -> u32 {
-    let windows = (WARMUP_NS + window_ns - 1) / window_ns.max(1);
+    let windows = clockmesh_core::settings::windows_covering(WARMUP_NS, window_ns);
     u32::try_from(windows).unwrap_or(u32::MAX).max(2)
 }
 
