@@ -118,6 +118,7 @@ fn edge_line(from: usize, to: usize, k: u64, anchor_ns: i64) -> EdgeLine {
         spacing_rejected: 0,
         impure: 52,
         history_windows: 2,
+        drift_windows: 2,
         stamps: "software".into(),
         purity_tolerance_ns: 10_000,
         fit: (k != 3).then_some(fit),

@@ -1199,6 +1199,7 @@ fn edge_status(k: u64, h: &HistoryFit, fit: Option<&pb::EdgeFit>) -> EdgeStatus 
         pure: (o.forward.pure + o.backward.pure) as u64,
         error: o.fit.as_ref().err().map(|e| e.to_string()),
         history_windows: h.windows,
+        drift_windows: h.drift_windows,
         stamps: h.stamps.as_str().into(),
         purity_tolerance_ns: h.stamps.purity_tolerance_ns(),
     }
@@ -1226,6 +1227,7 @@ fn edge_line(
         spacing_rejected: o.forward.spacing_rejected + o.backward.spacing_rejected,
         impure: o.forward.impure + o.backward.impure,
         history_windows: h.windows,
+        drift_windows: h.drift_windows,
         stamps: h.stamps.as_str().into(),
         purity_tolerance_ns: h.stamps.purity_tolerance_ns(),
         fit: fit.map(FitLine::from),

@@ -19,6 +19,8 @@ pub struct EdgeStatus {
     pub error: Option<String>,
     /// Windows of probes the fit spans (its history, `core/src/history.rs`).
     pub history_windows: usize,
+    /// Windows its drift spans: `history_windows`, or more with NIC stamps.
+    pub drift_windows: usize,
     /// `nic` or `software`: the stamps the fit used, which set its purity.
     pub stamps: String,
     pub purity_tolerance_ns: i64,
@@ -66,6 +68,10 @@ pub struct EdgeLine {
     pub impure: usize,
     /// Windows of probes the fit spans (its history).
     pub history_windows: usize,
+    /// Windows its drift spans: `history_windows`, or more with NIC stamps
+    /// (0 in lines written before it was recorded).
+    #[serde(default)]
+    pub drift_windows: usize,
     /// `nic` or `software`: the stamps the fit used, which set its purity.
     pub stamps: String,
     pub purity_tolerance_ns: i64,

@@ -20,6 +20,14 @@ pub const SOFTWARE_HISTORY_NS: i64 = 32_000_000_000;
 /// result comes every window from as many pairs as before.
 pub const NIC_HISTORY_NS: i64 = 2_000_000_000;
 
+/// Longest time the drift of a NIC-stamp fit spans (3 s): its offset comes
+/// from [`NIC_HISTORY_NS`], its drift from this longer span while it agrees.
+/// A reader extrapolates every result with its drift until the next one
+/// replaces it, and one 2 s span's slope is noisier than the frequency
+/// wanders over 3 s at 1–3 ppb/√s: NIC-128 aged p99 14.7 → 13.2 ns, harsh
+/// NIC 28.8 → 28.9 (4 s: 13.1 and 29.9; docs/estimator.md §8).
+pub const NIC_DRIFT_HISTORY_NS: i64 = 3_000_000_000;
+
 /// Software stamps: a pair is pure when its gaps agree within this.
 pub const SOFTWARE_PURITY_NS: i64 = 10_000;
 /// NIC stamps on both sides: a few clock ticks plus serialisation jitter
@@ -55,7 +63,27 @@ impl StampClass {
             StampClass::Nic => NIC_HISTORY_NS,
             StampClass::Software => SOFTWARE_HISTORY_NS,
         };
-        usize::try_from(history_ns / window_ns.max(1)).map_or(1, |w| w.max(1))
+        windows_within(history_ns, window_ns)
+    }
+
+    /// Most windows of `window_ns` the drift of an edge's fit may span
+    /// beyond its offset's: [`NIC_DRIFT_HISTORY_NS`] for NIC stamps; `None`
+    /// for software stamps, whose drift is their offset's (its span is
+    /// already the longest that agrees).
+    pub fn drift_history_windows(self, window_ns: i64) -> Option<usize> {
+        match self {
+            StampClass::Nic => Some(windows_within(NIC_DRIFT_HISTORY_NS, window_ns)),
+            StampClass::Software => None,
+        }
+    }
+
+    /// Whether a fit may bridge windows without probes (a link down, a
+    /// peer restarting) with these stamps: software stamps yes (their
+    /// spans count windows that had probes; the wander over the span's
+    /// whole time is in its bound); NIC stamps no (their span is a time:
+    /// the agreement test cannot see the wander a longer one adds).
+    pub fn bridges_silence(self) -> bool {
+        self == StampClass::Software
     }
 
     /// How far the best round trip of the newest window may sit from that
@@ -70,21 +98,17 @@ impl StampClass {
         }
     }
 
-    /// The newest windows of `window_ns` a path change is judged on: those
-    /// covering [`StampClass::path_judged_ns`].
-    pub fn path_judged_windows(self, window_ns: i64) -> usize {
-        windows_covering(self.path_judged_ns(), window_ns)
-    }
-
-    /// The newest probes a path change is judged on span at least this
-    /// long: a second of NIC-stamped pairs pins the best round trip within
-    /// a few ns; a software-stamped one wanders by more than the cut with
-    /// fewer than a couple of seconds' pairs.
-    pub fn path_judged_ns(self) -> i64 {
-        match self {
-            StampClass::Nic => 1_000_000_000,
-            StampClass::Software => 2_000_000_000,
-        }
+    /// Whether newest probes slower than the span's older ones by more than
+    /// [`StampClass::path_change_ns`] cut the history. NIC stamps yes: their
+    /// best round trip holds still within a few ns, so a slower one is a
+    /// path change or a line bent by a frequency change. Software stamps
+    /// no: their best round trip over a couple of seconds wanders with
+    /// queues, CPU load and loss by more than the cut, and the older,
+    /// faster pairs are the better samples of the same clocks (the fault
+    /// bench's software edges were cut every few windows, their short fits
+    /// hundreds of ns off). A faster path cuts with any stamps.
+    pub fn slower_path_cuts(self) -> bool {
+        self == StampClass::Nic
     }
 
     /// The purity tolerance this class of stamps needs.
@@ -122,6 +146,21 @@ pub struct Settings {
     /// ([`DEFAULT_HOLDOVER_MAX_BOUND_NS`]; 0: never). Written into every
     /// record; the node also keeps a held result only while it answers.
     pub holdover_max_bound_ns: u64,
+}
+
+/// The newest probes a path change is judged on (`core/src/history.rs`):
+/// one second's, with any stamps. A path that got faster shows in its
+/// first second (no queue makes a packet faster than its path); a slower
+/// one, which only cuts NIC histories ([`StampClass::slower_path_cuts`]),
+/// in a second of NIC pairs, whose best round trip holds still within a
+/// few ns. (Software stamps were judged on 2 s while a slower path cut
+/// them too: the best of fewer pairs wandered by more than the cut.)
+pub const PATH_JUDGED_NS: i64 = 1_000_000_000;
+
+/// How many whole windows of `window_ns` fit in `span_ns`: rounded down
+/// (a span must not exceed its history), at least one.
+fn windows_within(span_ns: i64, window_ns: i64) -> usize {
+    usize::try_from(span_ns / window_ns.max(1)).map_or(1, |w| w.max(1))
 }
 
 /// How many windows of `window_ns` cover `span_ns`: rounded up, at least

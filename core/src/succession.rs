@@ -14,7 +14,8 @@
 //! all for [`PEER_SILENCE_NS`] — no result either — while other
 //! members were heard is passed over then (a member whose own link is
 //! down hears nobody and waits for the longer rule, and never leads
-//! itself while it hears nobody: it holds over). A member that passed
+//! itself while it hears nobody: it holds over, and the silence it could
+//! not hear counts again once it hears others). A member that passed
 //! the leader over only because of its own link's loss hears the leader's
 //! next result and goes back to it. Pure: no I/O, no clock.
 
@@ -151,6 +152,11 @@ impl Succession {
                     return LeaderChange::Kept;
                 };
                 if self.would_lead_alone(leader, ids, now_ns, &heard) {
+                    // Cut off, this member learns nothing of the leader:
+                    // its silence counts again from when others are heard,
+                    // so the leader's next result, not the first probe of
+                    // another member, decides once the link is back.
+                    self.following = Some((leader, now_ns));
                     return LeaderChange::Kept;
                 }
                 self.passed_over.insert(leader);
@@ -399,9 +405,17 @@ mod tests {
             assert_eq!(s.tick(&IDS, t, &nobody), LeaderChange::Kept, "at {t}");
         }
         assert_eq!(s.leader(&IDS), Some(2));
-        // The link is back: 1's next result is taken.
+        // The link is back: 2's probes arrive before any result. It is not
+        // passed over for a silence this node could not hear, so this node
+        // does not lead itself.
+        let up = W + 39 * FAILOVER_WINDOWS * W + 1 + W / 2;
+        for t in [up, up + W / 4, up + W] {
+            assert_eq!(s.tick(&IDS, t, peers_heard(down, t)), LeaderChange::Kept);
+            assert_eq!(s.leader(&IDS), Some(2), "at {t}");
+        }
+        // 1's next result is taken.
         assert_eq!(
-            s.heard_result(1, &IDS, 200 * W),
+            s.heard_result(1, &IDS, up + W),
             (true, LeaderChange::Returned { leader: 1 })
         );
     }

@@ -102,6 +102,7 @@ fn cluster_converges(nodes: usize, direct_pair: bool) -> Cluster {
         "pure_forward",
         "impure",
         "history_windows",
+        "drift_windows",
         "stamps",
         "purity_tolerance_ns",
         "fit",

@@ -144,6 +144,7 @@ mod tests {
             spacing_rejected: 0,
             impure: 20,
             history_windows: 2,
+            drift_windows: 2,
             stamps: "software".into(),
             purity_tolerance_ns: 10_000,
             fit: Some(FitLine {
