@@ -773,7 +773,7 @@ fn score_job(
 /// The case: one distributed JAX job and one distributed PyTorch
 /// job across three hosts, each host's clock skewed its own way (n1 123
 /// ms ahead and 50 ppm fast, n2 40 ms behind and 20 ppm slow), rank 2
-/// delaying each step by a known 0.5–2 ms. `clockmesh trace collectives`
+/// delaying each step by a known 1–4 ms. `clockmesh trace collectives`
 /// over the merged run must name the true last arriver wherever the truth
 /// is decided beyond the bounds, state every lateness within 1 µs and
 /// within the combined bound of the truth, find no causality violation
