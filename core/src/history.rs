@@ -61,8 +61,9 @@ pub struct EdgeHistory {
     windows: VecDeque<KeptWindow>,
     /// The newest window that had probes.
     newest: Option<u64>,
-    /// The newest window pushed, when it had no probes: reported as that
-    /// window's failed fit when no kept span may be fitted.
+    /// The newest window pushed, when it had no probes and was not kept
+    /// (a bridging edge): reported as that window's failed fit when no
+    /// kept span may be fitted.
     silent: Option<(u64, EdgeProbes, StampClass)>,
 }
 
@@ -83,6 +84,19 @@ pub struct HistoryFit {
     pub drift_windows: usize,
     /// The stamps of the span (its worst window's), which set its purity.
     pub stamps: StampClass,
+}
+
+impl HistoryFit {
+    /// `outcome`, fitted over `span` windows with `stamps`; its drift spans
+    /// as many until [`EdgeHistory::fit`] finds a longer one for it.
+    fn spanning(outcome: EdgeOutcome, span: usize, stamps: StampClass) -> Self {
+        HistoryFit {
+            outcome,
+            windows: span,
+            drift_windows: span,
+            stamps,
+        }
+    }
 }
 
 impl EdgeHistory {
@@ -129,12 +143,11 @@ impl EdgeHistory {
     pub fn fit(&self, cfg: &EstimatorConfig, window_ns: i64) -> Option<HistoryFit> {
         self.fit_kept(cfg, window_ns).or_else(|| {
             let (_, probes, stamps) = self.silent.as_ref()?;
-            Some(HistoryFit {
-                outcome: fit_probes(probes, *stamps, cfg),
-                windows: 1,
-                drift_windows: 1,
-                stamps: *stamps,
-            })
+            Some(HistoryFit::spanning(
+                fit_probes(probes, *stamps, cfg),
+                1,
+                *stamps,
+            ))
         })
     }
 
@@ -153,12 +166,7 @@ impl EdgeHistory {
             let (outcome, stamps) = self.fit_span(span, cfg);
             let Ok(fit) = &outcome.fit else {
                 if chosen.is_none() {
-                    chosen = Some(HistoryFit {
-                        outcome,
-                        windows: span,
-                        drift_windows: span,
-                        stamps,
-                    });
+                    chosen = Some(HistoryFit::spanning(outcome, span, stamps));
                 }
                 continue;
             };
@@ -172,12 +180,7 @@ impl EdgeHistory {
                 continue;
             }
             accepted.push(fit.clone());
-            chosen = Some(HistoryFit {
-                outcome,
-                windows: span,
-                drift_windows: span,
-                stamps,
-            });
+            chosen = Some(HistoryFit::spanning(outcome, span, stamps));
         }
         if let Some(chosen) = chosen.as_mut() {
             self.steady_drift(chosen, &accepted, cfg, window_ns);
@@ -193,10 +196,13 @@ impl EdgeHistory {
         if span > self.windows.len() || span > longest {
             return false;
         }
+        if stamps.bridges_silence() {
+            return true;
+        }
         let oldest = self.windows[self.windows.len() - span].k;
-        let current = self.silent.as_ref().map(|s| s.0).max(self.newest);
-        let covered = current.map_or(0, |k| k.saturating_sub(oldest) + 1);
-        stamps.bridges_silence() || covered <= longest as u64
+        // The current window: a silent one pushed after the newest kept.
+        let current = self.silent.as_ref().map_or(self.newest, |s| Some(s.0));
+        current.is_some_and(|k| k.saturating_sub(oldest) < longest as u64)
     }
 
     /// Gives `chosen` the drift of a longer span than its own, up to the
@@ -215,15 +221,15 @@ impl EdgeHistory {
         let Some(longest) = chosen.stamps.drift_history_windows(window_ns) else {
             return;
         };
+        if accepted.is_empty() {
+            return; // no span fitted: nothing to lend a drift to
+        }
         let Some(span) = (chosen.windows + 1..=longest)
             .rev()
             .find(|&s| self.spannable(s, longest, chosen.stamps))
         else {
             return;
         };
-        if accepted.is_empty() {
-            return;
-        }
         let (outcome, stamps) = self.fit_span(span, cfg);
         let Ok(long) = &outcome.fit else { return };
         if stamps != chosen.stamps
