@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 
 use clockmesh_estimator::{EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, estimate_edge};
 
-use crate::settings::{PATH_JUDGED_NS, StampClass, windows_covering};
+use crate::settings::{LONG_SILENCE_NS, PATH_JUDGED_NS, StampClass, windows_covering};
 
 /// Windows of raw probes kept per out-edge (32 s at the shipped 1 s
 /// windows): the longest span of any class of stamps.
@@ -140,8 +140,19 @@ impl EdgeHistory {
     /// only before the first window. The one-window span is always tried,
     /// so a failed fit is reported when no span fits. Windows are
     /// `window_ns` long.
-    pub fn fit(&self, cfg: &EstimatorConfig, window_ns: i64) -> Option<HistoryFit> {
-        self.fit_kept(cfg, window_ns).or_else(|| {
+    ///
+    /// When the newest second saw a faster path than every older window of
+    /// a full history (the class's longest span), those windows are
+    /// forgotten: they saw a detour
+    /// that is gone (no queue makes a packet faster than its path), and a
+    /// later span that held them, pinned at its newest end by a few fast
+    /// windows, would lean towards the old path's bias.
+    pub fn fit(&mut self, cfg: &EstimatorConfig, window_ns: i64) -> Option<HistoryFit> {
+        let (chosen, faster_since) = self.fit_kept(cfg, window_ns);
+        if let Some(newest) = faster_since {
+            self.windows.drain(..self.windows.len() - newest);
+        }
+        chosen.or_else(|| {
             let (_, probes, stamps) = self.silent.as_ref()?;
             Some(HistoryFit::spanning(
                 fit_probes(probes, *stamps, cfg),
@@ -151,18 +162,32 @@ impl EdgeHistory {
         })
     }
 
-    /// [`EdgeHistory::fit`] over the kept windows; `None` when no span of
-    /// them may be fitted.
-    fn fit_kept(&self, cfg: &EstimatorConfig, window_ns: i64) -> Option<HistoryFit> {
+    /// [`EdgeHistory::fit`] over the kept windows (`None` when no span of
+    /// them may be fitted), and how many of the newest windows saw a
+    /// faster path than all the older ones of the class's longest span, if
+    /// so. (A young history's first window, slow while the path warms up,
+    /// is not worth forgetting: the simulator's figures moved when it was.)
+    fn fit_kept(
+        &self,
+        cfg: &EstimatorConfig,
+        window_ns: i64,
+    ) -> (Option<HistoryFit>, Option<usize>) {
         let mut chosen: Option<HistoryFit> = None;
         let mut accepted: Vec<EdgeFit> = Vec::new();
         // The newest window's stamps set how long a history is worth it.
-        let newest_stamps = self.windows.back()?.stamps;
+        let Some(newest_stamps) = self.windows.back().map(|w| w.stamps) else {
+            return (None, None);
+        };
         let longest = newest_stamps.max_history_windows(window_ns);
         let spans = SPANS
             .iter()
             .filter(|&&s| self.spannable(s, longest, newest_stamps));
+        let mut faster_since = None;
         for &span in spans {
+            if self.thin_after_silence(span, window_ns) {
+                // Longer spans bridge the same silence with the same few pairs.
+                break;
+            }
             let (outcome, stamps) = self.fit_span(span, cfg);
             let Ok(fit) = &outcome.fit else {
                 if chosen.is_none() {
@@ -173,7 +198,11 @@ impl EdgeHistory {
             if !accepted.iter().all(|short| agree(fit, short)) {
                 break; // the clocks were not affine over this span
             }
-            if self.path_changed(span, fit, stamps, window_ns) {
+            let seen = self.path_seen(span, fit, stamps, window_ns);
+            if seen == PathSeen::Faster && span == longest {
+                faster_since = Some(windows_covering(PATH_JUDGED_NS, window_ns));
+            }
+            if seen.cuts(stamps) {
                 // Its older windows saw another path, or a slow patch; a
                 // longer span whose older windows include fast ones may
                 // still be on the newest path.
@@ -185,7 +214,7 @@ impl EdgeHistory {
         if let Some(chosen) = chosen.as_mut() {
             self.steady_drift(chosen, &accepted, cfg, window_ns);
         }
-        chosen
+        (chosen, faster_since)
     }
 
     /// Whether the newest `span` kept windows may be fitted as one, for a
@@ -203,6 +232,49 @@ impl EdgeHistory {
         // The current window: a silent one pushed after the newest kept.
         let current = self.silent.as_ref().map_or(self.newest, |s| Some(s.0));
         current.is_some_and(|k| k.saturating_sub(oldest) < longest as u64)
+    }
+
+    /// Whether the newest `span` windows bridge a long silence
+    /// ([`LONG_SILENCE_NS`]) whose windows after it hold fewer probes than
+    /// a window before it did (the median of the span's). Such a line is
+    /// pinned at its newest end by those few probes: its offset there is
+    /// about as noisy as a fit of them alone, yet its bound is as tight as
+    /// the long span allows, so it would replace a held result that is
+    /// still better ([`crate::publication::keeps_the_held`]). Until the
+    /// windows after the silence hold a window's worth, they are fitted
+    /// alone.
+    fn thin_after_silence(&self, span: usize, window_ns: i64) -> bool {
+        let since = self.windows_since_silence();
+        if span <= since || span > self.windows.len() {
+            return false;
+        }
+        let last = self.windows.len() - since;
+        let silent = self.windows[last].k - self.windows[last - 1].k - 1;
+        if (silent as i64).saturating_mul(window_ns) < LONG_SILENCE_NS {
+            return false;
+        }
+        let probes = |w: &KeptWindow| w.probes.forward.len().min(w.probes.backward.len());
+        let after: usize = self.windows.iter().rev().take(since).map(probes).sum();
+        let mut before: Vec<usize> = self
+            .windows
+            .iter()
+            .rev()
+            .skip(since)
+            .take(span - since)
+            .map(probes)
+            .collect();
+        before.sort_unstable();
+        after < before[before.len() / 2]
+    }
+
+    /// How many of the newest kept windows follow each other without a
+    /// silence between them.
+    fn windows_since_silence(&self) -> usize {
+        let newest_first = self.windows.iter().rev();
+        let gaps = newest_first.clone().zip(newest_first.skip(1));
+        1 + gaps
+            .take_while(|(newer, older)| newer.k == older.k + 1)
+            .count()
     }
 
     /// Gives `chosen` the drift of a longer span than its own, up to the
@@ -234,7 +306,7 @@ impl EdgeHistory {
         let Ok(long) = &outcome.fit else { return };
         if stamps != chosen.stamps
             || !accepted.iter().all(|short| agree(long, short))
-            || self.path_changed(span, long, stamps, window_ns)
+            || self.path_seen(span, long, stamps, window_ns).cuts(stamps)
         {
             return;
         }
@@ -248,20 +320,22 @@ impl EdgeHistory {
 
     /// Whether the newest probes' best round trip, measured along the
     /// span's fitted line, sits so far from the best of the span's older
-    /// windows that those saw another path (a detour added or removed).
-    /// The fit cannot tell: it keeps the fastest packets of either path,
+    /// windows that those saw another path (a detour added or removed):
+    /// the fit cannot tell, it keeps the fastest packets of either path,
     /// and the agreement test allows the asymmetry both fits share. The
     /// newest probes are the newest windows covering
-    /// [`crate::settings::PATH_JUDGED_NS`].
-    ///
-    /// Faster newest probes always cut (a detour gone: no queue makes a
-    /// packet faster than its path, so the older windows' slow packets are
-    /// now the worse samples). Slower ones cut only with stamps whose best
-    /// round trip holds still ([`StampClass::slower_path_cuts`]).
-    fn path_changed(&self, span: usize, fit: &EdgeFit, stamps: StampClass, window_ns: i64) -> bool {
+    /// [`crate::settings::PATH_JUDGED_NS`]; which seen paths cut a span is
+    /// [`PathSeen::cuts`].
+    fn path_seen(
+        &self,
+        span: usize,
+        fit: &EdgeFit,
+        stamps: StampClass,
+        window_ns: i64,
+    ) -> PathSeen {
         let newest_windows = windows_covering(PATH_JUDGED_NS, window_ns);
         if span <= newest_windows {
-            return false;
+            return PathSeen::Same;
         }
         // The best round trip of `count` windows from the `first`.
         let best = |first: usize, count: usize| {
@@ -276,9 +350,15 @@ impl EdgeHistory {
         let older = best(self.windows.len() - span, span - newest_windows);
         let newest = best(newest_first, newest_windows);
         let cut = stamps.path_change_ns();
-        let faster = newest < older - cut;
-        let slower = newest > older + cut && stamps.slower_path_cuts();
-        newest.is_finite() && older.is_finite() && (faster || slower)
+        if !(newest.is_finite() && older.is_finite()) {
+            PathSeen::Same
+        } else if newest < older - cut {
+            PathSeen::Faster
+        } else if newest > older + cut {
+            PathSeen::Slower
+        } else {
+            PathSeen::Same
+        }
     }
 
     fn fit_span(&self, span: usize, cfg: &EstimatorConfig) -> (EdgeOutcome, StampClass) {
@@ -297,6 +377,34 @@ impl EdgeHistory {
             stamps = stamps.max(w.stamps);
         }
         (fit_probes(&merged, stamps, cfg), stamps)
+    }
+}
+
+/// What the newest probes' best round trip, against a span's older
+/// windows', says of the path they took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PathSeen {
+    /// Within the class's cut ([`StampClass::path_change_ns`]), or not
+    /// judged.
+    Same,
+    /// Faster by more than the cut: a detour gone.
+    Faster,
+    /// Slower by more than the cut: a detour added, or a slow patch.
+    Slower,
+}
+
+impl PathSeen {
+    /// Whether a span that saw this is not fitted as one. A faster path
+    /// always cuts (a detour gone: no queue makes a packet faster than its
+    /// path, so the older windows' slow packets are now the worse
+    /// samples); a slower one only with stamps whose best round trip holds
+    /// still ([`StampClass::slower_path_cuts`]).
+    fn cuts(self, stamps: StampClass) -> bool {
+        match self {
+            PathSeen::Same => false,
+            PathSeen::Faster => true,
+            PathSeen::Slower => stamps.slower_path_cuts(),
+        }
     }
 }
 
@@ -657,6 +765,37 @@ mod tests {
         assert!((base as f64 + frac - 1_000.0).abs() <= f.bound_ns);
     }
 
+    /// After a long silence, a window with a few probes is fitted alone (a
+    /// wide bound: the held result stays); once the windows after the
+    /// silence hold a window's worth, the fit bridges it again. A short
+    /// silence is bridged at once.
+    #[test]
+    fn a_silence_is_bridged_only_once_a_window_s_worth_came_after_it() {
+        const SHORT_NS: i64 = 1_000_000_000;
+        let offset = |_| 1_000;
+        let mut h = EdgeHistory::default();
+        for w in 0..20 {
+            let probes = window_of(SHORT_NS, w, offset, 0);
+            h.push_window(w as u64, probes, StampClass::Software);
+        }
+        let mut partial = window_of(SHORT_NS, 40, offset, 0);
+        partial.forward.truncate(6);
+        partial.backward.truncate(6);
+        h.push_window(40, partial, StampClass::Software);
+        let first = h.fit(&cfg(), SHORT_NS).unwrap();
+        assert_eq!(first.windows, 1, "six probes each way after the silence");
+        h.push_window(41, window_of(SHORT_NS, 41, offset, 0), StampClass::Software);
+        let next = h.fit(&cfg(), SHORT_NS).unwrap();
+        assert_eq!(next.windows, 16, "bridged once a full window came");
+        assert!(next.outcome.fit.unwrap().bound_ns < first.outcome.fit.unwrap().bound_ns);
+        let mut after_a_lost_report = window_of(SHORT_NS, 43, offset, 0);
+        after_a_lost_report.forward.truncate(6);
+        after_a_lost_report.backward.truncate(6);
+        h.push_window(43, after_a_lost_report, StampClass::Software);
+        let short = h.fit(&cfg(), SHORT_NS).unwrap();
+        assert_eq!(short.windows, 16, "a one-window silence is bridged at once");
+    }
+
     /// NIC fits span time, not kept windows: across a silence the first
     /// window after it is fitted alone. (A silent window is classed
     /// software, as the pair book classes a window without probes.)
@@ -698,5 +837,37 @@ mod tests {
             StampClass::Software,
         );
         assert_eq!(h.fit(&cfg(), SHORT_NS).unwrap().windows, 1);
+    }
+
+    /// A detour on one direction for the whole history, then gone: the
+    /// windows that saw it are forgotten at the first faster second, so
+    /// the next fits span only the direct path's windows and sit on the
+    /// clocks' offset, instead of a line through the detour's windows
+    /// pinned at its newest end by the few direct ones (half the detour's
+    /// bias, leaning out over seconds).
+    #[test]
+    fn a_detour_gone_is_forgotten_at_its_first_faster_second() {
+        const SHORT_NS: i64 = 1_000_000_000;
+        const DETOUR_NS: i64 = 2_000;
+        let offset = |_| 1_000;
+        let mut h = EdgeHistory::default();
+        for w in 0..40 {
+            let probes = window_of(SHORT_NS, w, offset, DETOUR_NS);
+            h.push(probes, StampClass::Software);
+            h.fit(&cfg(), SHORT_NS);
+        }
+        for w in 40..44 {
+            h.push(window_of(SHORT_NS, w, offset, 0), StampClass::Software);
+            let fit = h.fit(&cfg(), SHORT_NS).unwrap();
+            assert!(
+                fit.windows <= (w - 39) as usize,
+                "window {w}: {}",
+                fit.windows
+            );
+            let f = fit.outcome.fit.unwrap();
+            let (base, frac) = f.offset_at(f.epoch_ns);
+            let error = base as f64 + frac - 1_000.0;
+            assert!(error.abs() < 500.0, "window {w}: {error} ns off");
+        }
     }
 }

@@ -158,6 +158,14 @@ pub struct Settings {
 /// them too: the best of fewer pairs wandered by more than the cut.)
 pub const PATH_JUDGED_NS: i64 = 1_000_000_000;
 
+/// A silence (no probe either way) at least this long makes a software
+/// fit bridge it only once the windows after it hold a window's worth of
+/// probes (`core/src/history.rs`): over a long silence the line's newest
+/// end is pinned by the new probes alone. A shorter one (a lost stamp
+/// report, a second of heavy loss) is bridged at once: the windows just
+/// before it pin the line as well as ever.
+pub const LONG_SILENCE_NS: i64 = 4_000_000_000;
+
 /// How many whole windows of `window_ns` fit in `span_ns`: rounded down
 /// (a span must not exceed its history), at least one.
 fn windows_within(span_ns: i64, window_ns: i64) -> usize {
