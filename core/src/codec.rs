@@ -68,6 +68,8 @@ pub fn edge_from_pb(e: &pb::EdgeFit) -> Option<EdgeMeasurement> {
             trimmed: e.trimmed as usize,
             span_ns: e.span_ns,
         },
+        // The leader's estimator knows the edge's floor.
+        excess_rtt_ns: 0.0,
     })
 }
 

@@ -91,6 +91,7 @@ fn network(nodes: usize, k: usize, seed: u64) -> Vec<EdgeMeasurement> {
                     trimmed: 0,
                     span_ns: 1_000_000_000,
                 },
+                excess_rtt_ns: 0.0,
             });
         }
     }

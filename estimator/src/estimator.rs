@@ -4,6 +4,7 @@
 //! ([`Estimator::offset_at`]) or from an injected [`Clock`] ([`Estimator::offset_now`]), so
 //! tests and the simulator drive it with synthetic time.
 use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -93,6 +94,7 @@ impl EdgeOutcome {
             from: self.from,
             to: self.to,
             fit: fit.clone(),
+            excess_rtt_ns: 0.0,
         })
     }
 }
@@ -146,11 +148,60 @@ pub struct PublishedOffset {
 pub struct Estimator {
     cfg: EstimatorConfig,
     current: Option<NetworkSolution>,
+    /// Each directed edge's best round trip over the last
+    /// [`RTT_FLOOR_AGE_NS`]: what its path takes without a detour.
+    rtt_floors: HashMap<(NodeId, NodeId), RttFloor>,
+}
+
+/// How long an edge's best round trip is remembered as its floor: longer
+/// than a detour is expected to last (a route flap, a failover), short
+/// enough that a path that really got longer becomes the floor.
+pub const RTT_FLOOR_AGE_NS: i64 = 600_000_000_000;
+
+/// The smallest of an edge's round trips over a sliding time span: the
+/// ones that may still become the smallest, oldest first (each smaller
+/// than every older one kept).
+#[derive(Clone, Debug, Default)]
+struct RttFloor {
+    kept: VecDeque<(i64, f64)>,
+}
+
+impl RttFloor {
+    /// Adds `rtt_ns` seen at `t_ns` and returns the floor over the span
+    /// that ends there.
+    fn add(&mut self, t_ns: i64, rtt_ns: f64) -> f64 {
+        while self.kept.back().is_some_and(|&(_, r)| r >= rtt_ns) {
+            self.kept.pop_back();
+        }
+        self.kept.push_back((t_ns, rtt_ns));
+        let oldest = t_ns.saturating_sub(RTT_FLOOR_AGE_NS);
+        while self.kept.front().is_some_and(|&(t, _)| t < oldest) {
+            self.kept.pop_front();
+        }
+        self.kept.front().map_or(rtt_ns, |&(_, r)| r)
+    }
 }
 
 impl Estimator {
     pub fn new(cfg: EstimatorConfig) -> Self {
-        Self { cfg, current: None }
+        Self {
+            cfg,
+            current: None,
+            rtt_floors: HashMap::new(),
+        }
+    }
+
+    /// Sets each measurement's [`EdgeMeasurement::excess_rtt_ns`] against
+    /// its edge's floor, which it updates (window epoch `epoch_ns`).
+    fn mark_detours(&mut self, epoch_ns: i64, measurements: &mut [EdgeMeasurement]) {
+        for m in measurements {
+            let floor = self
+                .rtt_floors
+                .entry((m.from, m.to))
+                .or_default()
+                .add(epoch_ns, m.fit.min_rtt_ns);
+            m.excess_rtt_ns = (m.fit.min_rtt_ns - floor).max(0.0);
+        }
     }
 
     pub fn config(&self) -> &EstimatorConfig {
@@ -179,7 +230,9 @@ impl Estimator {
             epoch_ns,
             ..self.cfg.net.clone()
         };
-        let mut sol = solve_network(measurements, &net)?;
+        let mut measurements = measurements.to_vec();
+        self.mark_detours(epoch_ns, &mut measurements);
+        let mut sol = solve_network(&measurements, &net)?;
         if !sol.reference_present
             && let Some(prev) = &self.current
         {
@@ -274,5 +327,41 @@ impl Estimator {
         }
         sol.components[comp].kind = AnchorKind::Holdover;
         sol.components[comp].anchor = sol.reference;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::tests::edge;
+
+    /// Three clocks in step; the 0 → 1 edge then takes a detour one way
+    /// (its best round trip 1 µs above what it had, its offset half that
+    /// off). The estimator that saw the edge's floor carries node 1 by the
+    /// loop through node 2; one that did not weighs the biased edge by its
+    /// bound alone.
+    #[test]
+    fn an_edge_above_its_round_trip_floor_weighs_less() {
+        let window = |detour: bool| {
+            let mut biased = edge(0, 1, if detour { 500.0 } else { 0.0 }, 2_000.0);
+            if detour {
+                biased.fit.min_rtt_ns += 1_000.0;
+                biased.fit.bound_ns += 500.0;
+            }
+            vec![biased, edge(1, 2, 0.0, 2_000.0), edge(2, 0, 0.0, 2_000.0)]
+        };
+        let node_1 = |est: &mut Estimator, epoch: i64, edges: &[EdgeMeasurement]| {
+            let sol = est.apply_fits(epoch, edges).unwrap();
+            sol.get(1).unwrap().offset_ns()
+        };
+        let mut seen = Estimator::new(EstimatorConfig::default());
+        for w in 0..5 {
+            node_1(&mut seen, w * 1_000_000_000, &window(false));
+        }
+        let with_floor = node_1(&mut seen, 5_000_000_000, &window(true));
+        let mut fresh = Estimator::new(EstimatorConfig::default());
+        let without = node_1(&mut fresh, 5_000_000_000, &window(true));
+        assert!(with_floor.abs() < 50.0, "with the floor: {with_floor} ns");
+        assert!(without > 200.0, "without: {without} ns");
     }
 }

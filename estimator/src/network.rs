@@ -38,6 +38,13 @@ pub struct EdgeMeasurement {
     pub from: NodeId,
     pub to: NodeId,
     pub fit: EdgeFit,
+    /// How far the fit's best round trip sits above the best this edge
+    /// has had lately (ns, ≥ 0; [`crate::Estimator`] sets it): a detour
+    /// on one direction, whose extra delay biases the offset by up to half
+    /// of it. Lowers the edge's weight in the solve
+    /// ([`NetConfig::detour_scale_ns`]), never its bound.
+    #[serde(default)]
+    pub excess_rtt_ns: f64,
 }
 
 /// Network solve parameters.
@@ -54,6 +61,13 @@ pub struct NetConfig {
     pub max_iterations: usize,
     /// Edge bounds below this are clamped when turned into weights (default 0.5 ns).
     pub weight_floor_ns: f64,
+    /// An edge whose best round trip is `x` above its floor
+    /// ([`EdgeMeasurement::excess_rtt_ns`]) weighs `1 + (x / 2 / this)²`
+    /// times less in the offset solve (default 100 ns: about the
+    /// asymmetry of two equal paths, so a detour's half is judged against
+    /// it). The loop through the other edges then carries the node, as
+    /// Huygens' network effect would put it; bounds are not changed.
+    pub detour_scale_ns: f64,
 }
 
 impl Default for NetConfig {
@@ -64,6 +78,7 @@ impl Default for NetConfig {
             cg_tolerance: 1e-10,
             max_iterations: 10_000,
             weight_floor_ns: 0.5,
+            detour_scale_ns: 100.0,
         }
     }
 }
@@ -189,7 +204,7 @@ pub fn solve_network(
         off_d.push(int_part as f64 + rel);
         let b = e.fit.bound_at(t_from);
         off_b.push(b);
-        off_w.push(1.0 / b.max(cfg.weight_floor_ns).powi(2));
+        off_w.push(offset_weight(b, e.excess_rtt_ns, cfg));
         drift_d.push(e.fit.drift);
         drift_b.push(e.fit.drift_bound);
         drift_w.push(1.0 / e.fit.drift_bound.max(1e-12).powi(2));
@@ -233,6 +248,13 @@ pub fn solve_network(
     })
 }
 
+/// An edge's weight in the offset solve: its bound's inverse square,
+/// lowered by the detour its round trip shows.
+fn offset_weight(bound_ns: f64, excess_rtt_ns: f64, cfg: &NetConfig) -> f64 {
+    let detour = excess_rtt_ns.max(0.0) / 2.0 / cfg.detour_scale_ns;
+    1.0 / (bound_ns.max(cfg.weight_floor_ns).powi(2) * (1.0 + detour * detour))
+}
+
 fn validate(edges: &[EdgeMeasurement], cfg: &NetConfig) -> Result<(), EstimatorError> {
     if edges.is_empty() {
         return Err(EstimatorError::Empty("no edges in this window"));
@@ -244,6 +266,9 @@ fn validate(edges: &[EdgeMeasurement], cfg: &NetConfig) -> Result<(), EstimatorE
     }
     if !(cfg.weight_floor_ns.is_finite() && cfg.weight_floor_ns > 0.0) {
         return Err(EstimatorError::Config("weight_floor_ns must be > 0"));
+    }
+    if !(cfg.detour_scale_ns.is_finite() && cfg.detour_scale_ns > 0.0) {
+        return Err(EstimatorError::Config("detour_scale_ns must be > 0"));
     }
     for e in edges {
         if e.from == e.to {
@@ -594,7 +619,7 @@ impl Linear {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// An edge fit with a given offset at epoch 0, zero drift, and bound/margin.
@@ -616,6 +641,7 @@ mod tests {
                 trimmed: 0,
                 span_ns: 1_000_000_000,
             },
+            excess_rtt_ns: 0.0,
         }
     }
 
