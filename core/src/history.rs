@@ -143,10 +143,10 @@ impl EdgeHistory {
     ///
     /// When the newest second saw a faster path than every older window of
     /// a full history (the class's longest span), those windows are
-    /// forgotten: they saw a detour
-    /// that is gone (no queue makes a packet faster than its path), and a
-    /// later span that held them, pinned at its newest end by a few fast
-    /// windows, would lean towards the old path's bias.
+    /// forgotten: they saw a detour that is gone (no queue makes a packet
+    /// faster than its path), and a later span that held them, pinned at
+    /// its newest end by a few fast windows, would lean towards the old
+    /// path's bias.
     pub fn fit(&mut self, cfg: &EstimatorConfig, window_ns: i64) -> Option<HistoryFit> {
         let (chosen, faster_since) = self.fit_kept(cfg, window_ns);
         if let Some(newest) = faster_since {
@@ -722,9 +722,13 @@ mod tests {
 
     /// Window `w` of `len_ns` without a probe either way (the link down).
     fn silent(w: i64, len_ns: i64) -> EdgeProbes {
-        let mut probes = window_of(len_ns, w, |_| 0, 0);
-        probes.forward.clear();
-        probes.backward.clear();
+        thinned(window_of(len_ns, w, |_| 0, 0), 0)
+    }
+
+    /// `probes` with only its first `kept` probes each way.
+    fn thinned(mut probes: EdgeProbes, kept: usize) -> EdgeProbes {
+        probes.forward.truncate(kept);
+        probes.backward.truncate(kept);
         probes
     }
 
@@ -778,9 +782,7 @@ mod tests {
             let probes = window_of(SHORT_NS, w, offset, 0);
             h.push_window(w as u64, probes, StampClass::Software);
         }
-        let mut partial = window_of(SHORT_NS, 40, offset, 0);
-        partial.forward.truncate(6);
-        partial.backward.truncate(6);
+        let partial = thinned(window_of(SHORT_NS, 40, offset, 0), 6);
         h.push_window(40, partial, StampClass::Software);
         let first = h.fit(&cfg(), SHORT_NS).unwrap();
         assert_eq!(first.windows, 1, "six probes each way after the silence");
@@ -788,9 +790,7 @@ mod tests {
         let next = h.fit(&cfg(), SHORT_NS).unwrap();
         assert_eq!(next.windows, 16, "bridged once a full window came");
         assert!(next.outcome.fit.unwrap().bound_ns < first.outcome.fit.unwrap().bound_ns);
-        let mut after_a_lost_report = window_of(SHORT_NS, 43, offset, 0);
-        after_a_lost_report.forward.truncate(6);
-        after_a_lost_report.backward.truncate(6);
+        let after_a_lost_report = thinned(window_of(SHORT_NS, 43, offset, 0), 6);
         h.push_window(43, after_a_lost_report, StampClass::Software);
         let short = h.fit(&cfg(), SHORT_NS).unwrap();
         assert_eq!(short.windows, 16, "a one-window silence is bridged at once");
