@@ -51,25 +51,25 @@ pub fn edge_from_pb(e: &pb::EdgeFit) -> Option<EdgeMeasurement> {
         && e.bound_exact_ns > 0.0
         && e.drift_bound_ppb >= 0.0
         && e.drift_ppb.abs() < 1e6;
-    sane.then(|| EdgeMeasurement {
-        from: e.from_id,
-        to: e.to_id,
-        fit: EdgeFit {
-            epoch_ns: e.anchor_ns,
-            offset_base_ns: e.offset_ns,
-            offset_rel_ns: e.offset_frac_ns,
-            drift: e.drift_ppb / 1e9,
-            margin_ns: e.margin_ns,
-            min_rtt_ns: e.min_rtt_ns,
-            bound_ns: e.bound_exact_ns,
-            drift_bound: e.drift_bound_ppb / 1e9,
-            forward_points: e.forward_points as usize,
-            backward_points: e.backward_points as usize,
-            trimmed: e.trimmed as usize,
-            span_ns: e.span_ns,
-        },
-        // The leader's estimator knows the edge's floor.
-        excess_rtt_ns: 0.0,
+    sane.then(|| {
+        EdgeMeasurement::new(
+            e.from_id,
+            e.to_id,
+            EdgeFit {
+                epoch_ns: e.anchor_ns,
+                offset_base_ns: e.offset_ns,
+                offset_rel_ns: e.offset_frac_ns,
+                drift: e.drift_ppb / 1e9,
+                margin_ns: e.margin_ns,
+                min_rtt_ns: e.min_rtt_ns,
+                bound_ns: e.bound_exact_ns,
+                drift_bound: e.drift_bound_ppb / 1e9,
+                forward_points: e.forward_points as usize,
+                backward_points: e.backward_points as usize,
+                trimmed: e.trimmed as usize,
+                span_ns: e.span_ns,
+            },
+        )
     })
 }
 

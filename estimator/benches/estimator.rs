@@ -74,10 +74,10 @@ fn network(nodes: usize, k: usize, seed: u64) -> Vec<EdgeMeasurement> {
         for b in sample(&mut rng, nodes - 1, k) {
             let b = if b >= a { b + 1 } else { b };
             let off = offsets[b] - offsets[a] + rng.random_range(-20.0..20.0);
-            edges.push(EdgeMeasurement {
-                from: a as u32,
-                to: b as u32,
-                fit: EdgeFit {
+            edges.push(EdgeMeasurement::new(
+                a as u32,
+                b as u32,
+                EdgeFit {
                     epoch_ns: 0,
                     offset_base_ns: off.floor() as i64,
                     offset_rel_ns: off - off.floor(),
@@ -91,8 +91,7 @@ fn network(nodes: usize, k: usize, seed: u64) -> Vec<EdgeMeasurement> {
                     trimmed: 0,
                     span_ns: 1_000_000_000,
                 },
-                excess_rtt_ns: 0.0,
-            });
+            ));
         }
     }
     edges

@@ -90,12 +90,10 @@ pub struct EdgeOutcome {
 impl EdgeOutcome {
     /// The measurement for [`solve_network`], if the fit succeeded.
     pub fn measurement(&self) -> Option<EdgeMeasurement> {
-        self.fit.as_ref().ok().map(|fit| EdgeMeasurement {
-            from: self.from,
-            to: self.to,
-            fit: fit.clone(),
-            excess_rtt_ns: 0.0,
-        })
+        self.fit
+            .as_ref()
+            .ok()
+            .map(|fit| EdgeMeasurement::new(self.from, self.to, fit.clone()))
     }
 }
 

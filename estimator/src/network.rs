@@ -47,6 +47,20 @@ pub struct EdgeMeasurement {
     pub excess_rtt_ns: f64,
 }
 
+impl EdgeMeasurement {
+    /// A fitted edge with no known detour: only the leader's
+    /// [`crate::Estimator`], which keeps each edge's round-trip floor, sets
+    /// [`Self::excess_rtt_ns`].
+    pub fn new(from: NodeId, to: NodeId, fit: EdgeFit) -> Self {
+        Self {
+            from,
+            to,
+            fit,
+            excess_rtt_ns: 0.0,
+        }
+    }
+}
+
 /// Network solve parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -251,7 +265,7 @@ pub fn solve_network(
 /// An edge's weight in the offset solve: its bound's inverse square,
 /// lowered by the detour its round trip shows.
 fn offset_weight(bound_ns: f64, excess_rtt_ns: f64, cfg: &NetConfig) -> f64 {
-    let detour = excess_rtt_ns.max(0.0) / 2.0 / cfg.detour_scale_ns;
+    let detour = excess_rtt_ns / 2.0 / cfg.detour_scale_ns;
     1.0 / (bound_ns.max(cfg.weight_floor_ns).powi(2) * (1.0 + detour * detour))
 }
 
@@ -288,6 +302,9 @@ fn validate(edges: &[EdgeMeasurement], cfg: &NetConfig) -> Result<(), EstimatorE
         }
         if !f.offset_rel_ns.is_finite() || !f.drift.is_finite() || !f.margin_ns.is_finite() {
             return Err(bad("offset, drift or margin"));
+        }
+        if !(e.excess_rtt_ns.is_finite() && e.excess_rtt_ns >= 0.0) {
+            return Err(bad("excess_rtt_ns"));
         }
     }
     Ok(())
@@ -624,10 +641,10 @@ pub(crate) mod tests {
 
     /// An edge fit with a given offset at epoch 0, zero drift, and bound/margin.
     pub(crate) fn edge(from: NodeId, to: NodeId, offset: f64, bound: f64) -> EdgeMeasurement {
-        EdgeMeasurement {
+        EdgeMeasurement::new(
             from,
             to,
-            fit: EdgeFit {
+            EdgeFit {
                 epoch_ns: 0,
                 offset_base_ns: offset.floor() as i64,
                 offset_rel_ns: offset - offset.floor(),
@@ -641,8 +658,7 @@ pub(crate) mod tests {
                 trimmed: 0,
                 span_ns: 1_000_000_000,
             },
-            excess_rtt_ns: 0.0,
-        }
+        )
     }
 
     #[test]
@@ -762,5 +778,19 @@ pub(crate) mod tests {
             solve_network(&[e], &cfg),
             Err(EstimatorError::BadEdge { .. })
         ));
+        for excess in [f64::NAN, f64::INFINITY, -1.0] {
+            let mut e = edge(0, 1, 1.0, 1.0);
+            e.excess_rtt_ns = excess;
+            assert!(
+                matches!(
+                    solve_network(&[e], &cfg),
+                    Err(EstimatorError::BadEdge {
+                        what: "excess_rtt_ns",
+                        ..
+                    })
+                ),
+                "excess {excess}"
+            );
+        }
     }
 }

@@ -17,30 +17,34 @@ fn i64_from(bytes: &[u8], i: usize) -> i64 {
     f64_from(bytes, i).to_bits() as i64
 }
 
+/// One edge from a record of `REC` bytes: ids, anchor, offset, drift, bound and
+/// the detour excess (its weight) all arbitrary.
+fn edge_from(c: &[u8]) -> EdgeMeasurement {
+    let fit = EdgeFit {
+        epoch_ns: i64_from(c, 2),
+        offset_base_ns: i64_from(c, 10),
+        offset_rel_ns: f64_from(c, 18),
+        drift: f64_from(c, 26) * 1e-300,
+        margin_ns: 1.0,
+        min_rtt_ns: 2.0,
+        bound_ns: f64_from(c, 34).abs(),
+        drift_bound: 1e-8,
+        forward_points: 1,
+        backward_points: 1,
+        trimmed: 0,
+        span_ns: 1,
+    };
+    let from = u32::from(c[0] % 16);
+    let to = u32::from(c.get(1).copied().unwrap_or(0) % 16);
+    let mut edge = EdgeMeasurement::new(from, to, fit);
+    edge.excess_rtt_ns = f64_from(c, 42);
+    edge
+}
+
+const REC: usize = 50;
+
 fuzz_target!(|data: &[u8]| {
-    const REC: usize = 42;
-    let edges: Vec<EdgeMeasurement> = data
-        .chunks(REC)
-        .take(64)
-        .map(|c| EdgeMeasurement {
-            from: u32::from(c[0] % 16),
-            to: u32::from(c.get(1).copied().unwrap_or(0) % 16),
-            fit: EdgeFit {
-                epoch_ns: i64_from(c, 2),
-                offset_base_ns: i64_from(c, 10),
-                offset_rel_ns: f64_from(c, 18),
-                drift: f64_from(c, 26) * 1e-300,
-                margin_ns: 1.0,
-                min_rtt_ns: 2.0,
-                bound_ns: f64_from(c, 34).abs(),
-                drift_bound: 1e-8,
-                forward_points: 1,
-                backward_points: 1,
-                trimmed: 0,
-                span_ns: 1,
-            },
-        })
-        .collect();
+    let edges: Vec<EdgeMeasurement> = data.chunks(REC).take(64).map(edge_from).collect();
     let cfg = NetConfig {
         reference: u32::from(data.first().copied().unwrap_or(0) % 16),
         epoch_ns: i64_from(data, 3),

@@ -346,6 +346,17 @@ fn lint() -> anyhow::Result<()> {
         ])
         .args(["--", "-D", "warnings"])
         .env("AYA_BUILD_SKIP", "1"))?;
+    // The fuzz crate is its own workspace: without this, an API change that
+    // breaks a fuzz target shows only when `test` fuzzes, at its very end.
+    run(cargo().args([
+        "clippy",
+        "--manifest-path",
+        &root().join("fuzz/Cargo.toml").to_string_lossy(),
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     setup()?;
     run(rocm_smi_cargo().args([
         "clippy",
