@@ -20,7 +20,10 @@
 //! After a warm-up the faults follow one another, each sampled while it
 //! lasts ("during") and for 8 s after it ends ("after"): baseline,
 //! an asymmetric path, 30 % datagram loss, a link down, an agent restart,
-//! the reference's agent lost for good.
+//! the reference's agent lost for good. Between an ended fault's "after"
+//! and the next fault both tools run unscored for `--settle-s` (default
+//! 32 s, a software fit's whole span), so each fault meets a settled system
+//! rather than the previous fault's windows.
 
 use std::{
     collections::BTreeMap,
@@ -61,6 +64,13 @@ pub struct FaultsArgs {
     /// Seconds both tools run before the first phase.
     #[arg(long, default_value_t = 40)]
     warmup: u64,
+    /// Seconds both tools run unscored after each ended fault's 8 s
+    /// "after" part, before the next fault. A software fit spans 32 s:
+    /// with less, a fault meets the previous one's windows (after
+    /// `link_down` the bridged history is `loss30`'s). 0 runs the faults
+    /// back to back.
+    #[arg(long, default_value_t = 32)]
+    settle_s: u64,
     /// Print the results as JSON.
     #[arg(long)]
     json: bool,
@@ -115,6 +125,14 @@ struct Phase {
     after: bool,
 }
 
+impl Phase {
+    /// Whether a fault ended, so the next phase waits for the system to
+    /// settle (`--settle-s`); the baseline has nothing to settle from.
+    fn settles(&self) -> bool {
+        self.after && self.fault != Fault::None
+    }
+}
+
 fn plan(phase_s: u64) -> Vec<Phase> {
     let p = Duration::from_secs(phase_s);
     let phase = |name, fault, during, after| Phase {
@@ -139,6 +157,9 @@ enum Part {
     Warmup,
     During,
     After,
+    /// After an ended fault's "after" part, before the next fault: not
+    /// scored (`--settle-s`).
+    Settle,
 }
 
 impl Part {
@@ -147,6 +168,7 @@ impl Part {
             Part::Warmup => "warmup",
             Part::During => "during",
             Part::After => "after",
+            Part::Settle => "settle",
         }
     }
 }
@@ -559,9 +581,14 @@ pub fn run(args: FaultsArgs) -> anyhow::Result<()> {
         None => None,
     };
     let phases = plan(args.phase_s);
+    let settle = Duration::from_secs(args.settle_s);
     let total: Duration = phases
         .iter()
-        .map(|p| p.during + if p.after { AFTER } else { Duration::ZERO })
+        .map(|p| {
+            let after = if p.after { AFTER } else { Duration::ZERO };
+            let settled = if p.settles() { settle } else { Duration::ZERO };
+            p.during + after + settled
+        })
         .sum::<Duration>()
         + Duration::from_secs(args.warmup);
     let mut runs = Vec::new();
@@ -619,6 +646,7 @@ pub fn run(args: FaultsArgs) -> anyhow::Result<()> {
                 "phase_s": args.phase_s,
                 "warmup_s": args.warmup,
                 "after_s": AFTER.as_secs(),
+                "settle_s": args.settle_s,
                 "sample_every_ms": SAMPLE_EVERY.as_millis() as u64,
                 "cpu": cpu_name(),
                 "runs": runs,
@@ -705,7 +733,7 @@ fn one_backend(
             phase.name,
             phase.during.as_secs_f64()
         );
-        run_phase(&mut cluster, &sampler, phase, notes)
+        run_phase(&mut cluster, &sampler, phase, notes, args.settle_s)
             .with_context(|| format!("phase {}", phase.name))?;
     }
     notes.leader_at_end = leader(&cluster);
@@ -724,6 +752,7 @@ fn run_phase(
     sampler: &Sampler,
     phase: &Phase,
     notes: &mut Notes,
+    settle_s: u64,
 ) -> anyhow::Result<()> {
     sampler.set(phase.name, Part::During);
     match phase.fault {
@@ -774,6 +803,10 @@ fn run_phase(
         wait(AFTER)?;
     }
     notes.counters.insert(phase.name, send_counters(cluster));
+    if phase.settles() {
+        sampler.set(phase.name, Part::Settle);
+        wait(Duration::from_secs(settle_s))?;
+    }
     Ok(())
 }
 
