@@ -165,6 +165,11 @@ struct RttFloor {
 }
 
 impl RttFloor {
+    /// When the newest round trip kept was seen.
+    fn newest_ns(&self) -> Option<i64> {
+        self.kept.back().map(|&(t, _)| t)
+    }
+
     /// Adds `rtt_ns` seen at `t_ns` and returns the floor over the span
     /// that ends there.
     fn add(&mut self, t_ns: i64, rtt_ns: f64) -> f64 {
@@ -191,6 +196,9 @@ impl Estimator {
 
     /// Sets each measurement's [`EdgeMeasurement::excess_rtt_ns`] against
     /// its edge's floor, which it updates (window epoch `epoch_ns`).
+    /// Floors of edges unseen for [`RTT_FLOOR_AGE_NS`] are dropped: they
+    /// would be forgotten on the edge's return anyway, and a leader that
+    /// outlives many members must not keep every edge it ever saw.
     fn mark_detours(&mut self, epoch_ns: i64, measurements: &mut [EdgeMeasurement]) {
         for m in measurements {
             let floor = self
@@ -200,6 +208,9 @@ impl Estimator {
                 .add(epoch_ns, m.fit.min_rtt_ns);
             m.excess_rtt_ns = (m.fit.min_rtt_ns - floor).max(0.0);
         }
+        let oldest = epoch_ns.saturating_sub(RTT_FLOOR_AGE_NS);
+        self.rtt_floors
+            .retain(|_, floor| floor.newest_ns().is_some_and(|t| t >= oldest));
     }
 
     pub fn config(&self) -> &EstimatorConfig {
@@ -361,5 +372,25 @@ mod tests {
         let without = node_1(&mut fresh, 5_000_000_000, &window(true));
         assert!(with_floor.abs() < 50.0, "with the floor: {with_floor} ns");
         assert!(without > 200.0, "without: {without} ns");
+    }
+
+    /// A member that left takes its edges' floors with it once they are
+    /// older than the floor's age; the edges still seen keep theirs.
+    #[test]
+    fn floors_of_edges_gone_for_the_floor_s_age_are_dropped() {
+        let mut est = Estimator::new(EstimatorConfig::default());
+        let triangle = [
+            edge(0, 1, 0.0, 2_000.0),
+            edge(1, 2, 0.0, 2_000.0),
+            edge(2, 0, 0.0, 2_000.0),
+        ];
+        est.apply_fits(0, &triangle).unwrap();
+        assert_eq!(est.rtt_floors.len(), 3);
+        let pair = [edge(0, 1, 0.0, 2_000.0)];
+        est.apply_fits(RTT_FLOOR_AGE_NS, &pair).unwrap();
+        assert_eq!(est.rtt_floors.len(), 3, "gone for exactly the age: kept");
+        est.apply_fits(RTT_FLOOR_AGE_NS + 1, &pair).unwrap();
+        let kept: Vec<_> = est.rtt_floors.keys().copied().collect();
+        assert_eq!(kept, vec![(0, 1)]);
     }
 }
