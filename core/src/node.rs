@@ -498,7 +498,7 @@ impl Node {
         let Some(estimator) = self.estimator.as_mut() else {
             return Vec::new();
         };
-        let solution = match estimator.apply_fits(epoch, &measurements) {
+        let solution = match estimator.apply_fits(epoch, measurements) {
             Ok(s) => s.clone(),
             Err(_) => {
                 self.counters.solve_errors += 1;

@@ -229,17 +229,17 @@ impl Estimator {
     /// the reference is absent, the substitute component is put back on the reference timeline
     /// through the node of that component with the tightest aged bound in the previous window
     /// (ties: lowest id); its bound is added (holdover). Without a previous window the
-    /// component stays flagged [`AnchorKind::Substitute`].
+    /// component stays flagged [`AnchorKind::Substitute`]. Takes the window's measurements
+    /// to set each one's [`EdgeMeasurement::excess_rtt_ns`] from its edge's floor.
     pub fn apply_fits(
         &mut self,
         epoch_ns: i64,
-        measurements: &[EdgeMeasurement],
+        mut measurements: Vec<EdgeMeasurement>,
     ) -> Result<&NetworkSolution, EstimatorError> {
         let net = NetConfig {
             epoch_ns,
             ..self.cfg.net.clone()
         };
-        let mut measurements = measurements.to_vec();
         self.mark_detours(epoch_ns, &mut measurements);
         let mut sol = solve_network(&measurements, &net)?;
         if !sol.reference_present
@@ -259,7 +259,7 @@ impl Estimator {
     ) -> Result<(Vec<EdgeOutcome>, &NetworkSolution), EstimatorError> {
         let outcomes = self.fit_edges(edges);
         let ms: Vec<EdgeMeasurement> = outcomes.iter().filter_map(|o| o.measurement()).collect();
-        let sol = self.apply_fits(epoch_ns, &ms)?;
+        let sol = self.apply_fits(epoch_ns, ms)?;
         Ok((outcomes, sol))
     }
 
@@ -360,7 +360,7 @@ mod tests {
             vec![biased, edge(1, 2, 0.0, 2_000.0), edge(2, 0, 0.0, 2_000.0)]
         };
         let node_1 = |est: &mut Estimator, epoch: i64, edges: &[EdgeMeasurement]| {
-            let sol = est.apply_fits(epoch, edges).unwrap();
+            let sol = est.apply_fits(epoch, edges.to_vec()).unwrap();
             sol.get(1).unwrap().offset_ns()
         };
         let mut seen = Estimator::new(EstimatorConfig::default());
@@ -384,12 +384,12 @@ mod tests {
             edge(1, 2, 0.0, 2_000.0),
             edge(2, 0, 0.0, 2_000.0),
         ];
-        est.apply_fits(0, &triangle).unwrap();
+        est.apply_fits(0, triangle.to_vec()).unwrap();
         assert_eq!(est.rtt_floors.len(), 3);
         let pair = [edge(0, 1, 0.0, 2_000.0)];
-        est.apply_fits(RTT_FLOOR_AGE_NS, &pair).unwrap();
+        est.apply_fits(RTT_FLOOR_AGE_NS, pair.to_vec()).unwrap();
         assert_eq!(est.rtt_floors.len(), 3, "gone for exactly the age: kept");
-        est.apply_fits(RTT_FLOOR_AGE_NS + 1, &pair).unwrap();
+        est.apply_fits(RTT_FLOOR_AGE_NS + 1, pair.to_vec()).unwrap();
         let kept: Vec<_> = est.rtt_floors.keys().copied().collect();
         assert_eq!(kept, vec![(0, 1)]);
     }

@@ -84,7 +84,7 @@ pub fn run(s: &Scenario) -> Result<Report, SimError> {
         }
         let t0 = Instant::now();
         let sol = est
-            .apply_fits(epoch, &measurements)
+            .apply_fits(epoch, measurements)
             .map_err(|source| SimError::Estimator { window: w, source })?;
         wc.solve_ns = t0.elapsed().as_nanos() as f64;
         wc.iterations = sol.iterations;
