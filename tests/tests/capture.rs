@@ -94,9 +94,21 @@ fn probes_both_ways_yield_exactly_one_event_per_point_and_sane_delays() {
         ] {
             let d = exchange::one_way_delays(tx, rx, tp, rp);
             assert_eq!(d.len() as u64, cfg.pairs * 2);
+            // Both hosts read one clock, so a delay is the real one: never
+            // negative, typically tens of µs over veth. A busy 2-core CI
+            // machine can preempt a single datagram for milliseconds, so the
+            // typical (median) delay is what must be small; a wrong clock base
+            // or a mismatched point would be off by seconds for every sample.
             assert!(
-                d.iter().all(|&ns| ns > 0 && ns < 1_000_000),
+                d.iter().all(|&ns| ns > 0 && ns < 100_000_000),
                 "{tp}->{rp}: {d:?}"
+            );
+            let mut sorted = d.clone();
+            sorted.sort_unstable();
+            let median = sorted[sorted.len() / 2];
+            assert!(
+                median < 1_000_000,
+                "{tp}->{rp}: median {median} ns of {d:?}"
             );
         }
     }
@@ -126,7 +138,11 @@ fn ebpf_stamps_agree_with_so_timestamping() {
             assert_eq!(ev.skb_tstamp_ns as i64, d.stamps.software_ns, "probe {h:?}");
         }
         // TX: the driver's software stamp follows net_dev_start_xmit closely.
+        // Both run in one softirq-disabled section, but a hypervisor can
+        // still steal the vCPU between them on a busy machine: nearly all
+        // stamps must be close, none may be far.
         let mut checked = 0;
+        let mut not_close = Vec::new();
         for r in &tx.tx_reports {
             let (seq, idx) = exchange::probe_of_tx_report(r.id);
             let ev = exchange::find(&tx.events, point::TP_XMIT, tx.node, seq, idx)
@@ -134,14 +150,21 @@ fn ebpf_stamps_agree_with_so_timestamping() {
                 .expect("xmit event");
             let xmit_realtime = tx.mono_to_realtime.apply(ev.ktime_ns as i64);
             let diff = r.stamps.software_ns - xmit_realtime;
-            let bound = 100_000 + tx.mono_to_realtime.bound_ns;
+            let close = 100_000 + tx.mono_to_realtime.bound_ns;
             assert!(
-                diff.abs() < bound,
+                diff.abs() < 100 * close,
                 "TX stamp {diff} ns from net_dev_start_xmit"
             );
+            if diff.abs() >= close {
+                not_close.push(diff);
+            }
             checked += 1;
         }
         assert_eq!(checked as u64, cfg.pairs * 2, "every probe has a TX report");
+        assert!(
+            not_close.len() * 20 <= checked,
+            "TX stamps more than 100 µs from net_dev_start_xmit: {not_close:?}"
+        );
     }
 }
 

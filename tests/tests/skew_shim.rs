@@ -48,11 +48,11 @@ fn a_shimmed_process_reads_realtime_as_the_agent_skews_it() {
         .collect();
     let reads: Vec<_> = lines.iter().filter(|l| l.get("seen").is_some()).collect();
     assert_eq!(reads.len(), 20);
+    let mut brackets = Vec::new();
     for r in reads {
         let field = |k: &str| r[k].as_i64().unwrap();
         let (before, seen, after) = (field("before"), field("seen"), field("after"));
-        // The bracket is a few µs: the check resolves errors that small.
-        assert!(after - before < 1_000_000, "bracket {} ns", after - before);
+        brackets.push(after - before);
         // The agent's local time of the true instants that bracket the read.
         let (lo, hi) = (before + skew.at(before), after + skew.at(after));
         assert!(
@@ -61,6 +61,10 @@ fn a_shimmed_process_reads_realtime_as_the_agent_skews_it() {
             skew.at(before)
         );
     }
+    // A bracket is a few µs, so the check resolves errors that small; a busy
+    // machine may preempt the interpreter inside one, not inside most.
+    brackets.sort_unstable();
+    assert!(brackets[10] < 1_000_000, "brackets {brackets:?} ns");
     let waited = lines.last().unwrap()["waited_s"].as_f64().unwrap();
     assert!(
         (0.39..2.0).contains(&waited),
