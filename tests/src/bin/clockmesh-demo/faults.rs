@@ -187,6 +187,17 @@ enum Tool {
     Clockmesh,
 }
 
+impl Tool {
+    const BOTH: [Tool; 2] = [Tool::Chrony, Tool::Clockmesh];
+
+    fn name(self) -> &'static str {
+        match self {
+            Tool::Chrony => "chrony",
+            Tool::Clockmesh => "clockmesh",
+        }
+    }
+}
+
 /// One tool's answer for one host at one instant.
 #[derive(Clone, Debug, Serialize)]
 struct Sample {
@@ -549,10 +560,14 @@ impl BackendRun {
         samples: &[Sample],
         notes: Notes,
     ) -> BackendRun {
-        let rows = rows(phases, samples);
-        let recovery = [("chrony", Tool::Chrony), ("clockmesh", Tool::Clockmesh)]
-            .into_iter()
-            .map(|(n, tool)| (n, recovery_tally(&rows, samples, tool, n)))
+        let levels = Tool::BOTH.map(|tool| (tool, baseline_p99(samples, tool)));
+        let rows = rows(phases, samples, &levels);
+        let recovery = levels
+            .iter()
+            .map(|&(tool, level_ns)| {
+                let tally = recovery_tally(&rows, samples, phases, tool, level_ns);
+                (tool.name(), tally)
+            })
             .collect();
         BackendRun {
             backend,
@@ -1232,15 +1247,19 @@ pub struct RecoveryTally {
     pub control_stretches: usize,
 }
 
-fn recovery_tally(rows: &[Row], samples: &[Sample], tool: Tool, name: &str) -> RecoveryTally {
+fn recovery_tally(
+    rows: &[Row],
+    samples: &[Sample],
+    phases: &[Phase],
+    tool: Tool,
+    level_ns: f64,
+) -> RecoveryTally {
     let met = |t: &Option<f64>| t.is_some_and(|t| t <= RECOVERY_GOAL_S);
-    let afters: Vec<&Recovery> = rows
+    let after_hosts = rows
         .iter()
-        .filter_map(|r| r.recovery.as_ref()?.get(name))
-        .collect();
-    let level_ns = afters.first().map_or(f64::NAN, |r| r.level_ns);
-    let after_hosts = afters.iter().flat_map(|r| r.per_host.values());
-    let controls = control_stretches(samples, tool);
+        .filter_map(|r| r.recovery.as_ref()?.get(tool.name()))
+        .flat_map(|r| r.per_host.values());
+    let controls = control_stretches(samples, phases, tool);
     RecoveryTally {
         level_ns,
         after_back: after_hosts.clone().filter(|t| met(t)).count(),
@@ -1253,21 +1272,19 @@ fn recovery_tally(rows: &[Row], samples: &[Sample], tool: Tool, name: &str) -> R
     }
 }
 
-/// Per settle part and host, the tool's samples of the part's last
-/// [`AFTER`] (none where the part is shorter than twice that: its end
+/// Per settling phase and host, the tool's samples of its settle part's
+/// last [`AFTER`] (none where the part is shorter than twice that: its end
 /// would still be the fault's after).
-fn control_stretches(samples: &[Sample], tool: Tool) -> Vec<Vec<&Sample>> {
-    let mut phases: Vec<&str> = samples
-        .iter()
-        .filter(|s| s.part == Part::Settle)
-        .map(|s| s.phase)
-        .collect();
-    phases.dedup();
+fn control_stretches<'a>(
+    samples: &'a [Sample],
+    phases: &[Phase],
+    tool: Tool,
+) -> Vec<Vec<&'a Sample>> {
     let mut out = Vec::new();
-    for phase in phases {
+    for phase in phases.iter().filter(|p| p.settles()) {
         for host in [1, 2] {
             let settle = in_order(samples.iter().filter(|s| {
-                s.phase == phase && s.part == Part::Settle && s.tool == tool && s.host == host
+                s.phase == phase.name && s.part == Part::Settle && s.tool == tool && s.host == host
             }));
             let (Some(first), Some(last)) = (settle.first(), settle.last()) else {
                 continue;
@@ -1282,21 +1299,20 @@ fn control_stretches(samples: &[Sample], tool: Tool) -> Vec<Vec<&Sample>> {
     out
 }
 
-/// The table's rows: every phase's parts in order, warm-up left out.
-fn rows(phases: &[Phase], samples: &[Sample]) -> Vec<Row> {
+/// A tool's `baseline` p99 |error|, ns: its no-fault level.
+fn baseline_p99(samples: &[Sample], tool: Tool) -> f64 {
+    figures(
+        samples
+            .iter()
+            .filter(|s| s.phase == "baseline" && s.part == Part::During && s.tool == tool),
+    )
+    .p99_ns
+}
+
+/// The table's rows: every phase's parts in order, warm-up left out;
+/// `levels`: each tool's no-fault level ([`baseline_p99`]).
+fn rows(phases: &[Phase], samples: &[Sample], levels: &[(Tool, f64)]) -> Vec<Row> {
     let mut out = Vec::new();
-    let baseline_p99 = |tool: Tool| {
-        figures(
-            samples
-                .iter()
-                .filter(|s| s.phase == "baseline" && s.part == Part::During && s.tool == tool),
-        )
-        .p99_ns
-    };
-    let levels = [
-        ("chrony", Tool::Chrony, baseline_p99(Tool::Chrony)),
-        ("clockmesh", Tool::Clockmesh, baseline_p99(Tool::Clockmesh)),
-    ];
     for p in phases {
         let parts = [(Part::During, p.during)]
             .into_iter()
@@ -1316,17 +1332,14 @@ fn rows(phases: &[Phase], samples: &[Sample]) -> Vec<Row> {
                 .map(|h| {
                     (
                         h,
-                        BTreeMap::from([
-                            ("chrony", of(Tool::Chrony, Some(h))),
-                            ("clockmesh", of(Tool::Clockmesh, Some(h))),
-                        ]),
+                        BTreeMap::from(Tool::BOTH.map(|t| (t.name(), of(t, Some(h))))),
                     )
                 })
                 .collect();
             let recovery = (part == Part::After).then(|| {
                 levels
                     .iter()
-                    .map(|&(name, tool, level)| (name, recovery(samples, p.name, tool, level)))
+                    .map(|&(tool, level)| (tool.name(), recovery(samples, p.name, tool, level)))
                     .collect()
             });
             out.push(Row {
@@ -1645,12 +1658,19 @@ mod tests {
             if t < 3.0 { 500.0 } else { 10.0 }
         });
         push("b", Part::Settle, 48.0, 10.0, &|_| 10.0);
-        let stretches = control_stretches(&v, Tool::Clockmesh);
+        let phase = |name| Phase {
+            name,
+            fault: Fault::Loss30,
+            during: Duration::ZERO,
+            after: true,
+        };
+        let phases = [phase("a"), phase("b")];
+        let stretches = control_stretches(&v, &phases, Tool::Clockmesh);
         assert_eq!(stretches.len(), 2, "one per host of a's settle");
         assert!(stretches.iter().all(|s| s.len() == 16));
         assert_eq!(stretches[0][0].t_s, 32.0);
         let rows = [recovery_row(&v, "a"), recovery_row(&v, "b")];
-        let t = recovery_tally(&rows, &v, Tool::Clockmesh, "clockmesh");
+        let t = recovery_tally(&rows, &v, &phases, Tool::Clockmesh, 25.0);
         assert_eq!((t.after_back, t.after_parts), (2, 4), "a: 1 s, b: 3 s");
         assert_eq!(
             (t.control_back, t.control_stretches),
@@ -1668,7 +1688,7 @@ mod tests {
             chrony: figures(std::iter::empty()),
             clockmesh: figures(std::iter::empty()),
             p99_ratio: f64::NAN,
-            recovery: Some(BTreeMap::from([("clockmesh", r)])),
+            recovery: Some(BTreeMap::from([(Tool::Clockmesh.name(), r)])),
             per_host: BTreeMap::new(),
         }
     }
