@@ -3,12 +3,14 @@
 use clockmesh_estimator::{EdgeFit, EdgeMeasurement, NodeId};
 use clockmesh_proto::clockmesh as pb;
 
-/// An edge fit of `window` as sent to the leader.
+/// An edge fit of `window` as sent to the leader, fitted over
+/// `history_share` of a full history ([`EdgeMeasurement::history_share`]).
 pub fn edge_to_pb(
     window: u64,
     (from, from_name): (NodeId, &str),
     (to, to_name): (NodeId, &str),
     fit: &EdgeFit,
+    history_share: f64,
 ) -> pb::EdgeFit {
     pb::EdgeFit {
         from_node: from_name.to_owned(),
@@ -30,6 +32,7 @@ pub fn edge_to_pb(
         backward_points: fit.backward_points as u32,
         trimmed: fit.trimmed as u32,
         span_ns: fit.span_ns,
+        history_share,
     }
 }
 
@@ -50,7 +53,8 @@ pub fn edge_from_pb(e: &pb::EdgeFit) -> Option<EdgeMeasurement> {
         && e.from_id != e.to_id
         && e.bound_exact_ns > 0.0
         && e.drift_bound_ppb >= 0.0
-        && e.drift_ppb.abs() < 1e6;
+        && e.drift_ppb.abs() < 1e6
+        && (0.0..=1.0).contains(&e.history_share);
     sane.then(|| {
         EdgeMeasurement::new(
             e.from_id,
@@ -70,6 +74,11 @@ pub fn edge_from_pb(e: &pb::EdgeFit) -> Option<EdgeMeasurement> {
                 span_ns: e.span_ns,
             },
         )
+        .with_history_share(if e.history_share > 0.0 {
+            e.history_share
+        } else {
+            1.0 // an older agent's fit: it did not say
+        })
     })
 }
 
@@ -93,10 +102,21 @@ mod tests {
             trimmed: 1,
             span_ns: 4_000_000_000,
         };
-        let p = edge_to_pb(9, (1, "a"), (2, "b"), &fit);
+        let p = edge_to_pb(9, (1, "a"), (2, "b"), &fit, 0.25);
         assert_eq!((p.bound_ns, p.pure_pairs, p.window), (411, 61, 9));
         let m = edge_from_pb(&p).unwrap();
         assert_eq!((m.from, m.to), (1, 2));
+        assert_eq!(m.history_share, 0.25);
+        let older_agent = pb::EdgeFit {
+            history_share: 0.0,
+            ..p.clone()
+        };
+        assert_eq!(edge_from_pb(&older_agent).unwrap().history_share, 1.0);
+        let absurd = pb::EdgeFit {
+            history_share: 3.0,
+            ..p.clone()
+        };
+        assert!(edge_from_pb(&absurd).is_none());
         assert_eq!(m.fit.offset_base_ns, fit.offset_base_ns);
         assert!((m.fit.drift - fit.drift).abs() < 1e-20);
         assert_eq!(m.fit.bound_ns, fit.bound_ns);

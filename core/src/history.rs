@@ -87,6 +87,23 @@ pub struct HistoryFit {
 }
 
 impl HistoryFit {
+    /// The share of its stamps' full history the fit spans, when a shorter
+    /// one means a noisier offset: with software stamps (the span out of
+    /// [`StampClass::max_history_windows`]); 1 with NIC stamps, whose
+    /// pairs pin the line within a window or two (weighting NIC fits down
+    /// by their pure points made the simulator's harsh NIC scenario worse,
+    /// p99 10.5 → 15–18 ns: a history cut by a path change is on the
+    /// current path).
+    pub fn history_share(&self, window_ns: i64) -> f64 {
+        match self.stamps {
+            StampClass::Nic => 1.0,
+            StampClass::Software => {
+                let full = self.stamps.max_history_windows(window_ns);
+                self.windows.clamp(1, full) as f64 / full as f64
+            }
+        }
+    }
+
     /// `outcome`, fitted over `span` windows with `stamps`; its drift spans
     /// as many until [`EdgeHistory::fit`] finds a longer one for it.
     fn spanning(outcome: EdgeOutcome, span: usize, stamps: StampClass) -> Self {
@@ -539,6 +556,24 @@ mod tests {
             let (base, frac) = f.offset_at(f.epoch_ns);
             assert!(((base as f64 + frac) - 1_000.0).abs() <= f.bound_ns);
         }
+    }
+
+    #[test]
+    fn a_young_software_history_has_its_share_and_a_nic_one_a_full_share() {
+        let len_ns = 1_000_000_000;
+        let share_after = |windows: i64, stamps: StampClass| {
+            let mut h = EdgeHistory::default();
+            for w in 0..windows {
+                h.push(window_of(len_ns, w, |_| 1_000, 0), stamps);
+            }
+            h.fit(&cfg(), len_ns).unwrap().history_share(len_ns)
+        };
+        // A restarted agent's edge: 1, then 4 of the 32 windows of a full span.
+        assert_eq!(share_after(1, StampClass::Software), 1.0 / 32.0);
+        assert_eq!(share_after(4, StampClass::Software), 4.0 / 32.0);
+        assert_eq!(share_after(40, StampClass::Software), 1.0);
+        // NIC fits weigh by their bound alone, young or not.
+        assert_eq!(share_after(1, StampClass::Nic), 1.0);
     }
 
     #[test]

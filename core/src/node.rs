@@ -869,12 +869,10 @@ impl Node {
             let peer_name = self
                 .member(peer)
                 .map_or_else(|| peer.to_string(), |m| m.name.clone());
-            let fit = chosen
-                .outcome
-                .fit
-                .as_ref()
-                .ok()
-                .map(|f| codec::edge_to_pb(k, (me.id, &me.name), (peer, &peer_name), f));
+            let fit = chosen.outcome.fit.as_ref().ok().map(|f| {
+                let share = chosen.history_share(self.settings.window_ns());
+                codec::edge_to_pb(k, (me.id, &me.name), (peer, &peer_name), f, share)
+            });
             self.windows
                 .record_edge(peer, edge_status(k, &chosen, fit.as_ref()));
             let line = edge_line(k, (&me.name, &peer_name), &chosen, fit.as_ref());

@@ -45,18 +45,43 @@ pub struct EdgeMeasurement {
     /// ([`NetConfig::detour_scale_ns`]), never its bound.
     #[serde(default)]
     pub excess_rtt_ns: f64,
+    /// The share, in (0, 1], of its stamps' full history the fit spans
+    /// when a shorter history means a noisier offset (the caller knows
+    /// which stamps those are; 1 otherwise). Its square scales the edge's
+    /// weight in the offset solve, never its bound: with software stamps
+    /// the bound is mostly half the best round trip, as wide for a fit of
+    /// one window as for one of 32, while the one-window offset scatters
+    /// several times more. An edge whose history restarted (its node's
+    /// agent did) or was cut (its path changed) then leaves its node to
+    /// the edges that kept theirs.
+    #[serde(default = "full_history")]
+    pub history_share: f64,
+}
+
+fn full_history() -> f64 {
+    1.0
 }
 
 impl EdgeMeasurement {
-    /// A fitted edge with no known detour: only the leader's
-    /// [`crate::Estimator`], which keeps each edge's round-trip floor, sets
-    /// [`Self::excess_rtt_ns`].
+    /// A fitted edge with no known detour and a full history: only the
+    /// leader's [`crate::Estimator`], which keeps each edge's round-trip
+    /// floor, sets [`Self::excess_rtt_ns`]; the fit's history sets
+    /// [`Self::history_share`] ([`Self::with_history_share`]).
     pub fn new(from: NodeId, to: NodeId, fit: EdgeFit) -> Self {
         Self {
             from,
             to,
             fit,
             excess_rtt_ns: 0.0,
+            history_share: full_history(),
+        }
+    }
+
+    /// The same edge fitted over `share` of a full history.
+    pub fn with_history_share(self, share: f64) -> Self {
+        Self {
+            history_share: share,
+            ..self
         }
     }
 }
@@ -218,7 +243,7 @@ pub fn solve_network(
         off_d.push(int_part as f64 + rel);
         let b = e.fit.bound_at(t_from);
         off_b.push(b);
-        off_w.push(offset_weight(b, e.excess_rtt_ns, cfg));
+        off_w.push(offset_weight(b, e, cfg));
         drift_d.push(e.fit.drift);
         drift_b.push(e.fit.drift_bound);
         drift_w.push(1.0 / e.fit.drift_bound.max(1e-12).powi(2));
@@ -262,11 +287,12 @@ pub fn solve_network(
     })
 }
 
-/// An edge's weight in the offset solve: its bound's inverse square,
-/// lowered by the detour its round trip shows.
-fn offset_weight(bound_ns: f64, excess_rtt_ns: f64, cfg: &NetConfig) -> f64 {
-    let detour = excess_rtt_ns / 2.0 / cfg.detour_scale_ns;
-    1.0 / (bound_ns.max(cfg.weight_floor_ns).powi(2) * (1.0 + detour * detour))
+/// An edge's weight in the offset solve: the inverse square of its bound
+/// (`bound_ns`, at the solve's epoch), lowered by the detour its round
+/// trip shows and by the share of a full history it lacks.
+fn offset_weight(bound_ns: f64, e: &EdgeMeasurement, cfg: &NetConfig) -> f64 {
+    let detour = e.excess_rtt_ns / 2.0 / cfg.detour_scale_ns;
+    e.history_share.powi(2) / (bound_ns.max(cfg.weight_floor_ns).powi(2) * (1.0 + detour * detour))
 }
 
 fn validate(edges: &[EdgeMeasurement], cfg: &NetConfig) -> Result<(), EstimatorError> {
@@ -305,6 +331,9 @@ fn validate(edges: &[EdgeMeasurement], cfg: &NetConfig) -> Result<(), EstimatorE
         }
         if !(e.excess_rtt_ns.is_finite() && e.excess_rtt_ns >= 0.0) {
             return Err(bad("excess_rtt_ns"));
+        }
+        if !(e.history_share > 0.0 && e.history_share <= 1.0) {
+            return Err(bad("history_share"));
         }
     }
     Ok(())
@@ -694,6 +723,44 @@ pub(crate) mod tests {
         let sol = solve_network(&edges, &NetConfig::default()).unwrap();
         let b = sol.get(1).unwrap().offset_ns();
         assert!((b - 20.0).abs() < 0.1, "{b}");
+    }
+
+    #[test]
+    fn an_edge_of_a_short_history_absorbs_the_surplus_at_equal_bounds() {
+        // A restarted history: CA fitted over 1 of 32 windows, the others
+        // over all 32, all with the same (round-trip-dominated) bound.
+        let edges = [
+            edge(0, 1, 20.0, 2000.0),
+            edge(1, 2, -15.0, 2000.0),
+            edge(2, 0, -5.0 + 100.0, 2000.0).with_history_share(1.0 / 32.0),
+        ];
+        let sol = solve_network(&edges, &NetConfig::default()).unwrap();
+        let b = sol.get(1).unwrap().offset_ns();
+        let c = sol.get(2).unwrap().offset_ns();
+        // 1024 times less weight: under 0.1 % of the 100 ns surplus stays on AB and BC.
+        assert!((b - 20.0).abs() < 0.1, "AB corrected to {b}");
+        assert!((c - 5.0).abs() < 0.2, "AC {c}");
+        // Bounds are not weights: node 1's is still its direct edge's and more.
+        assert!(sol.get(1).unwrap().bound_ns >= 2000.0);
+        // At a full history the surplus is spread evenly again.
+        let even = [edges[0].clone(), edges[1].clone(), edge(2, 0, 95.0, 2000.0)];
+        let b = solve_network(&even, &NetConfig::default())
+            .unwrap()
+            .get(1)
+            .unwrap()
+            .offset_ns();
+        assert!((b - (20.0 - 100.0 / 3.0)).abs() < 1e-6, "{b}");
+    }
+
+    #[test]
+    fn a_history_share_outside_0_1_is_refused() {
+        for share in [0.0, -0.5, 1.5, f64::NAN] {
+            let edges = [edge(0, 1, 20.0, 10.0).with_history_share(share)];
+            assert!(
+                solve_network(&edges, &NetConfig::default()).is_err(),
+                "{share}"
+            );
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ fn i64_from(bytes: &[u8], i: usize) -> i64 {
 }
 
 /// One edge from a record of `REC` bytes: ids, anchor, offset, drift, bound and
-/// the detour excess (its weight) all arbitrary.
+/// the detour excess and history share (its weight) all arbitrary.
 fn edge_from(c: &[u8]) -> EdgeMeasurement {
     let fit = EdgeFit {
         epoch_ns: i64_from(c, 2),
@@ -38,10 +38,10 @@ fn edge_from(c: &[u8]) -> EdgeMeasurement {
     let to = u32::from(c.get(1).copied().unwrap_or(0) % 16);
     let mut edge = EdgeMeasurement::new(from, to, fit);
     edge.excess_rtt_ns = f64_from(c, 42);
-    edge
+    edge.with_history_share(f64_from(c, 50))
 }
 
-const REC: usize = 50;
+const REC: usize = 58;
 
 fuzz_target!(|data: &[u8]| {
     let edges: Vec<EdgeMeasurement> = data.chunks(REC).take(64).map(edge_from).collect();
