@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import unittest
+from statistics import median
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -27,6 +28,7 @@ from offsets_fixture import write_offsets  # noqa: E402
 
 SKEW = 250_000_000  # hostB's clock is 250 ms ahead
 GLOBAL_MINUS_REAL = 1_000
+RELEASE_SKEW = 20_000_000  # ns; how far apart a gloo barrier typically lets the ranks go
 OFFSETS = {"hostA": GLOBAL_MINUS_REAL, "hostB": GLOBAL_MINUS_REAL - SKEW}
 
 
@@ -93,15 +95,22 @@ class TwoRanks(unittest.TestCase):
         before = {h: markers(self.load(p)) for h, p in self.inputs.items()}
         after = {h: markers(self.load(self.run_dir / p.name)) for h, p in self.inputs.items()}
         self.assertEqual(len(after["hostA"]), 20)
+        gaps = []
         for name in after["hostA"]:
             raw = before["hostB"][name][0] - before["hostA"][name][0]
             self.assertGreater(abs(raw), SKEW - 50_000_000, name)
-            # Started after the same barrier: within its release skew.
+            # Started after the same barrier: nearer the shared timeline than
+            # the skewed one, whatever the scheduler did to one rank.
             merged = after["hostB"][name][0] - after["hostA"][name][0]
-            self.assertLess(abs(merged), 20_000_000, name)
+            self.assertLess(abs(merged), SKEW // 2, name)
+            gaps.append(abs(merged))
             # Exactly the offsets: each start moved by its host's offset.
             for h in OFFSETS:
                 self.assertEqual(after[h][name][0] - before[h][name][0], OFFSETS[h], (h, name))
+        # Typically within the barrier's release skew. A median, because on
+        # a loaded 2-core runner one rank can be descheduled for tens of ms
+        # after a barrier (CI once saw 28 ms on one of 20 markers).
+        self.assertLess(median(gaps), RELEASE_SKEW, gaps)
 
     def test_everything_else_is_kept_and_the_bound_stated(self):
         for host, path in self.inputs.items():
@@ -120,14 +129,17 @@ class TwoRanks(unittest.TestCase):
         analyzer = TraceAnalysis(trace_dir=str(self.run_dir))
         traces = analyzer.t.get_all_traces()
         self.assertEqual(sorted(traces), [0, 1])
-        starts = {}
-        for rank, df in traces.items():
-            names = analyzer.t.symbol_table.sym_table
-            rows = df[df["name"].map(lambda i: names[i]) == "cm_sync_5"]
-            self.assertEqual(len(rows), 1, rank)
-            starts[rank] = int(rows["ts"].iloc[0])
+        names = analyzer.t.symbol_table.sym_table
+        gaps = []
+        for i in range(20):
+            starts = {}
+            for rank, df in traces.items():
+                rows = df[df["name"].map(lambda n: names[n]) == f"cm_sync_{i}"]
+                self.assertEqual(len(rows), 1, (rank, i))
+                starts[rank] = int(rows["ts"].iloc[0])
+            gaps.append(abs(starts[0] - starts[1]))
         # HTA's ts (µs, one zero for all ranks): the ranks agree after the merge.
-        self.assertLess(abs(starts[0] - starts[1]), 20_000)
+        self.assertLess(median(gaps), RELEASE_SKEW // 1000, gaps)
 
 
 if __name__ == "__main__":
