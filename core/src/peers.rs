@@ -1,7 +1,13 @@
 //! Per-peer handshake state: a peer is probed only after it answered a
 //! hello (it runs a responder and speaks our version). Unanswered hellos are
-//! retried with exponential backoff; a ready peer that falls silent goes back
-//! to the handshake.
+//! retried with exponential backoff, capped at a second; a ready peer that
+//! falls silent goes back to the handshake. A peer is a known member, so
+//! asking a silent one once a second costs a small datagram, and a link that
+//! comes back is probed again within a second: the readers of a node whose
+//! links were down are back at their level within a few windows only if the
+//! pairs flow from the link's first second. A message from a peer we are
+//! handshaking with again shows the way is open: our next hello goes at
+//! once.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -22,7 +28,7 @@ impl Default for HandshakeConfig {
     fn default() -> Self {
         HandshakeConfig {
             first_retry_ns: 250_000_000,
-            max_retry_ns: 30_000_000_000,
+            max_retry_ns: 1_000_000_000,
             silence_ns: 15_000_000_000,
         }
     }
@@ -59,6 +65,9 @@ pub struct Peer {
     pub attempts: u32,
     #[serde(skip)]
     next_hello_ns: i64,
+    /// When the last hello went (`i64::MIN` before the first).
+    #[serde(skip)]
+    hello_sent_ns: i64,
     #[serde(skip)]
     pub last_heard_ns: i64,
     /// Hello nonce we expect echoed back.
@@ -115,6 +124,7 @@ impl Peers {
                         capabilities: 0,
                         attempts: 0,
                         next_hello_ns: now_ns,
+                        hello_sent_ns: i64::MIN,
                         last_heard_ns: now_ns,
                         nonce: 0,
                     },
@@ -143,6 +153,7 @@ impl Peers {
                 .min(cfg.max_retry_ns);
             p.attempts += 1;
             p.next_hello_ns = now_ns + backoff;
+            p.hello_sent_ns = now_ns;
             self.next_nonce += 1;
             p.nonce = self.next_nonce;
             out.push(HelloDue {
@@ -177,10 +188,18 @@ impl Peers {
         true
     }
 
-    /// Any valid message from the peer shows it is alive.
+    /// Any valid message from the peer shows it is alive; one from a peer
+    /// we are handshaking with brings our next hello forward to now — unless
+    /// one went within the first retry, whose answer may still be on its
+    /// way (a new hello's nonce would turn that answer stale).
     pub fn heard(&mut self, id: NodeId, now_ns: i64) {
+        let first_retry_ns = self.cfg.first_retry_ns;
         if let Some(p) = self.peers.get_mut(&id) {
             p.last_heard_ns = now_ns;
+            let answer_due = now_ns.saturating_sub(p.hello_sent_ns) < first_retry_ns;
+            if p.state == PeerState::Connecting && !answer_due {
+                p.next_hello_ns = p.next_hello_ns.min(now_ns);
+            }
         }
     }
 
@@ -226,12 +245,39 @@ mod tests {
         assert!(!p.acked(2, first[0].nonce, 1, 0, 1));
         assert!(p.acked(2, again[0].nonce, 1, 3, 1));
         assert_eq!(p.ready().map(|x| x.id).collect::<Vec<_>>(), [2]);
-        // Backoff is capped.
+        // Backoff is capped at a second: a link that comes back is
+        // handshaken again within one.
         for k in 0..40 {
             p.due_hellos(1_000_000_000 * k);
         }
         let c = p.get(3).unwrap();
-        assert!(c.next_hello_ns - 39_000_000_000 <= 30_000_000_000);
+        assert!(c.next_hello_ns - 39_000_000_000 <= 1_000_000_000);
+    }
+
+    #[test]
+    fn a_message_from_a_silent_peer_brings_our_hello_forward() {
+        let mut p = peers();
+        let h = p.due_hellos(0);
+        p.acked(2, h[0].nonce, 1, 0, 0);
+        // Silent for 16 s: handshaken again, unanswered (the link is down).
+        assert!(p.due_hellos(16_000_000_000).iter().any(|d| d.id == 2));
+        assert!(p.due_hellos(16_300_000_000).iter().any(|d| d.id == 2));
+        // Its hello gets through 100 ms after ours went: ours may still be
+        // answered, so the next waits for its backoff.
+        p.heard(2, 16_400_000_000);
+        assert!(p.due_hellos(16_400_000_000).iter().all(|d| d.id != 2));
+        // Later, a message from it sends ours at once.
+        p.heard(2, 16_600_000_000);
+        let now = p.due_hellos(16_600_000_000);
+        let again = now
+            .iter()
+            .find(|d| d.id == 2)
+            .expect("hello brought forward");
+        assert!(p.acked(2, again.nonce, 1, 0, 16_600_100_000));
+        assert_eq!(p.get(2).unwrap().state, PeerState::Ready);
+        // A ready peer's messages bring nothing forward.
+        p.heard(2, 17_000_000_000);
+        assert!(p.due_hellos(17_000_000_000).iter().all(|d| d.id != 2));
     }
 
     #[test]

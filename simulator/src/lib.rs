@@ -11,6 +11,7 @@
 mod cluster;
 mod error;
 mod protocol;
+mod recovery;
 mod report;
 mod scenario;
 
@@ -21,9 +22,11 @@ use clockmesh_estimator::{AnchorKind, EdgeMeasurement, Estimator, NodeId, estima
 pub use cluster::READING_BASE_NS;
 pub use error::SimError;
 pub use protocol::{HandOverScore, HostTraffic, ProtocolReport, Traffic, run_protocol};
+pub use recovery::RecoveryReport;
 pub use report::{Quantiles, Report, Summary, WindowReport};
 pub use scenario::{
-    ClockModel, LeaderChange, LinkModel, Mode, QueueKind, QueueModel, Scenario, TimestampModel,
+    ClockModel, Isolation, LeaderChange, LinkModel, Mode, QueueKind, QueueModel, Scenario,
+    TimestampModel,
 };
 
 use cluster::{Clocks, Noise, generate_links, probe_link, rng_from_seed};

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     cluster::{Clocks, Noise, READING_BASE_NS, rng_from_seed},
     error::SimError,
+    recovery::{RecoveryReport, RecoveryScores, SAMPLES_PER_WINDOW},
     report::Quantiles,
     scenario::Scenario,
 };
@@ -133,6 +134,8 @@ pub struct ProtocolReport {
     /// Leader changes (`leader_change`): how far the continued timeline
     /// stepped from the old one, against the bound the new leader carried.
     pub hand_overs: Vec<HandOverScore>,
+    /// `isolation`: the isolated nodes' readers after it, against controls.
+    pub recovery: Option<RecoveryReport>,
     pub datagrams_lost: u64,
     pub events: u64,
     pub wall_ms: f64,
@@ -163,6 +166,8 @@ enum Event {
     SendRound(usize),
     /// Leadership moves to this host (`leader_change`).
     LeaderChange(usize),
+    /// The isolated nodes' and the controls' readers are read (`isolation`).
+    ReadReaders,
     Deliver {
         to: usize,
         from: SocketAddr,
@@ -243,6 +248,10 @@ struct Sim<'a> {
     /// Member id of the node whose timeline results are on now.
     current_reference: NodeId,
     hand_overs: Vec<HandOverScore>,
+    /// `isolation`: hosts cut off between these true times, ns.
+    isolated: Vec<usize>,
+    isolated_span: (i64, i64),
+    recovery: RecoveryScores,
     lost: u64,
     events: u64,
 }
@@ -263,6 +272,7 @@ pub fn run_protocol(s: &Scenario) -> Result<ProtocolReport, SimError> {
         let at = window_ns * i64::from(warmup + c.after_window);
         sim.schedule(at, Event::LeaderChange(c.to as usize));
     }
+    sim.isolate(warmup);
     while let Some(Reverse(next)) = sim.queue.pop() {
         if next.at > end {
             break;
@@ -339,6 +349,9 @@ impl<'a> Sim<'a> {
             timelines: HashMap::new(),
             current_reference: s.reference + 1,
             hand_overs: Vec::new(),
+            isolated: Vec::new(),
+            isolated_span: (0, 0),
+            recovery: RecoveryScores::default(),
             lost: 0,
             events: 0,
         }
@@ -366,6 +379,68 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
+    /// Cuts the scenario's isolated nodes off for their span and schedules
+    /// their readers' (and the controls') readings after it.
+    fn isolate(&mut self, warmup: u32) {
+        let Some(iso) = &self.s.isolation else {
+            return;
+        };
+        let window_ns = self.s.agent.window_ns();
+        let from = window_ns * i64::from(warmup + iso.after_window);
+        let until = from + window_ns * i64::from(iso.windows);
+        self.isolated = iso.nodes.iter().map(|&n| n as usize).collect();
+        self.isolated_span = (from, until);
+        let excluded: Vec<usize> = [Some(self.s.reference), self.s.leader_change.map(|c| c.to)]
+            .into_iter()
+            .flatten()
+            .map(|n| n as usize)
+            .collect();
+        self.recovery = RecoveryScores::new(self.hosts.len(), &self.isolated, &excluded);
+        let step = window_ns / i64::from(SAMPLES_PER_WINDOW);
+        let readings = crate::recovery::RECOVERY_WINDOWS * SAMPLES_PER_WINDOW;
+        for k in 0..i64::from(readings) {
+            self.schedule(until + k * step, Event::ReadReaders);
+        }
+    }
+
+    /// Whether the link between hosts `i` and `j` is cut now (`isolation`).
+    fn cut_off(&self, i: usize, j: usize) -> bool {
+        self.is_isolated(i) || self.is_isolated(j)
+    }
+
+    /// Whether host `i` is cut off the network now, the store included.
+    fn is_isolated(&self, i: usize) -> bool {
+        let (from, until) = self.isolated_span;
+        (from..until).contains(&self.now) && self.isolated.contains(&i)
+    }
+
+    /// An isolated host's first result about a window after its links
+    /// came back.
+    fn note_resumed(&mut self, i: usize, r: &pb::NodeOffset) {
+        let until = self.isolated_span.1;
+        let window_ns = self.s.agent.window_ns();
+        // Local clocks are within a few ms of true time; windows are seconds.
+        let about_after = r.anchor_ns - READING_BASE_NS > until + window_ns / 2;
+        if about_after {
+            let since_end = (self.now - until) as f64 / window_ns as f64;
+            self.recovery.resumed(i, since_end);
+        }
+    }
+
+    /// Every watched reader answers from its node's last result, as the
+    /// published file would (the value a reader extrapolates, and its
+    /// bound grown at the published rate).
+    fn read_readers(&mut self) {
+        let since_end = (self.now - self.isolated_span.1) as f64 / self.s.agent.window_ns() as f64;
+        let mut recovery = std::mem::take(&mut self.recovery);
+        recovery.read_all(since_end, |i| {
+            let r = self.hosts[i].last_result.as_ref()?;
+            let (err, bound) = self.error_at(i, r, self.local_now(i));
+            Some((err.abs(), bound))
+        });
+        self.recovery = recovery;
+    }
+
     fn schedule(&mut self, at: i64, event: Event) {
         self.order += 1;
         self.queue.push(Reverse(Scheduled {
@@ -389,6 +464,7 @@ impl<'a> Sim<'a> {
                 self.schedule(self.now + TICK_NS, Event::Tick(i));
             }
             Event::SendRound(i) => self.send_round(i),
+            Event::ReadReaders => self.read_readers(),
             Event::LeaderChange(to) => {
                 let name = member(to).name;
                 for h in &mut self.hosts {
@@ -482,7 +558,7 @@ impl<'a> Sim<'a> {
         let Some(&j) = self.by_addr.get(&to.ip()) else {
             return;
         };
-        if self.noise.lost(&mut self.rng) {
+        if self.noise.lost(&mut self.rng) || self.cut_off(i, j) {
             self.lost += 1;
             return;
         }
@@ -536,6 +612,7 @@ impl<'a> Sim<'a> {
             Action::History(_) => {}
             Action::HandOver(line) => self.hand_over(i, &line),
             Action::Publish(p) => self.score(i, p.result),
+            Action::PutFits(_) | Action::FetchResult if self.is_isolated(i) => {}
             Action::PutFits(snapshot) => {
                 let name = self.hosts[i].node.me().name.clone();
                 let t = &mut self.hosts[i].traffic;
@@ -585,6 +662,8 @@ impl<'a> Sim<'a> {
         if r.reference_id == r.node_id && on_own_clock {
             return;
         }
+
+        self.note_resumed(i, &r);
         let aged = self.hosts[i].last_result.replace(r.clone());
         if self.now < self.score_from {
             return;
@@ -737,6 +816,10 @@ impl<'a> Sim<'a> {
             counters,
             dropped,
             hand_overs: self.hand_overs,
+            recovery: (!self.isolated.is_empty()).then(|| {
+                let windows = self.s.isolation.as_ref().map_or(0, |iso| iso.windows);
+                self.recovery.report(windows)
+            }),
             datagrams_lost: self.lost,
             events: self.events,
             wall_ms,
@@ -855,6 +938,9 @@ impl ProtocolReport {
             self.node_coordination_max.messages,
             self.node_coordination_max.bytes
         );
+        if let Some(r) = &self.recovery {
+            s.push_str(&r.table());
+        }
         let _ = writeln!(
             s,
             "datagrams lost    {}; {} events in {:.0} ms",

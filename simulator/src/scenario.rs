@@ -42,6 +42,10 @@ pub struct Scenario {
     pub reference_outage_windows: Vec<u32>,
     /// Protocol mode: leadership moves to another node during the run (default never).
     pub leader_change: Option<LeaderChange>,
+    /// Protocol mode: nodes cut off the network for a while, their agents
+    /// running (default never); the report then tells how fast their
+    /// readers are back at the no-fault level.
+    pub isolation: Option<Isolation>,
     pub clock: ClockModel,
     pub link: LinkModel,
     pub queue: QueueModel,
@@ -70,6 +74,7 @@ impl Default for Scenario {
             reference: 0,
             reference_outage_windows: Vec::new(),
             leader_change: None,
+            isolation: None,
             clock: ClockModel::default(),
             link: LinkModel::default(),
             queue: QueueModel::default(),
@@ -86,6 +91,18 @@ impl Default for Scenario {
 pub struct LeaderChange {
     pub after_window: u32,
     pub to: u32,
+}
+
+/// Every datagram to or from `nodes` is lost from the start of scored
+/// window `after_window` (0-based, after the warm-up) for `windows`
+/// windows: their links are down, their agents keep running (the fault
+/// bench's `link_down`, on many nodes at once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Isolation {
+    pub nodes: Vec<u32>,
+    pub after_window: u32,
+    pub windows: u32,
 }
 
 /// What the simulator runs.
@@ -262,6 +279,42 @@ impl Scenario {
         Ok(())
     }
 
+    /// Isolated nodes are distinct ordinary members, and the run lasts
+    /// until their recovery has been watched.
+    fn validate_isolation(&self, iso: &Isolation) -> Result<(), SimError> {
+        let bad = |m: &str| Err(SimError::Invalid(m.to_string()));
+        if self.mode != Mode::Protocol {
+            return bad("isolation needs mode = \"protocol\"");
+        }
+        let leaders = [Some(self.reference), self.leader_change.map(|c| c.to)];
+        let mut nodes = iso.nodes.clone();
+        nodes.sort_unstable();
+        nodes.dedup();
+        if iso.nodes.is_empty() || nodes.len() != iso.nodes.len() {
+            return bad("isolation.nodes must name distinct nodes");
+        }
+        if nodes
+            .iter()
+            .any(|n| *n >= self.nodes || leaders.contains(&Some(*n)))
+        {
+            return bad(
+                "isolation.nodes must be < nodes and neither the reference nor the new leader",
+            );
+        }
+        if 2 * nodes.len() + 2 > self.nodes as usize {
+            return bad(
+                "isolation.nodes: at most half of the other nodes (the rest are its controls)",
+            );
+        }
+        let recovered = u64::from(iso.after_window)
+            + u64::from(iso.windows)
+            + u64::from(crate::recovery::RECOVERY_WINDOWS);
+        if iso.windows == 0 || recovered > u64::from(self.windows) {
+            return bad("isolation: windows >= 1, and after_window + windows + 10 <= windows");
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<(), SimError> {
         let bad = |m: &str| Err(SimError::Invalid(m.to_string()));
         let net_reference = self.estimator.as_ref().map_or(0, |e| e.net.reference);
@@ -285,6 +338,9 @@ impl Scenario {
             if c.after_window >= self.windows {
                 return bad("leader_change.after_window must be < windows");
             }
+        }
+        if let Some(iso) = &self.isolation {
+            self.validate_isolation(iso)?;
         }
         if self.reference >= self.nodes {
             return bad("reference must be < nodes");

@@ -116,3 +116,48 @@ fn a_new_leader_continues_the_global_timeline() {
     assert!(h.carried_bound_ns < 20_000.0, "{h:?}");
     assert_eq!(r.counters["timelines_continued"], 1, "{:#?}", r.counters);
 }
+
+/// Two of 12 nodes lose every link for 40 windows (longer than the 15 s
+/// after which a silent peer is handshaken again), with both exchanges.
+fn isolated(exchange: Exchange) -> ProtocolReport {
+    let s = Scenario {
+        nodes: 12,
+        windows: 56,
+        isolation: Some(clockmesh_sim::Isolation {
+            nodes: vec![3, 8],
+            after_window: 4,
+            windows: 40,
+        }),
+        timestamps: clockmesh_sim::TimestampModel {
+            nic: true,
+            ..Default::default()
+        },
+        ..scenario(12, exchange)
+    };
+    run_protocol(&s).unwrap()
+}
+
+#[test]
+fn isolated_nodes_answer_throughout_and_resume_at_once_when_their_links_return() {
+    for exchange in [Exchange::Relay, Exchange::Store] {
+        let r = isolated(exchange);
+        let rec = r.recovery.as_ref().expect("a recovery report");
+        // Readers kept answering, within their bounds, the whole time.
+        assert_eq!(rec.unanswered, 0, "{rec:#?}");
+        assert_eq!(rec.coverage, 1.0, "{rec:#?}");
+        assert_eq!(r.coverage, 1.0, "{r:#?}");
+        // Peers silent for 40 s are handshaken again within a second of the
+        // links' return, so the first window after it already brings a
+        // result (the hello backoff once held them off for 8 windows).
+        assert!(rec.resumed_within_windows < 2.0, "{exchange:?}: {rec:#?}");
+        // And from 3 windows on, within 4× the controls' level (NIC stamps).
+        let late = rec.max_abs_error_ns[3..]
+            .iter()
+            .map(|w| w[0])
+            .fold(0.0, f64::max);
+        assert!(
+            late <= 4.0 * rec.level_ns.max(5.0),
+            "{exchange:?}: {rec:#?}"
+        );
+    }
+}

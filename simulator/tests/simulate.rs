@@ -156,6 +156,30 @@ fn bad_scenarios_are_clear_errors() {
 }
 
 #[test]
+fn bad_isolations_are_clear_errors() {
+    let parse = |iso: &str| {
+        Scenario::from_toml_str(&format!(
+            "mode = \"protocol\"\nnodes = 16\nwindows = 30\nisolation = {iso}"
+        ))
+    };
+    let ok = "{ nodes = [3, 5], after_window = 4, windows = 16 }";
+    assert!(parse(ok).is_ok());
+    for bad in [
+        "{ nodes = [], after_window = 4, windows = 16 }",
+        "{ nodes = [3, 3], after_window = 4, windows = 16 }",
+        "{ nodes = [0], after_window = 4, windows = 16 }", // the reference
+        "{ nodes = [16], after_window = 4, windows = 16 }",
+        "{ nodes = [3], after_window = 4, windows = 17 }", // no 10 windows after
+        "{ nodes = [3], after_window = 4, windows = 0 }",
+        "{ nodes = [1, 2, 3, 4, 5, 6, 7, 8], after_window = 4, windows = 16 }",
+    ] {
+        assert!(matches!(parse(bad), Err(SimError::Invalid(_))), "{bad}");
+    }
+    let estimator_mode = Scenario::from_toml_str(&format!("isolation = {ok}"));
+    assert!(matches!(estimator_mode, Err(SimError::Invalid(_))));
+}
+
+#[test]
 fn shipped_scenarios_parse() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/scenarios");
     let mut count = 0;
