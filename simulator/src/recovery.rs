@@ -33,8 +33,8 @@ pub(crate) struct Reading {
 /// The readings of the isolated nodes and of the controls, per node.
 #[derive(Debug, Default)]
 pub(crate) struct RecoveryScores {
-    pub isolated: Vec<(usize, Vec<Reading>)>,
-    pub controls: Vec<(usize, Vec<Reading>)>,
+    pub isolated: Vec<NodeReadings>,
+    pub controls: Vec<NodeReadings>,
     /// Per isolated node: windows from the end to its first result about
     /// a window after it.
     resumed: Vec<Option<f64>>,
@@ -77,32 +77,15 @@ impl RecoveryScores {
     }
 
     pub fn report(&self, windows_down: u32) -> RecoveryReport {
-        let errors = |nodes: &[(usize, Vec<Reading>)]| -> Vec<f64> {
-            nodes
-                .iter()
-                .flat_map(|(_, r)| r.iter().filter_map(|x| x.answer.map(|a| a.0)))
-                .collect()
-        };
         let level_ns = crate::Quantiles::of(&mut errors(&self.controls)).p99;
         let per_window = (0..RECOVERY_WINDOWS)
             .map(|w| {
-                let worst = |nodes: &[(usize, Vec<Reading>)]| {
-                    nodes
-                        .iter()
-                        .flat_map(|(_, r)| r.iter())
-                        .filter(|x| x.since_end >= f64::from(w) && x.since_end < f64::from(w + 1))
-                        .filter_map(|x| x.answer.map(|a| a.0))
-                        .fold(0.0, f64::max)
-                };
-                [worst(&self.isolated), worst(&self.controls)]
+                [
+                    worst_in_window(&self.isolated, w),
+                    worst_in_window(&self.controls, w),
+                ]
             })
             .collect();
-        let back = |nodes: &[(usize, Vec<Reading>)]| {
-            nodes
-                .iter()
-                .filter(|(_, r)| back_within(r, BACK_WITHIN_WINDOWS, level_ns))
-                .count()
-        };
         let isolated: Vec<&Reading> = self.isolated.iter().flat_map(|(_, r)| r).collect();
         let answered: Vec<(f64, f64)> = isolated.iter().filter_map(|r| r.answer).collect();
         RecoveryReport {
@@ -115,13 +98,42 @@ impl RecoveryScores {
             windows_down,
             level_ns,
             max_abs_error_ns: per_window,
-            back_within_2_windows: back(&self.isolated),
-            controls_within_level: back(&self.controls),
+            back_within_2_windows: count_back(&self.isolated, level_ns),
+            controls_within_level: count_back(&self.controls, level_ns),
             unanswered: isolated.len() - answered.len(),
             coverage: answered.iter().filter(|(e, b)| e <= b).count() as f64
                 / answered.len().max(1) as f64,
         }
     }
+}
+
+/// One node's readings: its host index and what its reader answered.
+type NodeReadings = (usize, Vec<Reading>);
+
+/// Every |error| the nodes' readers answered.
+fn errors(nodes: &[NodeReadings]) -> Vec<f64> {
+    nodes
+        .iter()
+        .flat_map(|(_, r)| r.iter().filter_map(|x| x.answer.map(|a| a.0)))
+        .collect()
+}
+
+/// The largest |error| any of the nodes' readers answered in window `w` after the end.
+fn worst_in_window(nodes: &[NodeReadings], w: u32) -> f64 {
+    let in_window = |x: &&Reading| x.since_end >= f64::from(w) && x.since_end < f64::from(w + 1);
+    nodes
+        .iter()
+        .flat_map(|(_, r)| r.iter().filter(in_window))
+        .filter_map(|x| x.answer.map(|a| a.0))
+        .fold(0.0, f64::max)
+}
+
+/// How many of the nodes were back at `level_ns` within the bench's 2 windows.
+fn count_back(nodes: &[NodeReadings], level_ns: f64) -> usize {
+    nodes
+        .iter()
+        .filter(|(_, r)| back_within(r, BACK_WITHIN_WINDOWS, level_ns))
+        .count()
 }
 
 /// Whether every reading from `windows` after the end on answered within `level_ns`.
