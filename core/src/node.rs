@@ -58,7 +58,7 @@ use crate::publication::{self, Publication};
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
 use crate::succession::{LeaderChange, Silence, Succession};
 use crate::tally::{DropReason, NodeCounters, StampTally};
-use crate::timeline::{Carry, HandOverLine, MIN_CARRY_RESULTS};
+use crate::timeline::{Carry, HandOverLine};
 use clockmesh_offsets::history::AnchorKind;
 
 /// Bounds on per-packet state (a flood cannot grow memory past these).
@@ -240,8 +240,6 @@ pub struct Node {
     reports_sent_through: i64,
     /// This node's last published result (what it carries if it becomes leader).
     own_result: Option<pb::NodeOffset>,
-    /// How many results in a row it published on `own_result`'s reference.
-    results_on_timeline: u32,
     /// As leader: the timeline it continues, decided at its first solve.
     timeline: LeaderTimeline,
     /// Static membership: who leads is decided here, from the leader's
@@ -275,7 +273,6 @@ impl Node {
             pending_reports: BTreeMap::new(),
             reports_sent_through: i64::MIN,
             own_result: None,
-            results_on_timeline: 0,
             timeline: LeaderTimeline::Undecided,
             succession: None,
             work_clock: cfg.work_clock,
@@ -339,8 +336,6 @@ impl Node {
     pub fn resume_from(&mut self, last: pb::NodeOffset) {
         if last.node_id == self.me.id && self.own_result.is_none() {
             self.own_result = Some(last);
-            // Its timeline ran before this life: how long is not on record.
-            self.results_on_timeline = MIN_CARRY_RESULTS;
         }
     }
 
@@ -950,11 +945,9 @@ impl Node {
             return Vec::new();
         }
         let now = self.windows.end_ns(k);
-        let settled = self.results_on_timeline >= MIN_CARRY_RESULTS;
         let carry = self
             .own_result
             .as_ref()
-            .filter(|_| settled)
             .and_then(|r| Carry::from_result(r, now));
         let line = HandOverLine::new(k, &self.me.name, carry.as_ref());
         *if carry.is_some() {
@@ -1070,14 +1063,6 @@ impl Node {
             return Vec::new();
         }
         self.counters.results_published += 1;
-        let same_timeline = self
-            .own_result
-            .as_ref()
-            .is_some_and(|held| held.reference_id == r.reference_id);
-        self.results_on_timeline = match same_timeline {
-            true => self.results_on_timeline.saturating_add(1),
-            false => 1,
-        };
         self.own_result = Some(r.clone());
         vec![Action::Publish(Publication::of(r, window_ns))]
     }
@@ -1520,56 +1505,6 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(hand_over_of(&mut other).unwrap().carried_offset_ns, None);
-    }
-
-    /// Node 2 publishes `count` results from leader n1, a window apart,
-    /// ending at `T0`.
-    fn results_from_n1(n: &mut Node, count: u64) {
-        n.handle_leader(Some("n1".into()));
-        let w = Settings::default().window_ns();
-        for k in 0..count {
-            let at = T0 - (count - 1 - k) as i64 * w;
-            let r = pb::NodeOffset {
-                node: "n2".into(),
-                node_id: 2,
-                reference_id: 1,
-                reference_node: "n1".into(),
-                window: 100 + k,
-                anchor_ns: at,
-                offset_ns: -7_000,
-                drift_ppb: -499.0,
-                bound_ns: 3_000,
-                bound_growth_ppb: 500.0,
-                valid_until_ns: (at + 12_000_000_000) as u64,
-                ..Default::default()
-            };
-            let msg = Message::Result {
-                header: control_header(kind::RESULT, 1, 2, 100 + k),
-                payload: r.encode_to_vec(),
-            };
-            let addr = Some(member(1).probe_addr());
-            let _ = n.handle_datagram(&msg.encode(None), addr, &[], LocalNs(at));
-        }
-        assert_eq!(n.counters().results_published, count);
-    }
-
-    #[test]
-    fn a_timeline_too_young_to_know_its_rate_is_not_carried() {
-        let young = u64::from(MIN_CARRY_RESULTS) - 1;
-        let mut n = node(2);
-        results_from_n1(&mut n, young);
-        let line = hand_over_of(&mut n).expect("a hand-over");
-        assert_eq!(line.carried_offset_ns, None, "{line:?}");
-        assert_eq!(n.counters().timelines_started, 1);
-
-        let mut n = node(2);
-        results_from_n1(&mut n, young + 1);
-        let line = hand_over_of(&mut n).expect("a hand-over");
-        assert_eq!(
-            (line.carried_offset_ns, line.carried_drift_ppb),
-            (Some(-7_000), Some(-499.0))
-        );
-        assert_eq!(n.counters().timelines_continued, 1);
     }
 
     #[test]

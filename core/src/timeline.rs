@@ -3,9 +3,7 @@
 //! offset by its own offset to the old one. Instead, a node that becomes
 //! leader carries its own last published offset and drift (against the
 //! timeline so far) and adds them to everything it solves: the timeline
-//! continues, running at the rate it ran at the hand-over — once the node
-//! has published enough results on it to know that rate
-//! ([`MIN_CARRY_RESULTS`]). Pure: no I/O.
+//! continues, running at the rate it ran at the hand-over. Pure: no I/O.
 
 use serde::{Deserialize, Serialize};
 
@@ -15,17 +13,6 @@ use clockmesh_proto::clockmesh as pb;
 /// drift's error would dominate; the new leader then starts a timeline of
 /// its own (recorded as a hand-over without a carry).
 pub const MAX_CARRY_AGE_NS: i64 = 600_000_000_000;
-
-/// Fewest consecutive results a node must have published on a timeline
-/// before it carries that timeline as the new leader. The continued
-/// timeline runs at the carried drift for good, and a node's first results
-/// on a timeline rest on fits over a window or two: on the fault bench a
-/// node that had published one result on a leader's timeline three windows
-/// old carried a drift of −499 ppb (true 0) and took the timeline 219 µs
-/// from every host's clock over 8 minutes. After 8 windows the fits span
-/// 8 s. A timeline that young is not worth continuing at a wrong rate: the
-/// new leader starts its own.
-pub const MIN_CARRY_RESULTS: u32 = 8;
 
 /// The new leader's offset to the timeline it continues (global − local,
 /// on its own clock).
