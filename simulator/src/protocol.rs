@@ -248,8 +248,7 @@ struct Sim<'a> {
     /// Member id of the node whose timeline results are on now.
     current_reference: NodeId,
     hand_overs: Vec<HandOverScore>,
-    /// `isolation`: hosts cut off between these true times, ns.
-    isolated: Vec<usize>,
+    /// `isolation`: its nodes are cut off between these true times, ns.
     isolated_span: (i64, i64),
     recovery: RecoveryScores,
     lost: u64,
@@ -349,7 +348,6 @@ impl<'a> Sim<'a> {
             timelines: HashMap::new(),
             current_reference: s.reference + 1,
             hand_overs: Vec::new(),
-            isolated: Vec::new(),
             isolated_span: (0, 0),
             recovery: RecoveryScores::default(),
             lost: 0,
@@ -388,14 +386,10 @@ impl<'a> Sim<'a> {
         let window_ns = self.s.agent.window_ns();
         let from = window_ns * i64::from(warmup + iso.after_window);
         let until = from + window_ns * i64::from(iso.windows);
-        self.isolated = iso.nodes.iter().map(|&n| n as usize).collect();
         self.isolated_span = (from, until);
-        let excluded: Vec<usize> = [Some(self.s.reference), self.s.leader_change.map(|c| c.to)]
-            .into_iter()
-            .flatten()
-            .map(|n| n as usize)
-            .collect();
-        self.recovery = RecoveryScores::new(self.hosts.len(), &self.isolated, &excluded);
+        let isolated: Vec<usize> = iso.nodes.iter().map(|&n| n as usize).collect();
+        let leaders: Vec<usize> = self.s.leading_nodes().map(|n| n as usize).collect();
+        self.recovery = RecoveryScores::new(self.hosts.len(), &isolated, &leaders);
         let step = window_ns / i64::from(SAMPLES_PER_WINDOW);
         let readings = crate::recovery::RECOVERY_WINDOWS * SAMPLES_PER_WINDOW;
         for k in 0..i64::from(readings) {
@@ -411,7 +405,12 @@ impl<'a> Sim<'a> {
     /// Whether host `i` is cut off the network now, the store included.
     fn is_isolated(&self, i: usize) -> bool {
         let (from, until) = self.isolated_span;
-        (from..until).contains(&self.now) && self.isolated.contains(&i)
+        (from..until).contains(&self.now)
+            && self
+                .s
+                .isolation
+                .as_ref()
+                .is_some_and(|iso| iso.nodes.contains(&(i as u32)))
     }
 
     /// An isolated host's first result about a window after its links
@@ -662,7 +661,6 @@ impl<'a> Sim<'a> {
         if r.reference_id == r.node_id && on_own_clock {
             return;
         }
-
         self.note_resumed(i, &r);
         let aged = self.hosts[i].last_result.replace(r.clone());
         if self.now < self.score_from {
@@ -816,10 +814,11 @@ impl<'a> Sim<'a> {
             counters,
             dropped,
             hand_overs: self.hand_overs,
-            recovery: (!self.isolated.is_empty()).then(|| {
-                let windows = self.s.isolation.as_ref().map_or(0, |iso| iso.windows);
-                self.recovery.report(windows)
-            }),
+            recovery: self
+                .s
+                .isolation
+                .as_ref()
+                .map(|iso| self.recovery.report(iso.windows)),
             datagrams_lost: self.lost,
             events: self.events,
             wall_ms,

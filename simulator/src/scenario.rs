@@ -279,6 +279,12 @@ impl Scenario {
         Ok(())
     }
 
+    /// The nodes that lead during the run: the reference, and the new
+    /// leader of a `leader_change`.
+    pub(crate) fn leading_nodes(&self) -> impl Iterator<Item = u32> {
+        std::iter::once(self.reference).chain(self.leader_change.map(|c| c.to))
+    }
+
     /// Isolated nodes are distinct ordinary members, and the run lasts
     /// until their recovery has been watched.
     fn validate_isolation(&self, iso: &Isolation) -> Result<(), SimError> {
@@ -286,7 +292,6 @@ impl Scenario {
         if self.mode != Mode::Protocol {
             return bad("isolation needs mode = \"protocol\"");
         }
-        let leaders = [Some(self.reference), self.leader_change.map(|c| c.to)];
         let mut nodes = iso.nodes.clone();
         nodes.sort_unstable();
         nodes.dedup();
@@ -295,7 +300,7 @@ impl Scenario {
         }
         if nodes
             .iter()
-            .any(|n| *n >= self.nodes || leaders.contains(&Some(*n)))
+            .any(|n| *n >= self.nodes || self.leading_nodes().any(|l| l == *n))
         {
             return bad(
                 "isolation.nodes must be < nodes and neither the reference nor the new leader",
