@@ -4,13 +4,14 @@
 //! ([`Estimator::offset_at`]) or from an injected [`Clock`] ([`Estimator::offset_now`]), so
 //! tests and the simulator drive it with synthetic time.
 use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use crate::{
     AnchorKind, EdgeFit, EdgeMeasurement, EstimatorError, FitConfig, NetConfig, NetworkSolution,
-    NodeId, PairingStats, ProbeTimestamps, PurityConfig, fit_edge, pair_probes, solve_network,
+    NodeEstimate, NodeId, PairingStats, ProbeTimestamps, PurityConfig, fit_edge, pair_probes,
+    solve_network,
 };
 
 /// Source of "now" on the reference timeline, in ns.
@@ -53,6 +54,12 @@ pub struct EstimatorConfig {
     pub holdover_wander_ppb: f64,
     /// Estimates older than this are flagged stale (default 10 s).
     pub max_age_ns: i64,
+    /// How long a node's last drift is kept as a prior for its young
+    /// fits, ns (default 120 s, four software history spans): a drift
+    /// solved over a long span beats a young fit's slope after an outage,
+    /// a restart or a cut history, as long as it is within the wander
+    /// allowance of the truth; one from further back is not relied on.
+    pub drift_prior_max_age_ns: i64,
 }
 
 impl Default for EstimatorConfig {
@@ -63,6 +70,7 @@ impl Default for EstimatorConfig {
             net: NetConfig::default(),
             holdover_wander_ppb: 20.0,
             max_age_ns: 10_000_000_000,
+            drift_prior_max_age_ns: 120_000_000_000,
         }
     }
 }
@@ -149,6 +157,17 @@ pub struct Estimator {
     /// Each directed edge's best round trip over the last
     /// [`RTT_FLOOR_AGE_NS`]: what its path takes without a detour.
     rtt_floors: HashMap<(NodeId, NodeId), RttFloor>,
+    /// Each node's last drift on the reference timeline
+    /// ([`Estimator::weigh_drifts_with_priors`]).
+    drift_priors: HashMap<NodeId, DriftPrior>,
+}
+
+/// A node's drift (and its bound) as solved at `epoch_ns`.
+#[derive(Clone, Copy, Debug)]
+struct DriftPrior {
+    epoch_ns: i64,
+    drift: f64,
+    drift_bound: f64,
 }
 
 /// How long an edge's best round trip is remembered as its floor: longer
@@ -191,6 +210,7 @@ impl Estimator {
             cfg,
             current: None,
             rtt_floors: HashMap::new(),
+            drift_priors: HashMap::new(),
         }
     }
 
@@ -241,12 +261,14 @@ impl Estimator {
             ..self.cfg.net.clone()
         };
         self.mark_detours(epoch_ns, &mut measurements);
+        let settled = nodes_with_a_full_history(&measurements);
         let mut sol = solve_network(&measurements, &net)?;
         if !sol.reference_present
             && let Some(prev) = &self.current
         {
             self.holdover(prev, &mut sol);
         }
+        self.weigh_drifts_with_priors(&mut sol, &settled);
         self.current = Some(sol);
         Ok(self.current.as_ref().expect("just set"))
     }
@@ -293,6 +315,47 @@ impl Estimator {
         self.offset_at(node, clock.now_ns())
     }
 
+    /// Weighs the drift of each node whose edges are all young (none
+    /// spans a full history, [`EdgeMeasurement::history_share`]) with its
+    /// previous drift, when this window's is the looser: after an outage,
+    /// a restart or a cut history, a fit over a window or two of software
+    /// stamps has a slope hundreds of ppb off where the drift solved over a
+    /// long span before was a few. The previous drift counts with its bound
+    /// plus the wander allowance, and the two are combined by their inverse
+    /// square bounds; the combined bound is the same convex combination of
+    /// theirs, so it holds whenever both do. Settled nodes, and NIC-stamped
+    /// ones (whose short fits pin the slope within a few windows better
+    /// than a drift that wandered through the outage; the simulator's
+    /// isolation with NIC stamps got worse with the prior), are left alone.
+    /// Only nodes on the reference timeline take part; the reference's
+    /// drift is 0 by definition.
+    fn weigh_drifts_with_priors(&mut self, sol: &mut NetworkSolution, settled: &HashSet<NodeId>) {
+        let wander = self.cfg.holdover_wander_ppb * 1e-9;
+        let max_age = self.cfg.drift_prior_max_age_ns;
+        for n in sol.nodes.iter_mut() {
+            if !is_on_the_timeline(n.anchor_kind) || n.node == sol.reference {
+                continue;
+            }
+            let recent = self
+                .drift_priors
+                .get(&n.node)
+                .filter(|p| (0..=max_age).contains(&sol.epoch_ns.saturating_sub(p.epoch_ns)));
+            if let Some(prior) = recent.filter(|_| !settled.contains(&n.node)) {
+                combine_drift(n, prior.drift, prior.drift_bound + wander);
+            }
+            self.drift_priors.insert(
+                n.node,
+                DriftPrior {
+                    epoch_ns: sol.epoch_ns,
+                    drift: n.drift,
+                    drift_bound: n.drift_bound,
+                },
+            );
+        }
+        let oldest = sol.epoch_ns.saturating_sub(max_age);
+        self.drift_priors.retain(|_, p| p.epoch_ns >= oldest);
+    }
+
     fn holdover(&self, prev: &NetworkSolution, sol: &mut NetworkSolution) {
         let Some(comp) = sol
             .components
@@ -301,7 +364,6 @@ impl Estimator {
         else {
             return;
         };
-        let on_timeline = |k: AnchorKind| matches!(k, AnchorKind::Reference | AnchorKind::Holdover);
         // Previous estimate of each candidate, aged to the new epoch.
         let pivot = sol
             .nodes
@@ -309,7 +371,7 @@ impl Estimator {
             .filter(|n| n.component == comp)
             .filter_map(|n| {
                 let p = self.offset_at(n.node, sol.epoch_ns)?;
-                on_timeline(p.anchor_kind).then_some((n.node, p))
+                is_on_the_timeline(p.anchor_kind).then_some((n.node, p))
             })
             .min_by(|a, b| a.1.bound_ns.total_cmp(&b.1.bound_ns).then(a.0.cmp(&b.0)));
         let Some((pivot_id, prior)) = pivot else {
@@ -337,6 +399,35 @@ impl Estimator {
         sol.components[comp].kind = AnchorKind::Holdover;
         sol.components[comp].anchor = sol.reference;
     }
+}
+
+/// Whether an estimate of this kind is on the reference timeline.
+fn is_on_the_timeline(kind: AnchorKind) -> bool {
+    matches!(kind, AnchorKind::Reference | AnchorKind::Holdover)
+}
+
+/// The nodes with an edge that spans its stamps' full history.
+fn nodes_with_a_full_history(measurements: &[EdgeMeasurement]) -> HashSet<NodeId> {
+    measurements
+        .iter()
+        .filter(|m| m.history_share >= 1.0)
+        .flat_map(|m| [m.from, m.to])
+        .collect()
+}
+
+/// `n`'s drift combined with `prior` (within `prior_bound`) when its own
+/// bound is the wider: weights are inverse square bounds, and so is the
+/// combined bound's mix of the two.
+fn combine_drift(n: &mut NodeEstimate, prior: f64, prior_bound: f64) {
+    let looser = n.drift_bound > prior_bound;
+    if !looser || !prior.is_finite() {
+        return;
+    }
+    let own = 1.0 / n.drift_bound.powi(2);
+    let held = 1.0 / prior_bound.max(1e-15).powi(2);
+    let total = own + held;
+    n.drift = (own * n.drift + held * prior) / total;
+    n.drift_bound = (own * n.drift_bound + held * prior_bound) / total;
 }
 
 #[cfg(test)]
@@ -372,6 +463,44 @@ mod tests {
         let without = node_1(&mut fresh, 5_000_000_000, &window(true));
         assert!(with_floor.abs() < 50.0, "with the floor: {with_floor} ns");
         assert!(without > 200.0, "without: {without} ns");
+    }
+
+    /// A node whose only edge restarted (one window of software stamps, a
+    /// slope 800 ppb off and a bound to match) keeps to the drift it had
+    /// 40 s before, within that one's bound plus the wander allowance;
+    /// without that drift, with a full-history edge, or with a prior older
+    /// than its age, the young fit's drift stands.
+    #[test]
+    fn a_young_node_s_drift_leans_on_its_previous_one() {
+        let window = |drift_ppb: f64, bound_ppb: f64, share: f64| {
+            let mut e = edge(0, 1, 0.0, 2_000.0);
+            e.fit.drift = drift_ppb * 1e-9;
+            e.fit.drift_bound = bound_ppb * 1e-9;
+            vec![e.with_history_share(share)]
+        };
+        let drift_of = |est: &mut Estimator, epoch: i64, edges: Vec<EdgeMeasurement>| {
+            let sol = est.apply_fits(epoch, edges).unwrap();
+            let n = sol.get(1).unwrap();
+            (n.drift * 1e9, n.drift_bound * 1e9)
+        };
+        let settled = || {
+            let mut est = Estimator::new(EstimatorConfig::default());
+            drift_of(&mut est, 0, window(5.0, 100.0, 1.0));
+            est
+        };
+        let young = || window(800.0, 20_000.0, 1.0 / 32.0);
+        let (drift, bound) = drift_of(&mut settled(), 40_000_000_000, young());
+        assert!((drift - 5.0).abs() < 0.1, "drift {drift} ppb");
+        // 100 ppb + the 20 ppb wander allowance, the young bound's share.
+        assert!((120.0..121.0).contains(&bound), "bound {bound} ppb");
+        let fresh = Estimator::new(EstimatorConfig::default());
+        let (alone, _) = drift_of(&mut fresh.clone(), 40_000_000_000, young());
+        let unchanged = |d: f64| (d - 800.0).abs() < 1e-6;
+        assert!(unchanged(alone), "{alone}");
+        let full = window(800.0, 20_000.0, 1.0);
+        assert!(unchanged(drift_of(&mut settled(), 40_000_000_000, full).0));
+        let too_old = EstimatorConfig::default().drift_prior_max_age_ns + 1;
+        assert!(unchanged(drift_of(&mut settled(), too_old, young()).0));
     }
 
     /// A member that left takes its edges' floors with it once they are

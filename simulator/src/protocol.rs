@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     cluster::{Clocks, Noise, READING_BASE_NS, rng_from_seed},
     error::SimError,
-    recovery::{RecoveryReport, RecoveryScores, SAMPLES_PER_WINDOW},
+    recovery::{Answer, RecoveryReport, RecoveryScores, SAMPLES_PER_WINDOW},
     report::Quantiles,
     scenario::Scenario,
 };
@@ -435,7 +435,12 @@ impl<'a> Sim<'a> {
         recovery.read_all(since_end, |i| {
             let r = self.hosts[i].last_result.as_ref()?;
             let (err, bound) = self.error_at(i, r, self.local_now(i));
-            Some((err.abs(), bound))
+            let (at_anchor, _) = self.error_at(i, r, r.anchor_ns);
+            Some(Answer {
+                error_ns: err.abs(),
+                bound_ns: bound,
+                at_anchor_ns: at_anchor.abs(),
+            })
         });
         self.recovery = recovery;
     }

@@ -26,8 +26,20 @@ const BACK_WITHIN_WINDOWS: f64 = 2.0;
 pub(crate) struct Reading {
     /// Windows since the isolation ended.
     pub since_end: f64,
-    /// |error| and the bound the reader stated; `None`: no result to answer from.
-    pub answer: Option<(f64, f64)>,
+    /// `None`: no result to answer from.
+    pub answer: Option<Answer>,
+}
+
+/// What a reader answered, scored against the truth.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Answer {
+    /// |error| of the answer.
+    pub error_ns: f64,
+    /// The bound the reader stated.
+    pub bound_ns: f64,
+    /// |error| of the result it answered from at that result's anchor:
+    /// what the fit got wrong, before the drift carried it to the reading.
+    pub at_anchor_ns: f64,
 }
 
 /// The readings of the isolated nodes and of the controls, per node.
@@ -63,11 +75,7 @@ impl RecoveryScores {
     }
 
     /// Every host read at this instant, with `answer(host)`.
-    pub fn read_all(
-        &mut self,
-        since_end: f64,
-        mut answer: impl FnMut(usize) -> Option<(f64, f64)>,
-    ) {
+    pub fn read_all(&mut self, since_end: f64, mut answer: impl FnMut(usize) -> Option<Answer>) {
         for (host, readings) in self.isolated.iter_mut().chain(self.controls.iter_mut()) {
             readings.push(Reading {
                 since_end,
@@ -81,13 +89,16 @@ impl RecoveryScores {
         let per_window = (0..RECOVERY_WINDOWS)
             .map(|w| {
                 [
-                    worst_in_window(&self.isolated, w),
-                    worst_in_window(&self.controls, w),
+                    worst_in_window(&self.isolated, w, |a| a.error_ns),
+                    worst_in_window(&self.controls, w, |a| a.error_ns),
                 ]
             })
             .collect();
+        let at_anchor = (0..RECOVERY_WINDOWS)
+            .map(|w| worst_in_window(&self.isolated, w, |a| a.at_anchor_ns))
+            .collect();
         let isolated: Vec<&Reading> = self.isolated.iter().flat_map(|(_, r)| r).collect();
-        let answered: Vec<(f64, f64)> = isolated.iter().filter_map(|r| r.answer).collect();
+        let answered: Vec<Answer> = isolated.iter().filter_map(|r| r.answer).collect();
         RecoveryReport {
             isolated_nodes: self.isolated.len(),
             resumed_within_windows: self
@@ -98,10 +109,16 @@ impl RecoveryScores {
             windows_down,
             level_ns,
             max_abs_error_ns: per_window,
+            max_at_anchor_ns: at_anchor,
             back_within_2_windows: count_back(&self.isolated, level_ns),
+            back_after_windows: self
+                .isolated
+                .iter()
+                .map(|(_, r)| windows_until_back(r, level_ns))
+                .collect(),
             controls_within_level: count_back(&self.controls, level_ns),
             unanswered: isolated.len() - answered.len(),
-            coverage: answered.iter().filter(|(e, b)| e <= b).count() as f64
+            coverage: answered.iter().filter(|a| a.error_ns <= a.bound_ns).count() as f64
                 / answered.len().max(1) as f64,
         }
     }
@@ -114,18 +131,24 @@ type NodeReadings = (usize, Vec<Reading>);
 fn errors(nodes: &[NodeReadings]) -> Vec<f64> {
     nodes
         .iter()
-        .flat_map(|(_, r)| r.iter().filter_map(|x| x.answer.map(|a| a.0)))
+        .flat_map(|(_, r)| r.iter().filter_map(|x| x.answer.map(|a| a.error_ns)))
         .collect()
 }
 
-/// The largest |error| any of the nodes' readers answered in window `w` after the end.
-fn worst_in_window(nodes: &[NodeReadings], w: u32) -> f64 {
+/// The largest `of` an answer of the nodes' readers in window `w` after the end.
+fn worst_in_window(nodes: &[NodeReadings], w: u32, of: impl Fn(&Answer) -> f64) -> f64 {
     let in_window = |x: &&Reading| x.since_end >= f64::from(w) && x.since_end < f64::from(w + 1);
     nodes
         .iter()
         .flat_map(|(_, r)| r.iter().filter(in_window))
-        .filter_map(|x| x.answer.map(|a| a.0))
+        .filter_map(|x| x.answer.as_ref().map(&of))
         .fold(0.0, f64::max)
+}
+
+/// The fewest whole windows after the end from which every reading lies
+/// within `level_ns` (`None`: not even the last window's).
+fn windows_until_back(readings: &[Reading], level_ns: f64) -> Option<u32> {
+    (0..RECOVERY_WINDOWS).find(|&w| back_within(readings, f64::from(w), level_ns))
 }
 
 /// How many of the nodes were back at `level_ns` within the bench's 2 windows.
@@ -141,7 +164,7 @@ fn back_within(readings: &[Reading], windows: f64, level_ns: f64) -> bool {
     readings
         .iter()
         .filter(|r| r.since_end >= windows)
-        .all(|r| r.answer.is_some_and(|(e, _)| e <= level_ns))
+        .all(|r| r.answer.is_some_and(|a| a.error_ns <= level_ns))
 }
 
 /// Readers after an isolation ended, against controls read at the same instants.
@@ -157,8 +180,16 @@ pub struct RecoveryReport {
     /// Per window since the end: the largest |error| an isolated node's
     /// reader answered, and a control's.
     pub max_abs_error_ns: Vec<[f64; 2]>,
+    /// Per window since the end: the largest |error| at its own anchor of
+    /// a result an isolated node's reader answered from (the rest of the
+    /// error above is the drift's, over the result's age).
+    pub max_at_anchor_ns: Vec<f64>,
     /// Isolated nodes whose reader answered within the level from 2 windows after the end on.
     pub back_within_2_windows: usize,
+    /// Per isolated node: the fewest whole windows after the end from
+    /// which it answered within the level (`None`: never within the
+    /// recovery span).
+    pub back_after_windows: Vec<Option<u32>>,
     /// Controls that did, by the same rule.
     pub controls_within_level: usize,
     /// Isolated nodes' readings with no result to answer from.
@@ -175,20 +206,40 @@ impl RecoveryReport {
             .enumerate()
             .map(|(w, [i, c])| format!("w{w} {i:.0}/{c:.0}"))
             .collect();
+        let at_anchor: Vec<String> = self
+            .max_at_anchor_ns
+            .iter()
+            .enumerate()
+            .map(|(w, e)| format!("w{w} {e:.0}"))
+            .collect();
         format!(
-            "isolation         {} nodes cut off for {} windows; new results within {:.2} windows of the end; readers after it, max |error| ns per window (isolated/control):\n  {}\n  no-fault level {:.1} ns (controls' p99); back within 2 windows: {} of {} isolated, {} of {} controls; coverage {:.5}, unanswered {}\n",
+            "isolation         {} nodes cut off for {} windows; new results within {:.2} windows of the end; readers after it, max |error| ns per window (isolated/control):\n  {}\n  isolated, the result's own |error| at its anchor: {}\n  no-fault level {:.1} ns (controls' p99); back within 2 windows: {} of {} isolated, {} of {} controls; isolated back after {} windows; coverage {:.5}, unanswered {}\n",
             self.isolated_nodes,
             self.windows_down,
             self.resumed_within_windows,
             per_window.join("  "),
+            at_anchor.join("  "),
             self.level_ns,
             self.back_within_2_windows,
             self.isolated_nodes,
             self.controls_within_level,
             self.isolated_nodes,
+            self.back_after_list(),
             self.coverage,
             self.unanswered,
         )
+    }
+
+    /// The isolated nodes' [`RecoveryReport::back_after_windows`], fewest
+    /// first ("-": never within the span).
+    fn back_after_list(&self) -> String {
+        let mut back = self.back_after_windows.clone();
+        back.sort_by_key(|w| w.unwrap_or(u32::MAX));
+        let shown: Vec<String> = back
+            .iter()
+            .map(|w| w.map_or("-".to_string(), |w| w.to_string()))
+            .collect();
+        shown.join(", ")
     }
 }
 
@@ -199,13 +250,22 @@ mod tests {
     fn reading(since_end: f64, err: f64) -> Reading {
         Reading {
             since_end,
-            answer: Some((err, 1e3)),
+            answer: Some(Answer {
+                error_ns: err,
+                bound_ns: 1e3,
+                at_anchor_ns: err,
+            }),
         }
     }
 
     #[test]
     fn a_node_is_back_when_every_reading_from_2_windows_on_is_within_the_level() {
-        let late_spike = [reading(0.5, 900.0), reading(2.0, 10.0), reading(5.0, 60.0)];
+        let late_spike = [
+            reading(0.5, 900.0),
+            reading(2.0, 10.0),
+            reading(5.0, 60.0),
+            reading(9.5, 5.0),
+        ];
         assert!(!back_within(&late_spike, 2.0, 50.0));
         assert!(back_within(&late_spike, 2.0, 60.0));
         let unanswered = [Reading {
@@ -213,6 +273,10 @@ mod tests {
             answer: None,
         }];
         assert!(!back_within(&unanswered, 2.0, 1e9));
+        assert_eq!(windows_until_back(&late_spike, 900.0), Some(0));
+        assert_eq!(windows_until_back(&late_spike, 60.0), Some(1));
+        assert_eq!(windows_until_back(&late_spike, 10.0), Some(6));
+        assert_eq!(windows_until_back(&late_spike, 4.0), None);
     }
 
     #[test]
