@@ -480,6 +480,7 @@ mod tests {
             exit_ns,
             step: None,
             group_size: None,
+            elements: None,
             preceding: None,
             track: located.then_some(Track {
                 plane: 2,

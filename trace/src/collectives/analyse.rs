@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::align;
 use super::model::{
     CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Name, Participant, Track,
 };
@@ -120,6 +121,8 @@ pub struct UnmatchedCounts {
     pub group_size_disagrees: u64,
     pub more_ranks_than_group_size: u64,
     pub single_rank: u64,
+    pub order_not_aligned: u64,
+    pub order_ambiguous: u64,
 }
 
 /// One matched collective instance.
@@ -259,6 +262,24 @@ pub enum UnmatchedReason {
     /// Only one rank is in the group (or only one trace was given): there
     /// is nothing to compare.
     SingleRank,
+    /// Matched by occurrence (no sequence number, no run id), and this
+    /// participant's calls of the group fit the reference participant's
+    /// at no shift: a call in the middle that one of them lacks, or calls
+    /// that disagree in kind, name, group size or elements. The whole
+    /// group is refused (which call is which is unknown).
+    OrderNotAligned {
+        participant: usize,
+        reference: usize,
+    },
+    /// Matched by occurrence, and this participant's calls fit the
+    /// reference's at `shifts` shifts (the job repeats itself) that
+    /// neither the steps nor the exit times tell apart. The whole group
+    /// is refused.
+    OrderAmbiguous {
+        participant: usize,
+        reference: usize,
+        shifts: u64,
+    },
 }
 
 /// One participant as a straggler.
@@ -352,6 +373,8 @@ pub fn analyse(
         calls: calls.len() as u64,
         ..Summary::default()
     };
+    let mut calls = calls;
+    let refused = align::align_occurrences(&participants, &mut calls);
     let by_key = group_calls(&participants, calls, &mut summary.calls_dropped);
     let members = group_members(&by_key);
 
@@ -363,7 +386,8 @@ pub fn analyse(
             .get(&(framework, key.group.clone()))
             .unwrap_or(&nobody);
         let present: BTreeSet<usize> = calls.iter().map(|c| c.participant).collect();
-        match unmatched_reason(&calls, &present, group) {
+        let not_aligned = refused_order(&refused, framework, &key, &calls);
+        match not_aligned.or_else(|| unmatched_reason(&calls, &present, group)) {
             Some(reason) => {
                 unmatched.push(unmatched_instance(framework, key, &calls, present, reason))
             }
@@ -447,6 +471,22 @@ fn unmatched_instance(
         first_enter_ns: calls.iter().map(|c| c.enter_ns).min().unwrap_or(0),
         reason,
     }
+}
+
+/// The reason the group's order was refused, for calls matched by
+/// occurrence.
+fn refused_order(
+    refused: &align::Refused,
+    framework: Framework,
+    key: &InstanceKey,
+    calls: &[CollectiveCall],
+) -> Option<UnmatchedReason> {
+    let by_order = calls
+        .iter()
+        .any(|c| matches!(c.matched_by, MatchedBy::Occurrence | MatchedBy::ExitTimes));
+    by_order
+        .then(|| refused.get(&(framework, key.group.clone())).cloned())
+        .flatten()
 }
 
 /// Why these calls are not one complete instance; `None`: they are.
@@ -608,6 +648,8 @@ fn fill_summary(summary: &mut Summary, instances: &[Instance], unmatched: &[Unma
             UnmatchedReason::GroupSizeDisagrees { .. } => &mut c.group_size_disagrees,
             UnmatchedReason::MoreRanksThanGroupSize { .. } => &mut c.more_ranks_than_group_size,
             UnmatchedReason::SingleRank => &mut c.single_rank,
+            UnmatchedReason::OrderNotAligned { .. } => &mut c.order_not_aligned,
+            UnmatchedReason::OrderAmbiguous { .. } => &mut c.order_ambiguous,
         } += 1;
     }
     for i in instances {
@@ -850,6 +892,7 @@ mod tests {
             exit_ns,
             step: None,
             group_size: None,
+            elements: None,
             preceding: None,
             track: None,
         }

@@ -6,16 +6,16 @@
 //!    kernel starts when the stream reaches it and spins until every peer
 //!    has joined, so its start is the rank's arrival;
 //! 2. the backend's own spans (`gloo:all_reduce` on gloo's worker thread,
-//!    `nccl:all_reduce`): from the work's start to its completion;
+//!    `nccl:all_reduce`): from the rank's call (the dispatcher op that
+//!    issued the work) to the work's completion;
 //! 3. the `c10d::*` dispatcher ops, which with an asynchronous backend end
 //!    at enqueue (so their exit says little).
 //!
 //! Instances are matched across ranks by the profiler's collective
-//! metadata (`Process Group Name` + `Seq`, as PyTorch writes it for NCCL)
-//! where the event has it, else by occurrence: the n-th call of the same
-//! op on each rank (gloo's spans carry no sequence number in PyTorch 2.15).
-//! Occurrence matching needs every rank's session to start at the same
-//! collective; the analysis reports instances whose ranks disagree.
+//! metadata (`Process Group Name` + `Seq`) of the call or of the
+//! `record_param_comms` op that issued it ([`link`]), else by occurrence:
+//! the n-th call of the same op on each rank, which the analysis aligns
+//! across ranks whose captures start and stop at different calls.
 //!
 //! The file is streamed, never held whole: it is read in chunks (1 MiB),
 //! the top level object by hand and each element of `traceEvents` from
@@ -33,6 +33,7 @@
 mod event;
 mod json;
 mod lanes;
+mod link;
 mod pass;
 mod quick;
 #[cfg(test)]
@@ -57,6 +58,7 @@ use crate::TraceError;
 use event::{Args, Seq};
 use json::{Source, Top, event, one, walk};
 use lanes::{Before, Lane, Threads, Work};
+use link::{Link, Links};
 use pass::{Again, Pass};
 
 /// How much of the file is read at a time (the buffer grows only for a
@@ -91,6 +93,9 @@ struct CallArgs {
     group: Option<String>,
     seq: Option<Seq>,
     group_size: Option<u32>,
+    external_id: Option<u64>,
+    correlation: Option<u64>,
+    in_nelems: Option<u64>,
 }
 
 impl CallArgs {
@@ -100,8 +105,19 @@ impl CallArgs {
             group: a.group.map(|t| t.0.into_owned()),
             seq: a.seq,
             group_size: a.group_size,
+            external_id: a.external_id,
+            correlation: a.correlation,
+            in_nelems: a.in_nelems,
         })
         .unwrap_or_default()
+    }
+
+    /// The instance this names: (group, collective, sequence number),
+    /// when it has all three (the name falls back to `op`).
+    fn sequence<'a>(&'a self, op: &'a str) -> Option<(&'a str, &'a str, u64)> {
+        let seq = self.seq.and_then(|s| s.0)?;
+        let group = self.group.as_deref()?;
+        Some((group, self.collective.as_deref().unwrap_or(op), seq))
     }
 }
 
@@ -206,7 +222,7 @@ fn read_with<R: Read>(
         &calls,
     )?;
     let base = top.base_ns.unwrap_or(0);
-    let calls = place(calls, &answers, &pass.steps, base, top.distributed.as_ref());
+    let calls = place(calls, &answers, &pass, base, top.distributed.as_ref());
     Ok(RankTrace { participant, calls })
 }
 
@@ -314,18 +330,12 @@ fn answer<'p, R: Read>(
 fn place(
     calls: Vec<(&Found, &Found)>,
     answers: &Answers,
-    steps: &[Step],
+    pass: &Pass,
     base: i64,
     dist: Option<&DistributedInfo>,
 ) -> Vec<CollectiveCall> {
-    let steps: Vec<Timed<u64>> = steps
-        .iter()
-        .map(|s| Timed {
-            name: s.n,
-            start_ns: epoch(base, s.start),
-            end_ns: epoch(base, s.end),
-        })
-        .collect();
+    let steps = epoch_steps(&pass.steps, base);
+    let links = Links::new(&pass.comms, &pass.found, &pass.launches);
     let group = default_group(dist);
     let world = default_world(dist);
     let mut occurrences: HashMap<String, u64> = HashMap::new();
@@ -337,22 +347,64 @@ fn place(
                 start_ns: epoch(base, w.start),
                 end_ns: epoch(base, w.end),
             });
-            let (key, matched_by, group_size) = key(f, &group, world, &mut occurrences);
-            CollectiveCall {
-                participant: 0,
-                kind: f.kind,
-                key,
-                matched_by,
-                op: f.name.as_str().into(),
-                enter_ns: epoch(base, f.start),
-                exit_ns: epoch(base, f.end),
-                step: step_at(&steps, epoch(base, issue.start)),
-                group_size,
-                preceding,
-                track: None,
-            }
+            let link = links.of(f, issue);
+            let mut call = call(f, issue, &link, &group, world, &mut occurrences, base);
+            call.step = step_at(&steps, epoch(base, link.issued_at));
+            call.preceding = preceding;
+            call
         })
         .collect()
+}
+
+/// The `ProfilerStep#` spans on the epoch timeline, by start (the trace
+/// may write them in any order).
+fn epoch_steps(steps: &[Step], base: i64) -> Vec<Timed<u64>> {
+    let mut steps: Vec<Timed<u64>> = steps
+        .iter()
+        .map(|s| Timed {
+            name: s.n,
+            start_ns: epoch(base, s.start),
+            end_ns: epoch(base, s.end),
+        })
+        .collect();
+    steps.sort_by_key(|s| (s.start_ns, s.end_ns));
+    steps
+}
+
+/// One call as the model has it (no step, nothing before it yet).
+/// A backend span's rank arrived when it issued the call (the dispatcher
+/// op: gloo's worker starts the work later); it leaves when the work
+/// completes. A kernel arrives when it starts on the GPU.
+fn call(
+    f: &Found,
+    issue: &Found,
+    link: &Link,
+    default_group: &str,
+    world: Option<u32>,
+    occurrences: &mut HashMap<String, u64>,
+    base: i64,
+) -> CollectiveCall {
+    let comms = link.comms.map(|c| &c.args);
+    let (key, matched_by, group_size) = key(f, comms, default_group, world, occurrences);
+    let enter = if f.tier == Tier::Backend {
+        issue.start.min(f.start)
+    } else {
+        f.start
+    };
+    CollectiveCall {
+        participant: 0,
+        kind: f.kind,
+        key,
+        matched_by,
+        op: f.name.as_str().into(),
+        enter_ns: epoch(base, enter),
+        exit_ns: epoch(base, f.end),
+        step: None,
+        group_size,
+        elements: f.args.in_nelems.or(comms.and_then(|c| c.in_nelems)),
+        preceding: None,
+        track: None,
+    }
 }
 
 /// A time relative to the base as epoch ns, saturated (starts are in
@@ -421,21 +473,26 @@ fn issuing_op<'f>(
         .copied()
 }
 
+/// The call's instance key: by sequence, from its own metadata or its
+/// comms op's; else by occurrence (the n-th call of the op, aligned
+/// across ranks by the analysis).
 fn key(
     f: &Found,
+    comms: Option<&CallArgs>,
     default_group: &str,
     world: Option<u32>,
     occurrences: &mut HashMap<String, u64>,
 ) -> (InstanceKey, MatchedBy, Option<u32>) {
-    let seq = f.args.seq.and_then(|s| s.0);
-    if let (Some(seq), Some(group)) = (seq, f.args.group.as_deref()) {
-        let name = f.args.collective.as_deref().unwrap_or(&f.name);
+    let own = f.args.sequence(&f.name).map(|k| (k, f.args.group_size));
+    let linked = || comms.and_then(|c| Some((c.sequence(&f.name)?, c.group_size)));
+    if let Some(((group, name, seq), size)) = own.or_else(linked) {
         let key = InstanceKey {
             group: group.into(),
             name: name.into(),
             ordinal: seq,
         };
-        return (key, MatchedBy::Sequence, f.args.group_size);
+        let size = size.or(comms.and_then(|c| c.group_size));
+        return (key, MatchedBy::Sequence, size);
     }
     let n = occurrences.entry(f.name.clone()).or_insert(0);
     let key = InstanceKey {
@@ -444,5 +501,6 @@ fn key(
         ordinal: *n,
     };
     *n += 1;
-    (key, MatchedBy::Occurrence, f.args.group_size.or(world))
+    let size = f.args.group_size.or(comms.and_then(|c| c.group_size));
+    (key, MatchedBy::Occurrence, size.or(world))
 }

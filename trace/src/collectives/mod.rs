@@ -4,6 +4,7 @@
 //! (no rank may leave an all-reduce before the last one entered it).
 //! Design: `docs/trace-merge.md`, "Collectives".
 
+mod align;
 pub mod analyse;
 pub mod classify;
 pub mod inputs;

@@ -99,8 +99,15 @@ pub enum MatchedBy {
     Sequence,
     /// The XLA run id that XLA's own rendezvous keys the collective by.
     RunId,
-    /// The n-th call of the same op in the same group on each rank.
+    /// The ranks' sequences of calls in the group, aligned by kind, name,
+    /// group size and elements in order (a rank's capture may start or
+    /// stop at other calls than another's): `ordinal` is the place in the
+    /// reference rank's sequence.
     Occurrence,
+    /// As [`MatchedBy::Occurrence`], where the sequences fit at several
+    /// shifts (a periodic job) and the one at which the ranks' exits line
+    /// up far better than at any other was taken.
+    ExitTimes,
 }
 
 /// Which instance a call belongs to: equal keys on different ranks are one
@@ -154,6 +161,11 @@ pub struct CollectiveCall {
     pub step: Option<u64>,
     /// How many ranks take part, when the trace says (PyTorch group size).
     pub group_size: Option<u32>,
+    /// Elements of the rank's input, when the trace says (PyTorch
+    /// `In msg nelems`): part of what must agree when calls are matched
+    /// by their order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elements: Option<u64>,
     /// What the rank did right before entering.
     pub preceding: Option<Preceding>,
     /// Its plane and line in an xplane trace (none for Kineto).

@@ -456,6 +456,23 @@ fn reason_text(a: &Analysis, r: &UnmatchedReason) -> String {
             format!("more ranks than the group size {group_size}")
         }
         UnmatchedReason::SingleRank => "single rank: nothing to compare".to_string(),
+        UnmatchedReason::OrderNotAligned {
+            participant,
+            reference,
+        } => format!(
+            "order not aligned: {}'s calls of the group fit {}'s at no shift",
+            who(a, *participant),
+            who(a, *reference)
+        ),
+        UnmatchedReason::OrderAmbiguous {
+            participant,
+            reference,
+            shifts,
+        } => format!(
+            "order ambiguous: {}'s calls of the group fit {}'s at {shifts} shifts that steps and exit times do not tell apart",
+            who(a, *participant),
+            who(a, *reference)
+        ),
     }
 }
 
@@ -539,6 +556,8 @@ pub fn unmatched_reasons(r: &UnmatchedCounts) -> String {
         (r.group_size_disagrees, "group size disagrees"),
         (r.more_ranks_than_group_size, "more ranks than group size"),
         (r.single_rank, "single rank"),
+        (r.order_not_aligned, "order not aligned (refused)"),
+        (r.order_ambiguous, "order ambiguous (refused)"),
     ]
     .iter()
     .filter(|(n, _)| *n > 0)
@@ -589,6 +608,7 @@ mod tests {
                     exit_ns: base + 6 * MS + shift,
                     step: Some(o / 2),
                     group_size: Some(3),
+                    elements: None,
                     preceding: None,
                     track: None,
                 });

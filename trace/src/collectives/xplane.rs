@@ -1020,6 +1020,7 @@ fn call_of(head: &PlaneHead, cache: &mut OpCache, ev: &Ev<'_>) -> Option<Collect
         exit_ns: 0,
         step: None,
         group_size: None,
+        elements: None,
         preceding: None,
         track: None,
     })
@@ -1347,6 +1348,7 @@ mod tests {
                         exit_ns: exit,
                         step: step_at(steps, enter),
                         group_size: None,
+                        elements: None,
                         preceding: preceding_before(&work, enter).map(|t| Preceding {
                             name: t.name.into(),
                             start_ns: t.start_ns,

@@ -578,6 +578,7 @@ mod tests {
             exit_ns: T0 + exit_us * 1_000,
             step: Some(ordinal / 2),
             group_size: Some(3),
+            elements: None,
             preceding: Some(Preceding {
                 name: "aten::mm".into(),
                 start_ns: enter_ns - 5_000,

@@ -163,6 +163,16 @@ pub(super) struct Args<'a> {
     pub(super) seq: Option<Seq>,
     #[serde(rename = "Group size")]
     pub(super) group_size: Option<u32>,
+    /// The CPU op an event belongs to (Kineto's link between a kernel,
+    /// its launch and the op that issued it).
+    #[serde(rename = "External id")]
+    pub(super) external_id: Option<u64>,
+    /// A launch's and its kernel's shared id (CUPTI/roctracer).
+    #[serde(rename = "correlation")]
+    pub(super) correlation: Option<u64>,
+    /// Elements of the collective's input (`record_param_comms`).
+    #[serde(rename = "In msg nelems")]
+    pub(super) in_nelems: Option<u64>,
 }
 
 /// The fields of [`Args`], as the hand reader tells them.
@@ -172,10 +182,13 @@ pub(super) enum ArgsField {
     Group,
     Seq,
     GroupSize,
+    ExternalId,
+    Correlation,
+    InNelems,
 }
 
 impl ArgsField {
-    pub(super) const COUNT: usize = 4;
+    pub(super) const COUNT: usize = 7;
 
     pub(super) fn of(key: &[u8]) -> Option<Self> {
         Some(match key {
@@ -183,6 +196,9 @@ impl ArgsField {
             b"Process Group Name" => Self::Group,
             b"Seq" => Self::Seq,
             b"Group size" => Self::GroupSize,
+            b"External id" => Self::ExternalId,
+            b"correlation" => Self::Correlation,
+            b"In msg nelems" => Self::InNelems,
             _ => return None,
         })
     }

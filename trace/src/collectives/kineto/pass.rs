@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use super::event::{Args, Event, Text};
 use super::lanes::{Lane, Threads, Work};
+use super::link::{CommsOp, Launch};
 use super::{CallArgs, Found, Step, malformed, tier};
 use crate::TraceError;
 use crate::collectives::classify::{classify, classify_comms_arg};
@@ -25,6 +26,10 @@ pub(super) struct Pass {
     /// Names already classified.
     names: Names,
     pub(super) found: Vec<Found>,
+    /// The `record_param_comms` ops: which collective each call is.
+    pub(super) comms: Vec<CommsOp>,
+    /// Kernel launches by correlation id.
+    pub(super) launches: HashMap<u64, Launch>,
     pub(super) steps: Vec<Step>,
     /// Timed `X` events so far (the next one's index in file order).
     pub(super) seen: u64,
@@ -83,6 +88,18 @@ impl Pass {
             self.lanes.push(Lane::default());
         }
         let lane = &mut self.lanes[thread];
+        let cat = ev.cat.as_deref();
+        if let Some(launch) = Launch::of(cat, thread, start, ev.args.as_ref()) {
+            self.launches.insert(launch.0, launch.1);
+        }
+        if &*name == "record_param_comms" {
+            self.comms.push(CommsOp {
+                thread,
+                start,
+                end,
+                args: CallArgs::of(ev.args.take()),
+            });
+        }
         if let Some(kind) = classify_event(&mut self.names, &name, ev.args.as_ref()) {
             // A call may be issued here: what this thread did before it
             // is asked now (the spans that end before it may all be known
@@ -91,7 +108,7 @@ impl Pass {
             self.found.push(Found {
                 name: name.to_string(),
                 kind,
-                tier: tier(&name, ev.cat.as_deref()),
+                tier: tier(&name, cat),
                 thread,
                 start,
                 end,
@@ -100,7 +117,10 @@ impl Pass {
         }
         match name.strip_prefix("ProfilerStep#") {
             Some(n) => {
-                if let Ok(n) = n.parse() {
+                // Kineto repeats each step on the GPU rows
+                // (`gpu_user_annotation`): the CPU's step is the one that
+                // holds the launches.
+                if let (Ok(n), false) = (n.parse(), is_gpu_annotation(cat)) {
                     self.steps.push(Step { n, start, end });
                 }
             }
@@ -117,6 +137,10 @@ impl Pass {
         }
         Ok(())
     }
+}
+
+fn is_gpu_annotation(cat: Option<&str>) -> bool {
+    cat == Some("gpu_user_annotation")
 }
 
 /// The second pass: only what came before the calls the first could not

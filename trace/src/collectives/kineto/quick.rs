@@ -259,6 +259,10 @@ impl<'a> Cur<'a> {
         Some(if n.neg { -m } else { m })
     }
 
+    fn unsigned(&mut self) -> Option<u64> {
+        u64::try_from(self.int()?).ok()
+    }
+
     fn id(&mut self) -> Option<Id<'a>> {
         if self.peek()? == b'"' {
             Some(Id::Text(self.text()?.0))
@@ -283,6 +287,9 @@ impl<'a> Cur<'a> {
                 ArgsField::Collective => c.or_null(&mut args.collective, Cur::text)?,
                 ArgsField::Group => c.or_null(&mut args.group, Cur::text)?,
                 ArgsField::Seq => c.or_null(&mut args.seq, Cur::seq)?,
+                ArgsField::ExternalId => c.or_null(&mut args.external_id, Cur::unsigned)?,
+                ArgsField::Correlation => c.or_null(&mut args.correlation, Cur::unsigned)?,
+                ArgsField::InNelems => c.or_null(&mut args.in_nelems, Cur::unsigned)?,
                 ArgsField::GroupSize => {
                     c.or_null(&mut args.group_size, |c| u32::try_from(c.int()?).ok())?;
                 }

@@ -10,14 +10,17 @@ use serde_json::Value;
 
 use crate::TraceError;
 use crate::collectives::classify::{classify, classify_comms_arg};
-use crate::collectives::model::{
-    CollectiveCall, CollectiveKind, InstanceKey, MatchedBy, Preceding,
-};
+use crate::collectives::model::{CollectiveCall, CollectiveKind, Preceding};
 use crate::collectives::{RankTrace, Timed, preceding_before, step_at};
 
 // The trace-level metadata is read alike; what this reference checks is
 // the events.
-use super::{ClockmeshInfo, DistributedInfo, default_group, default_world, participant};
+use super::event::Seq;
+use super::link::{CommsOp, Launch, Links};
+use super::{
+    CallArgs, ClockmeshInfo, DistributedInfo, Found, Step, call, default_group, default_world,
+    epoch, epoch_steps, issued_calls, participant, tier,
+};
 use crate::kineto::us_to_ps;
 
 #[derive(Deserialize)]
@@ -71,24 +74,33 @@ struct Args<'a> {
     seq: Option<Value>,
     #[serde(rename = "Group size")]
     group_size: Option<u32>,
+    #[serde(rename = "External id")]
+    external_id: Option<u64>,
+    #[serde(rename = "correlation")]
+    correlation: Option<u64>,
+    #[serde(rename = "In msg nelems")]
+    in_nelems: Option<u64>,
 }
 
-/// The source tiers of module doc, best first.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
-enum Tier {
-    Kernel,
-    Backend,
-    Dispatcher,
-}
+impl Args<'_> {
+    fn seq(&self) -> Option<Seq> {
+        self.seq.as_ref().map(|v| {
+            Seq(v
+                .as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())))
+        })
+    }
 
-fn tier(name: &str, cat: Option<&str>) -> Tier {
-    if name.starts_with("ncclDevKernel") || name.starts_with("ncclKernel") || cat == Some("kernel")
-    {
-        Tier::Kernel
-    } else if name.starts_with("c10d::") {
-        Tier::Dispatcher
-    } else {
-        Tier::Backend
+    fn call_args(&self) -> CallArgs {
+        CallArgs {
+            collective: self.collective.as_deref().map(str::to_string),
+            group: self.group.as_deref().map(str::to_string),
+            seq: self.seq(),
+            group_size: self.group_size,
+            external_id: self.external_id,
+            correlation: self.correlation,
+            in_nelems: self.in_nelems,
+        }
     }
 }
 
@@ -100,16 +112,19 @@ struct Span<'a> {
     end_ns: i64,
 }
 
-/// A collective event found in the trace.
-struct Found<'a> {
-    span: usize,
-    kind: CollectiveKind,
-    tier: Tier,
-    args: Args<'a>,
-}
-
 fn malformed(what: &'static str) -> TraceError {
     TraceError::Malformed { at: 0, what }
+}
+
+/// What the calls are made of: every timed event, the candidate calls,
+/// the comms ops, the launches and the steps (times relative to the base).
+#[derive(Default)]
+struct Kept<'a> {
+    spans: Vec<Span<'a>>,
+    found: Vec<Found>,
+    comms: Vec<CommsOp>,
+    launches: HashMap<u64, Launch>,
+    steps: Vec<Step>,
 }
 
 /// The implementation before streaming: the whole document through serde.
@@ -118,8 +133,7 @@ pub fn parse(bytes: &[u8], path: &Path, aligned: bool) -> Result<RankTrace, Trac
         .map_err(|e| TraceError::NotXPlane(format!("not a PyTorch (Kineto) JSON trace: {e}")))?;
     let base_ns = doc.base_ns.unwrap_or(0);
     let mut threads: HashMap<(Option<Id>, Option<Id>), usize> = HashMap::new();
-    let mut spans = Vec::new();
-    let mut found = Vec::new();
+    let mut kept = Kept::default();
     for ev in doc.events {
         if ev.ph.as_deref() != Some("X") {
             continue;
@@ -127,23 +141,48 @@ pub fn parse(bytes: &[u8], path: &Path, aligned: bool) -> Result<RankTrace, Trac
         let (Some(name), Some(ts)) = (ev.name, ev.ts) else {
             continue;
         };
-        let start_ns = epoch_ns(base_ns, ts)?;
-        let end_ns = start_ns.saturating_add(epoch_ns(0, ev.dur.unwrap_or(0.0))?);
+        let start = rel_ns(ts)?;
+        let end = start + rel_ns(ev.dur.unwrap_or(0.0))?;
+        epoch_ns(base_ns, start)?;
         let next = threads.len();
         let thread = *threads.entry((ev.pid, ev.tid)).or_insert(next);
-        if let Some(kind) = classify_event(&name, ev.args.as_ref()) {
-            found.push(Found {
-                span: spans.len(),
-                kind,
-                tier: tier(&name, ev.cat.as_deref()),
-                args: ev.args.unwrap_or_default(),
+        let args = ev.args.unwrap_or_default();
+        let cat = ev.cat.as_deref();
+        if let Some((corr, l)) = launch(cat, thread, start, &args) {
+            kept.launches.insert(corr, l);
+        }
+        if name == "record_param_comms" {
+            kept.comms.push(CommsOp {
+                thread,
+                start,
+                end,
+                args: args.call_args(),
             });
         }
-        spans.push(Span {
+        if let Some(kind) = classify_event(&name, &args) {
+            kept.found.push(Found {
+                name: name.to_string(),
+                kind,
+                tier: tier(&name, cat),
+                thread,
+                start,
+                end,
+                args: args.call_args(),
+            });
+        }
+        if let Some(Ok(n)) = name.strip_prefix("ProfilerStep#").map(str::parse)
+            && cat != Some("gpu_user_annotation")
+        {
+            kept.steps.push(Step { n, start, end });
+        }
+        kept.spans.push(Span {
             name,
             thread,
-            start_ns,
-            end_ns,
+            start_ns: epoch_ns(base_ns, start)?,
+            end_ns: epoch_ns(base_ns, start)?.saturating_add(
+                i64::try_from(end - start)
+                    .map_err(|_| malformed("an event time is out of range"))?,
+            ),
         });
     }
     let participant = participant(
@@ -153,11 +192,27 @@ pub fn parse(bytes: &[u8], path: &Path, aligned: bool) -> Result<RankTrace, Trac
         &doc.distributed,
         aligned,
     );
-    let calls = calls(&spans, found, doc.distributed.as_ref());
+    let calls = calls(&kept, base_ns, doc.distributed.as_ref());
     Ok(RankTrace { participant, calls })
 }
 
-fn classify_event(name: &str, args: Option<&Args>) -> Option<CollectiveKind> {
+/// The launch `launch::Launch::of` finds, from the whole event.
+fn launch(cat: Option<&str>, thread: usize, start: i128, a: &Args) -> Option<(u64, Launch)> {
+    let cat = cat?;
+    if !(cat.ends_with("_runtime") || cat.ends_with("_driver")) {
+        return None;
+    }
+    Some((
+        a.correlation?,
+        Launch {
+            external_id: a.external_id,
+            thread,
+            start,
+        },
+    ))
+}
+
+fn classify_event(name: &str, args: &Args) -> Option<CollectiveKind> {
     if name == "record_param_comms" {
         // Wraps the dispatcher op; the backend's span or kernel is the call.
         return None;
@@ -165,43 +220,31 @@ fn classify_event(name: &str, args: Option<&Args>) -> Option<CollectiveKind> {
     classify(name).or_else(|| {
         // Kernels named by the backend only (RCCL builds) carry the
         // collective's name in their args.
-        let a = args?;
-        a.collective
+        args.collective
             .as_deref()
-            .filter(|_| a.seq.is_some())
+            .filter(|_| args.seq.is_some())
             .and_then(classify_comms_arg)
     })
 }
 
-/// µs as written (relative to `base_ns`, or epoch µs) → epoch ns.
-fn epoch_ns(base_ns: i64, us: f64) -> Result<i64, TraceError> {
-    let ps = us_to_ps(us)?;
-    i64::try_from(i128::from(base_ns) + ps.div_euclid(1000))
-        .map_err(|_| malformed("an event time is out of range"))
+/// µs as written → ns relative to the base.
+fn rel_ns(us: f64) -> Result<i128, TraceError> {
+    Ok(us_to_ps(us)?.div_euclid(1000))
 }
 
-fn calls(
-    spans: &[Span],
-    mut found: Vec<Found>,
-    dist: Option<&DistributedInfo>,
-) -> Vec<CollectiveCall> {
-    let Some(best) = found.iter().map(|f| f.tier).min() else {
+/// ns relative to the base → epoch ns.
+fn epoch_ns(base_ns: i64, rel: i128) -> Result<i64, TraceError> {
+    i64::try_from(i128::from(base_ns) + rel).map_err(|_| malformed("an event time is out of range"))
+}
+
+fn calls(kept: &Kept, base_ns: i64, dist: Option<&DistributedInfo>) -> Vec<CollectiveCall> {
+    let Some(issued) = issued_calls(&kept.found) else {
         return Vec::new();
     };
-    // Steps (ProfilerStep#N), and what each thread did, for `preceding`.
-    let steps: Vec<Timed<u64>> = spans
-        .iter()
-        .filter_map(|s| {
-            let n = s.name.strip_prefix("ProfilerStep#")?.parse().ok()?;
-            Some(Timed {
-                name: n,
-                start_ns: s.start_ns,
-                end_ns: s.end_ns,
-            })
-        })
-        .collect();
+    // What each thread did, for `preceding`.
     let mut by_thread: HashMap<usize, Vec<Timed<&str>>> = HashMap::new();
-    for s in spans
+    for s in kept
+        .spans
         .iter()
         .filter(|s| !s.name.starts_with("ProfilerStep#"))
     {
@@ -214,98 +257,28 @@ fn calls(
     for v in by_thread.values_mut() {
         v.sort_by_key(|t| (t.end_ns, t.start_ns));
     }
-    let dispatcher: Vec<(CollectiveKind, &Span)> = found
-        .iter()
-        .filter(|f| f.tier == Tier::Dispatcher)
-        .map(|f| (f.kind, &spans[f.span]))
-        .collect();
-    found.retain(|f| f.tier == best);
-    found.sort_by_key(|f| spans[f.span].start_ns);
+    let steps = epoch_steps(&kept.steps, base_ns);
+    let links = Links::new(&kept.comms, &kept.found, &kept.launches);
     let group = default_group(dist);
     let world = default_world(dist);
     let mut occurrences: HashMap<String, u64> = HashMap::new();
-    found
+    issued
         .into_iter()
-        .map(|f| {
-            let span = &spans[f.span];
-            // The call is issued where the dispatcher op ran (gloo's spans
-            // run on a worker thread); what that thread did before is the
-            // rank's "before".
-            let issue = (best == Tier::Backend)
-                .then(|| issuing_op(&dispatcher, f.kind, span.start_ns))
-                .flatten()
-                .unwrap_or(span);
+        .map(|(f, issue)| {
+            let at = base_ns as i128 + issue.start;
             let preceding = by_thread
                 .get(&issue.thread)
-                .and_then(|v| preceding_before(v, issue.start_ns))
+                .and_then(|v| preceding_before(v, at as i64))
                 .map(|t| Preceding {
                     name: (*t.name).into(),
                     start_ns: t.start_ns,
                     end_ns: t.end_ns,
                 });
-            let (key, matched_by, group_size) = key(&f, span, &group, world, &mut occurrences);
-            CollectiveCall {
-                participant: 0,
-                kind: f.kind,
-                key,
-                matched_by,
-                op: (*span.name).into(),
-                enter_ns: span.start_ns,
-                exit_ns: span.end_ns,
-                step: step_at(&steps, issue.start_ns),
-                group_size,
-                preceding,
-                track: None,
-            }
+            let link = links.of(f, issue);
+            let mut call = call(f, issue, &link, &group, world, &mut occurrences, base_ns);
+            call.step = step_at(&steps, epoch(base_ns, link.issued_at));
+            call.preceding = preceding;
+            call
         })
         .collect()
-}
-
-/// The latest dispatcher op of the same kind that started at or before
-/// `start_ns`: the op that enqueued the backend's work.
-fn issuing_op<'s>(
-    dispatcher: &[(CollectiveKind, &'s Span<'s>)],
-    kind: CollectiveKind,
-    start_ns: i64,
-) -> Option<&'s Span<'s>> {
-    dispatcher
-        .iter()
-        .filter(|(k, s)| *k == kind && s.start_ns <= start_ns)
-        .max_by_key(|(_, s)| s.start_ns)
-        .map(|(_, s)| *s)
-}
-
-fn key(
-    f: &Found,
-    span: &Span,
-    default_group: &str,
-    world: Option<u32>,
-    occurrences: &mut HashMap<String, u64>,
-) -> (InstanceKey, MatchedBy, Option<u32>) {
-    let seq = f.args.seq.as_ref().and_then(|v| {
-        v.as_u64()
-            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-    });
-    if let (Some(seq), Some(group)) = (seq, f.args.group.as_deref()) {
-        let name = f
-            .args
-            .collective
-            .as_deref()
-            .unwrap_or(&span.name)
-            .to_string();
-        let key = InstanceKey {
-            group: group.into(),
-            name: name.into(),
-            ordinal: seq,
-        };
-        return (key, MatchedBy::Sequence, f.args.group_size);
-    }
-    let n = occurrences.entry(span.name.to_string()).or_insert(0);
-    let key = InstanceKey {
-        group: default_group.into(),
-        name: (*span.name).into(),
-        ordinal: *n,
-    };
-    *n += 1;
-    (key, MatchedBy::Occurrence, f.args.group_size.or(world))
 }

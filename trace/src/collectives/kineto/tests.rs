@@ -43,7 +43,9 @@ fn gloo_spans_are_the_calls_and_the_main_thread_says_what_came_before() {
     );
     let c = &t.calls[0];
     assert_eq!(c.kind, CollectiveKind::AllReduce);
-    assert_eq!((c.enter_ns, c.exit_ns), (base + 10_500, base + 30_750));
+    // The rank arrived when it called (the c10d op), not when gloo's
+    // worker started; it left when the work completed.
+    assert_eq!((c.enter_ns, c.exit_ns), (base + 10_000, base + 30_750));
     assert_eq!(&*c.key.group, "default_pg");
     assert_eq!((c.key.ordinal, t.calls[1].key.ordinal), (0, 1));
     assert_eq!(c.matched_by, MatchedBy::Occurrence);
@@ -174,6 +176,8 @@ fn random_events(r: &mut Rng, most: u64) -> Vec<Value> {
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)",
         "ncclDevKernel_Generic",
         "record_param_comms",
+        "record_param_comms",
+        "cudaLaunchKernel",
         "aten::\"quoted\"",
         "ProfilerStep#x",
     ];
@@ -204,13 +208,19 @@ fn random_events(r: &mut Rng, most: u64) -> Vec<Value> {
         ev["name"] = json!(name);
         if name.starts_with("ncclDev") || r.below(8) == 0 {
             ev["cat"] = json!("kernel");
+        } else if name == "cudaLaunchKernel" {
+            ev["cat"] = json!("cuda_runtime");
+        } else if name.starts_with("ProfilerStep") && r.below(3) == 0 {
+            ev["cat"] = json!("gpu_user_annotation");
         } else {
             ev["cat"] = json!("cpu_op");
         }
         if r.below(3) == 0 {
             let seq = r.below(5);
             ev["args"] = json!({
-                "External id": r.below(100),
+                "External id": r.below(12),
+                "correlation": r.below(12),
+                "In msg nelems": r.below(3) * 64,
                 "Collective name": *r.pick(&["allreduce", "allgather", "_allgather_base", "broadcast", "bogus"]),
                 "Process Group Name": *r.pick(&["0", "1"]),
                 "Seq": r.pick(&[json!(seq), json!(seq.to_string()), json!(-1), json!(1.5), Value::Null]).clone(),
@@ -487,6 +497,7 @@ fn show_event(ev: &Event) -> String {
             text(&a.group),
             a.seq.map(|s| s.0),
             a.group_size,
+            (a.external_id, a.correlation, a.in_nelems),
         )
     });
     format!(
@@ -553,6 +564,9 @@ const ARG_KEYS: &[&str] = &[
     "Process Group Name",
     "Seq",
     "Group size",
+    "External id",
+    "correlation",
+    "In msg nelems",
     "x",
 ];
 
@@ -645,4 +659,92 @@ fn mangled_traces_never_panic() {
         }
     }
     assert!(agreed > 50, "{agreed}");
+}
+
+/// Current Kineto with NCCL: the kernel names its group but no `Seq`;
+/// the `record_param_comms` op that issued it has the `Seq`, linked by
+/// `External id` (or the launch's `correlation`); the kernel runs after
+/// its step's CPU span ended; GPU-side step annotations come last, out
+/// of order.
+#[test]
+fn nccl_kernels_take_sequence_and_step_from_the_op_that_launched_them() {
+    let kernel = |ts: f64, corr: u64, ext: Option<u64>| {
+        let mut args = json!({"correlation": corr, "Process Group Name": "0",
+            "Collective name": "allreduce", "In msg nelems": 1024, "Group size": 2});
+        if let Some(e) = ext {
+            args["External id"] = json!(e);
+        }
+        json!({"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": ts, "dur": 30.0, "args": args,
+            "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"})
+    };
+    let comms = |ts: f64, ext: u64, seq: u64| {
+        json!({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
+            "ts": ts, "dur": 8.0, "args": {"External id": ext, "Seq": seq, "Process Group Name": "0",
+            "Collective name": "allreduce", "Group size": 2, "In msg nelems": 1024}})
+    };
+    let op = |name: &str, ts: f64, ext: u64| {
+        json!({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 6.0,
+            "args": {"External id": ext}})
+    };
+    let launch = |ts: f64, corr: u64, ext: Option<u64>| {
+        let mut args = json!({"correlation": corr});
+        if let Some(e) = ext {
+            args["External id"] = json!(e);
+        }
+        json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+            "ts": ts, "dur": 1.0, "args": args})
+    };
+    let step = |n: u64, ts: f64, cat: &str| {
+        json!({"ph": "X", "cat": cat, "name": format!("ProfilerStep#{n}"), "pid": 1, "tid": 1,
+            "ts": ts, "dur": 99.0})
+    };
+    let doc = json!({
+        "distributedInfo": {"backend": "nccl", "rank": 1, "world_size": 2},
+        "traceEvents": [
+            step(3, 0.0, "user_annotation"),
+            comms(10.0, 45, 17),
+            op("nccl:all_reduce", 11.0, 46),
+            launch(12.0, 123, Some(46)),
+            step(4, 100.0, "user_annotation"),
+            comms(110.0, 55, 18),
+            launch(112.0, 130, None),
+            step(5, 200.0, "user_annotation"),
+            comms(210.0, 65, 19),
+            // The kernels run after their steps ended on the CPU.
+            kernel(150.0, 123, Some(46)),
+            kernel(250.0, 130, None),
+            kernel(350.0, 140, Some(65)),
+            // GPU rows repeat the steps, later and out of order.
+            step(5, 340.0, "gpu_user_annotation"),
+            step(4, 240.0, "gpu_user_annotation"),
+        ]
+    });
+    let t = read(&write("gpu.pt.trace.json", &doc), true).unwrap();
+    type Seen = (MatchedBy, u64, Option<u64>, Option<u32>, Option<u64>);
+    let got: Vec<Seen> = t
+        .calls
+        .iter()
+        .map(|c| {
+            (
+                c.matched_by,
+                c.key.ordinal,
+                c.step,
+                c.group_size,
+                c.elements,
+            )
+        })
+        .collect();
+    let seq = MatchedBy::Sequence;
+    assert_eq!(
+        got,
+        [
+            (seq, 17, Some(3), Some(2), Some(1024)),
+            (seq, 18, Some(4), Some(2), Some(1024)),
+            (seq, 19, Some(5), Some(2), Some(1024)),
+        ],
+        "by External id through nccl:all_reduce, by the launch's thread and time, by External id"
+    );
+    assert!(t.calls.iter().all(|c| &*c.key.name == "allreduce"));
+    // The arrival is the kernel's start.
+    assert_eq!(t.calls[1].enter_ns, 250_000);
 }
