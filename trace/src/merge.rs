@@ -179,12 +179,17 @@ fn is_trace_in_dir(p: &Path) -> bool {
     name.ends_with(".xplane.pb") || name.ends_with(".pt.trace.json")
 }
 
-/// The host name of a trace file: `<host>.xplane.pb`.
+/// The host name of a trace file: `<host>.xplane.pb`, or
+/// `<host>@<process>.xplane.pb` as a merge names one of a host's several
+/// processes.
 pub fn host_of(path: &Path, scan: &Scan) -> String {
     path.file_name()
         .map(|n| {
-            n.to_string_lossy()
-                .trim_end_matches(".xplane.pb")
+            let n = n.to_string_lossy();
+            let host = n.trim_end_matches(".xplane.pb");
+            host.split(PROCESS_SEPARATOR)
+                .next()
+                .unwrap_or(host)
                 .to_string()
         })
         .filter(|h| !h.is_empty())
@@ -245,6 +250,14 @@ pub fn plan_merge(inputs: &[PathBuf], opts: &MergeOptions) -> Result<Planned, Me
         p.plane_bounds = vec![None; scan.planes.len()];
         placements.push(p);
     }
+    let labels: Vec<Option<i64>> = scans
+        .iter()
+        .map(|s| {
+            s.clock_stat_value(crate::collectives::xplane::PROCESS_INDEX)
+                .and_then(|v| v.as_i64())
+        })
+        .collect();
+    name_processes(&mut placements, &labels);
     let mut torch = Vec::with_capacity(ranks.len());
     for (path, host, (start_ns, stop_ns), events, hook) in ranks {
         let anchors = history.get(host.as_str()).cloned().unwrap_or_default();
@@ -255,6 +268,7 @@ pub fn plan_merge(inputs: &[PathBuf], opts: &MergeOptions) -> Result<Planned, Me
         p.plane_bounds = vec![Some(p.map.worst_bound(start_ns, stop_ns))];
         torch.push(p);
     }
+    name_processes(&mut torch, &[]);
     check_output_names(placements.iter().chain(&torch))?;
     let out_of_range = |p: &HostPlacement| {
         file_err(&p.input)(TraceError::malformed(
@@ -325,20 +339,12 @@ fn check_run_name(name: &str) -> Result<(), MergeError> {
     }
 }
 
-/// Scans the xprof inputs: one file per host, each with a session start.
+/// Scans the xprof inputs: one file per process (several may share a
+/// host), each with a session start.
 fn scan_inputs(inputs: &[PathBuf]) -> Result<Vec<Scan>, MergeError> {
     let mut scans = Vec::with_capacity(inputs.len());
-    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
     for (path, scan) in inputs.iter().zip(scan_all(inputs)) {
         let scan = scan.map_err(file_err(path))?;
-        let host = host_of(path, &scan);
-        if let Some(first) = seen.insert(host.clone(), path.clone()) {
-            return Err(MergeError::DuplicateHost {
-                host,
-                first: first.display().to_string(),
-                second: path.display().to_string(),
-            });
-        }
         if !scan.has_task_env() {
             return Err(file_err(path)(TraceError::MissingTaskEnv));
         }
@@ -372,6 +378,54 @@ fn placement(
         plane_bounds: Vec::new(),
         device_planes: Vec::new(),
     }
+}
+
+/// Separates a host from its process in an output's file name
+/// (`n1@p0.xplane.pb`): no host name has one (RFC 1123).
+pub const PROCESS_SEPARATOR: char = '@';
+
+/// Outputs keep their input's file name; inputs that share one (the
+/// processes of one host, each `<host>.xplane.pb` in its own directory)
+/// are told apart by their process: `<host>@p<jax_process_index>` when
+/// each has a distinct one, else `<host>@<n>`, n counting from 1 in input
+/// order. `labels[i]`: input i's process index, if known.
+fn name_processes(placements: &mut [HostPlacement], labels: &[Option<i64>]) {
+    let mut by_name: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
+    for (i, p) in placements.iter().enumerate() {
+        by_name.entry(p.output.clone()).or_default().push(i);
+    }
+    for same in by_name.values().filter(|v| v.len() > 1) {
+        let known: Vec<i64> = same
+            .iter()
+            .filter_map(|&i| labels.get(i).copied().flatten())
+            .collect();
+        let distinct = known.len() == same.len()
+            && known
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                == known.len();
+        for (n, &i) in same.iter().enumerate() {
+            let label = match labels.get(i).copied().flatten() {
+                Some(index) if distinct => format!("p{index}"),
+                _ => (n + 1).to_string(),
+            };
+            placements[i].output = process_file_name(&placements[i].output, &label);
+        }
+    }
+}
+
+/// `<stem>@<label><suffix>` for `<stem><suffix>` (suffix: `.xplane.pb`,
+/// `.pt.trace.json`, else from the first '.').
+fn process_file_name(name: &Path, label: &str) -> PathBuf {
+    let name = name.to_string_lossy();
+    let cut = [".xplane.pb", ".pt.trace.json"]
+        .iter()
+        .find_map(|s| name.strip_suffix(s).map(str::len))
+        .or_else(|| name.find('.'))
+        .unwrap_or(name.len());
+    let (stem, suffix) = name.split_at(cut);
+    PathBuf::from(format!("{stem}{PROCESS_SEPARATOR}{label}{suffix}"))
 }
 
 /// Outputs keep their input's file name: two inputs may not share one.

@@ -125,12 +125,6 @@ pub enum MergeError {
     File(#[from] FileError),
     #[error("no .xplane.pb files found in {0}")]
     NoInputs(String),
-    #[error("host {host} appears twice: {first} and {second}")]
-    DuplicateHost {
-        host: String,
-        first: String,
-        second: String,
-    },
     #[error(
         "{path}: no clock offset for host {host}; pass --offset {host}=NS, --history FILE, record the trace with the clockmesh hook, or --allow-missing-offsets"
     )]

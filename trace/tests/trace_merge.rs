@@ -479,3 +479,57 @@ fn a_line_growing_past_a_varint_boundary_keeps_the_plane_length_right() {
     let grown = std::fs::metadata(&out_path).unwrap().len() - space.encoded_len() as u64;
     assert_eq!(grown, 2 * (4 + 1));
 }
+
+/// Two JAX processes of one host, each writing `<host>.xplane.pb` into its
+/// own run directory: one host map for both, outputs told apart by the
+/// process (`jax_process_index` when each has one, else 1, 2, …).
+#[test]
+fn two_processes_of_one_host_share_its_map_and_keep_their_files() {
+    let dir = scratch("processes");
+    let spec = |index: Option<i64>, start_ns: i64| SynthSpec {
+        host: "gpu-node".into(),
+        start_ns,
+        task_env_stats: index
+            .map(|i| vec![("jax_process_index".to_string(), i)])
+            .unwrap_or_default(),
+        ..SynthSpec::default()
+    };
+    let a = spec(Some(0), SynthSpec::default().start_ns);
+    let b = spec(Some(1), a.start_ns + 5_000_000);
+    let (da, db) = (dir.join("p0"), dir.join("p1"));
+    std::fs::create_dir_all(&da).unwrap();
+    std::fs::create_dir_all(&db).unwrap();
+    let (pa, pb) = (write_trace(&da, &a), write_trace(&db, &b));
+    let off = -2_500_000;
+    let report = merge(
+        &[pa.clone(), pb.clone()],
+        &opts(&dir.join("out"), &[("gpu-node", off)]),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(report.hosts.iter().all(|h| h.host == "gpu-node"));
+    assert!(report.hosts.iter().all(|h| h.offset_ns == off));
+    assert_eq!(report.hosts[1].shift_ns, 5_000_000);
+    for (name, spec) in [("gpu-node@p0.xplane.pb", &a), ("gpu-node@p1.xplane.pb", &b)] {
+        let out = decode(&report.run_dir.join(name));
+        assert_eq!(
+            task_env_u64(&out, "profile_stop_time"),
+            (spec.start_ns + spec.duration_ns + off) as u64,
+            "{name}"
+        );
+    }
+    // Without process indices: numbered in input order.
+    let (c, d) = (spec(None, a.start_ns), spec(None, a.start_ns));
+    let (dc, dd) = (dir.join("c"), dir.join("d"));
+    std::fs::create_dir_all(&dc).unwrap();
+    std::fs::create_dir_all(&dd).unwrap();
+    let report = merge(
+        &[write_trace(&dc, &c), write_trace(&dd, &d)],
+        &opts(&dir.join("out2"), &[("gpu-node", 0)]),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(report.run_dir.join("gpu-node@1.xplane.pb").exists());
+    assert!(report.run_dir.join("gpu-node@2.xplane.pb").exists());
+    assert!(!report.run_dir.join("gpu-node.xplane.pb").exists());
+}

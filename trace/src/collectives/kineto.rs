@@ -494,9 +494,14 @@ fn key(
         let size = size.or(comms.and_then(|c| c.group_size));
         return (key, MatchedBy::Sequence, size);
     }
+    // Without a sequence number the group still keeps the process groups'
+    // calls apart (PyTorch 2.11 writes no `Seq`).
+    let group = (f.args.group.as_deref())
+        .or(comms.and_then(|c| c.group.as_deref()))
+        .unwrap_or(default_group);
     let n = occurrences.entry(f.name.clone()).or_insert(0);
     let key = InstanceKey {
-        group: default_group.into(),
+        group: group.into(),
         name: f.name.as_str().into(),
         ordinal: *n,
     };

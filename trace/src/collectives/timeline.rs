@@ -39,7 +39,8 @@ pub(crate) fn step_at(steps: &[Timed<u64>], t: i64) -> Option<u64> {
 }
 
 /// The host a file names: `<host><suffix>` (the merge writes
-/// `<host>.xplane.pb`), else the name up to its first '.'.
+/// `<host>.xplane.pb`, and `<host>@<process>.xplane.pb` for one of a
+/// host's several processes), else the name up to its first '.'.
 pub(crate) fn file_host(path: &Path, suffix: &str) -> String {
     let name = path
         .file_name()
@@ -48,6 +49,10 @@ pub(crate) fn file_host(path: &Path, suffix: &str) -> String {
     let host = name
         .strip_suffix(suffix)
         .unwrap_or_else(|| name.split('.').next().unwrap_or(""));
+    let host = host
+        .split(crate::merge::PROCESS_SEPARATOR)
+        .next()
+        .unwrap_or(host);
     if host.is_empty() {
         "host".into()
     } else {
@@ -110,5 +115,9 @@ mod tests {
             "w.123"
         );
         assert_eq!(file_host(Path::new("x.json"), ".pt.trace.json"), "x");
+        assert_eq!(
+            file_host(Path::new("/r/n1@p3.xplane.pb"), ".xplane.pb"),
+            "n1"
+        );
     }
 }

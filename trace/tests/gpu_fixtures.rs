@@ -1,0 +1,157 @@
+//! The real GPU traces of `tests/data/gpu/` (see its README): PyTorch 2.11
+//! NCCL (2 ranks) and JAX 0.11 GPU (2 processes on one host), profiler
+//! windows that differ per rank (torch: rank 0 steps 2–7, rank 1 steps
+//! 4–9; JAX: 2–6 and 4–8), rank/process 1 sleeping 20 ms before steps 5
+//! and 6. Both processes of each job ran on one host, so their raw clocks
+//! are the truth.
+
+use std::path::{Path, PathBuf};
+
+use clockmesh_trace::collectives::{
+    Analysis, AnalysisOptions, CollectiveCall, CollectiveKind, MatchedBy, Participant, analyse,
+    inputs,
+};
+use clockmesh_trace::{MergeOptions, merge};
+
+fn data(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/gpu")
+        .join(rel)
+}
+
+fn raw(participants: &[Participant], calls: Vec<CollectiveCall>) -> Analysis {
+    let opts = AnalysisOptions {
+        aligned: false,
+        ..Default::default()
+    };
+    analyse(participants, calls, &opts)
+}
+
+/// The instances of `kind` in `steps`: (step, last arriver's rank, late by).
+fn lateness(a: &Analysis, kind: CollectiveKind) -> Vec<(Option<u64>, Option<u64>, u64)> {
+    a.instances
+        .iter()
+        .filter(|i| i.kind == kind)
+        .map(|i| (i.step, a.participants[i.last].rank, i.late_by_ns))
+        .collect()
+}
+
+const MS: u64 = 1_000_000;
+
+/// Rank 1 is last, by more than its 20 ms sleep less 1 ms, in steps 5
+/// and 6 and nowhere by as much.
+fn straggler_is_rank_1_in_steps_5_and_6(a: &Analysis, kind: CollectiveKind, rank_1: Option<u64>) {
+    let late = lateness(a, kind);
+    for (step, last, by) in &late {
+        if matches!(step, Some(5 | 6)) {
+            assert_eq!(*last, rank_1, "step {step:?}");
+            assert!(*by > 19 * MS, "step {step:?}: {by} ns");
+        }
+    }
+    assert_eq!(
+        late.iter().filter(|l| matches!(l.0, Some(5 | 6))).count(),
+        2
+    );
+}
+
+#[test]
+fn real_nccl_ranks_whose_windows_differ_are_matched_by_step_and_order() {
+    let files = [
+        data("torch/rank0.pt.trace.json"),
+        data("torch/rank1.pt.trace.json"),
+    ];
+    let job = inputs::read_job(&files, false).unwrap();
+    // Every call is an NCCL kernel, and every one has its step (from the
+    // CPU op that launched it: the kernels run after their step's span).
+    assert!(job.calls.iter().all(|c| c.op.starts_with("ncclDevKernel")));
+    assert!(job.calls.iter().all(|c| c.step.is_some()));
+    assert_eq!(job.calls.len(), 2 * (6 * 2 + 2));
+    let groups: std::collections::BTreeSet<&str> =
+        job.calls.iter().map(|c| &*c.key.group).collect();
+    assert_eq!(groups, ["0", "1"].into());
+    let a = raw(&job.participants, job.calls.clone());
+    assert_eq!(a.summary.causality_violations, 0);
+    // Steps 4–7 on both: all_reduce and all_gather each, a broadcast in 6.
+    assert_eq!(a.summary.matched, 4 * 2 + 1);
+    assert_eq!(
+        a.summary.unmatched,
+        a.summary.unmatched_by_reason.missing_ranks
+    );
+    assert!(
+        a.instances
+            .iter()
+            .all(|i| i.matched_by == MatchedBy::Occurrence)
+    );
+    let steps: std::collections::BTreeSet<u64> =
+        a.instances.iter().filter_map(|i| i.step).collect();
+    assert_eq!(steps, [4, 5, 6, 7].into());
+    straggler_is_rank_1_in_steps_5_and_6(&a, CollectiveKind::AllReduce, Some(1));
+    // Paired n-th with n-th, as before: false violations.
+    let mut naive = job.calls;
+    for c in &mut naive {
+        c.matched_by = MatchedBy::Sequence;
+    }
+    assert!(raw(&job.participants, naive).summary.causality_violations > 0);
+}
+
+fn copy_as(from: &str, dir: &Path, name: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let to = dir.join(name);
+    std::fs::copy(data(from), &to).unwrap();
+    to
+}
+
+#[test]
+fn real_jax_processes_of_one_host_merge_and_match() {
+    let dir = std::env::temp_dir().join(format!("clockmesh-gpu-fixtures-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // As JAX wrote them: `vm.xplane.pb`, each under its process's log dir.
+    let inputs_ = [
+        copy_as("jax/process0.vm.xplane.pb", &dir.join("p0"), "vm.xplane.pb"),
+        copy_as("jax/process1.vm.xplane.pb", &dir.join("p1"), "vm.xplane.pb"),
+    ];
+    let opts = MergeOptions {
+        out_dir: dir.join("out"),
+        run_name: "run".into(),
+        offsets: [("vm".to_string(), 0)].into(),
+        ..MergeOptions::default()
+    };
+    let report = merge(&inputs_, &opts, &mut |_| {}).unwrap();
+    assert!(report.hosts.iter().all(|h| h.host == "vm"));
+    let merged = [
+        report.run_dir.join("vm@1.xplane.pb"),
+        report.run_dir.join("vm@2.xplane.pb"),
+    ];
+    let job = inputs::read_job(&merged, true).unwrap();
+    assert!(job.participants.iter().all(|p| p.host == "vm"));
+    assert!(job.calls.iter().all(|c| c.step.is_some()));
+    let a = analyse(
+        &job.participants,
+        job.calls.clone(),
+        &AnalysisOptions::default(),
+    );
+    assert_eq!(a.summary.causality_violations, 0);
+    // Steps 4–6 on both: psum and all_gather each.
+    assert_eq!(a.summary.matched, 3 * 2);
+    assert_eq!(
+        a.summary.unmatched,
+        a.summary.unmatched_by_reason.missing_ranks
+    );
+    // The processes carry no index (no clockmesh helper): participant 1
+    // is the second file.
+    let a = {
+        let mut a = a;
+        for (n, p) in a.participants.iter_mut().enumerate() {
+            p.rank = Some(n as u64);
+        }
+        a
+    };
+    straggler_is_rank_1_in_steps_5_and_6(&a, CollectiveKind::AllReduce, Some(1));
+    let mut naive = job.calls;
+    for c in &mut naive {
+        c.matched_by = MatchedBy::Sequence;
+    }
+    let naive = analyse(&job.participants, naive, &AnalysisOptions::default());
+    assert!(naive.summary.causality_violations > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
