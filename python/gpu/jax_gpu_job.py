@@ -7,9 +7,16 @@ per process. Each step is a jitted `shard_map` with a `psum` and an
 usage: jax_gpu_job.py --process P --processes N --coordinator ADDR:PORT
        --logdir DIR [--steps N] [--profile-from S] [--profile-steps K]
        [--straggler P --delay-ms MS --delay-steps 3,5]
+       [--offsets PATH]  (trace with clockmesh.jax_profiler: the agent's
+                          offsets recorded in the xplane)
+       [--truth FILE]    (JSON: per step the delay and the true
+                          CLOCK_REALTIME just before the step was called)
 """
 
 import argparse
+import contextlib
+import ctypes
+import json
 import time
 
 import jax
@@ -32,7 +39,35 @@ def parse():
     ap.add_argument("--delay-ms", type=float, default=0.0)
     ap.add_argument("--delay-steps", default="")
     ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--offsets", default="")
+    ap.add_argument("--truth", default="")
     return ap.parse_args()
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_SYS_CLOCK_GETTIME = 228  # x86-64
+
+
+def raw_realtime_ns():
+    """CLOCK_REALTIME as the kernel keeps it (the skew shim wraps libc's)."""
+    ts = _Timespec()
+    if _LIBC.syscall(_SYS_CLOCK_GETTIME, 0, ctypes.byref(ts)) != 0:
+        raise OSError(ctypes.get_errno(), "clock_gettime")
+    return ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+
+
+def profiler(a):
+    """The profiling session: clockmesh.jax_profiler.trace when the agent's
+    offsets are given, else jax.profiler.trace."""
+    if a.offsets:
+        import clockmesh.jax_profiler as cm_jax
+
+        return cm_jax.trace(a.logdir, offsets_path=a.offsets)
+    return jax.profiler.trace(a.logdir)
 
 
 def main():
@@ -54,20 +89,22 @@ def main():
     step_fn(x).block_until_ready()  # compile outside the trace
 
     delay_steps = {int(s) for s in a.delay_steps.split(",") if s}
-    tracing = False
-    for step in range(a.steps):
-        if step == a.profile_from:
-            jax.profiler.start_trace(a.logdir)
-            tracing = True
-        if a.process == a.straggler and step in delay_steps:
-            time.sleep(a.delay_ms / 1000.0)
-        with jax.profiler.StepTraceAnnotation("train", step_num=step):
-            step_fn(x).block_until_ready()
-        if tracing and step == a.profile_from + a.profile_steps - 1:
-            jax.profiler.stop_trace()
-            tracing = False
-    if tracing:
-        jax.profiler.stop_trace()
+    steps = []
+    with contextlib.ExitStack() as session:
+        for step in range(a.steps):
+            if step == a.profile_from:
+                session.enter_context(profiler(a))
+            if step == a.profile_from + a.profile_steps:
+                session.close()
+            delay = a.delay_ms / 1000.0 if a.process == a.straggler and step in delay_steps else 0.0
+            if delay:
+                time.sleep(delay)
+            steps.append({"step": step, "delay_ns": round(delay * 1e9), "true_call_ns": raw_realtime_ns()})
+            with jax.profiler.StepTraceAnnotation("train", step_num=step):
+                step_fn(x).block_until_ready()
+    if a.truth:
+        with open(a.truth, "w") as f:
+            json.dump({"process": a.process, "steps": steps}, f)
     jax.distributed.shutdown()
 
 

@@ -10,8 +10,14 @@ before its collectives in the steps given.
 usage: torch_nccl_job.py --rank R --world W --init tcp://ADDR:PORT --gpu G
        --out FILE [--steps N] [--profile-from S] [--profile-steps K]
        [--straggler RANK --delay-ms MS --delay-steps 3,5,7]
-       [--truth FILE]  (JSON lines: each step's call instants on the raw
-                        kernel clock, for the end-to-end check)
+       [--host NAME]  (written in the truth file; name the trace file
+                       <host>.<anything>.pt.trace.json so the merge knows
+                       the host: Kineto records none, and
+                       clockmesh.torch_profiler.record cannot run inside a
+                       scheduled profiler, whose trace is exported at its
+                       last active step; merge with the agents' --history)
+       [--truth FILE]  (JSON: per step the delay and the true CLOCK_REALTIME
+                        just before the step's first collective call)
 """
 
 import argparse
@@ -39,6 +45,7 @@ def parse():
     ap.add_argument("--delay-steps", default="")
     ap.add_argument("--size", type=int, default=512)
     ap.add_argument("--truth", default="")
+    ap.add_argument("--host", default="")
     return ap.parse_args()
 
 
@@ -70,7 +77,6 @@ def main():
     delay_steps = {int(s) for s in a.delay_steps.split(",") if s}
     x = torch.randn(a.size, a.size, device=dev)
     gathered = torch.empty(a.world * a.size, device=dev)
-    truth = open(a.truth, "w") if a.truth else None
 
     # Warm NCCL's communicators outside the profiled steps.
     dist.all_reduce(x.clone())
@@ -78,27 +84,29 @@ def main():
     torch.cuda.synchronize()
 
     sched = schedule(skip_first=a.profile_from, wait=0, warmup=1, active=a.profile_steps, repeat=1)
-    with profile(
+    steps = []
+    prof = profile(
         activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
         schedule=sched,
         record_shapes=True,
         on_trace_ready=lambda p: p.export_chrome_trace(a.out),
-    ) as prof:
+    )
+    with prof:
         for step in range(a.steps):
             y = torch.tanh(x @ x) / a.size
-            if a.rank == a.straggler and step in delay_steps:
-                time.sleep(a.delay_ms / 1000.0)
-            called = raw_realtime_ns()
+            delay = a.delay_ms / 1000.0 if a.rank == a.straggler and step in delay_steps else 0.0
+            if delay:
+                time.sleep(delay)
+            steps.append({"step": step, "delay_ns": round(delay * 1e9), "true_call_ns": raw_realtime_ns()})
             dist.all_reduce(y)
             dist.all_gather_into_tensor(gathered, y[0].contiguous(), group=second)
             if step % 3 == 0:
                 dist.broadcast(y, src=0)
-            loss = y.sum().item()
-            if truth:
-                truth.write(json.dumps({"rank": a.rank, "step": step, "all_reduce_called_ns": called, "loss": loss}) + "\n")
+            y.sum().item()
             prof.step()
-    if truth:
-        truth.close()
+    if a.truth:
+        with open(a.truth, "w") as f:
+            json.dump({"rank": a.rank, "host": a.host, "steps": steps}, f)
     dist.destroy_process_group()
 
 

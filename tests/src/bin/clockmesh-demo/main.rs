@@ -20,6 +20,7 @@ mod bench;
 mod chrony;
 mod cluster;
 mod faults;
+mod gpu;
 mod pingpong;
 
 #[derive(Parser, Debug)]
@@ -60,6 +61,11 @@ enum Cmd {
     /// (asymmetric path, 30 % loss, link down, agent restart, reference
     /// lost): what a reader gets, availability, |error|, bound coverage.
     BenchFaults(faults::FaultsArgs),
+    /// A real two-host GPU job against the truth (needs 2 NVIDIA GPUs, torch
+    /// and jax): agents in network namespaces with injected skews, PyTorch
+    /// NCCL and JAX jobs between them under the skew shim, profiler windows
+    /// that differ per rank, a planted straggler; merged and analysed.
+    GpuE2e(gpu::GpuArgs),
     /// The bare UDP floor of bench-chrony's CPU-per-pair comparison.
     #[command(hide = true)]
     Pingpong(pingpong::PingPongArgs),
@@ -87,6 +93,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::BenchChrony(c)) => chrony::run(c),
         Some(Cmd::BenchFaults(f)) => faults::run(f),
         Some(Cmd::Pingpong(p)) => pingpong::run(p),
+        Some(Cmd::GpuE2e(g)) => gpu::run(g),
         None => cluster::run(args.cluster),
     }
 }
