@@ -210,10 +210,16 @@ fn trace_merge_refuses_requests_the_inputs_make_meaningless() {
 /// One node line per host of `two_traces`, anchored at their session
 /// start: a history that covers both sessions.
 fn history_for_two_traces(path: &std::path::Path) {
+    history_of(path, &[("a", 1_000), ("b", -250_000)]);
+}
+
+/// One node line per (host, offset), anchored at the synthetic session
+/// start.
+fn history_of(path: &std::path::Path, hosts: &[(&str, i64)]) {
     use clockmesh::publish::history::{HistoryEntry, NodeLine};
     let start = clockmesh::trace::synth::SynthSpec::default().start_ns;
     let mut text = String::new();
-    for (host, offset_ns) in [("a", 1_000), ("b", -250_000)] {
+    for &(host, offset_ns) in hosts {
         let entry = HistoryEntry {
             host: host.into(),
             window: 1,
@@ -294,4 +300,70 @@ fn trace_merge_summary_is_json_that_the_report_shows() {
         "{err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// What a user has after a job: one history per host in a directory.
+/// Both commands read it whole, a history file given as an input is
+/// refused with how to pass it, and `trace collectives` names the user's
+/// inputs, not the scratch merge it removes.
+#[test]
+fn trace_commands_take_a_directory_of_histories_and_name_the_inputs() {
+    let dir = two_traces("history-dir");
+    let d = |p: &str| dir.join(p).display().to_string();
+    std::fs::create_dir_all(dir.join("hist")).unwrap();
+    history_of(&dir.join("hist/a.jsonl"), &[("a", 1_000)]);
+    history_of(&dir.join("hist/b.jsonl"), &[("b", -250_000)]);
+    let (input, out, hist) = (d("in"), d("out"), d("hist"));
+    let summary = d("s.json");
+    let (o, _, err) = run(&mut clockmesh(&[
+        "trace",
+        "merge",
+        &input,
+        "-o",
+        &out,
+        "--history",
+        &hist,
+        "--summary",
+        &summary,
+    ]));
+    assert!(o.status.success(), "{err}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(field_of_each(&s["hosts"], "source"), ["history", "history"]);
+    // The shell's `--history hist/*.jsonl`: the second file lands among
+    // the inputs.
+    let b = d("hist/b.jsonl");
+    let (o, _, err) = run(&mut clockmesh(&[
+        "trace",
+        "merge",
+        &input,
+        &b,
+        "-o",
+        &out,
+        "--history",
+        &d("hist/a.jsonl"),
+    ]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err.contains("--history DIR"), "{err}");
+    let (o, json, err) = run(&mut clockmesh(&[
+        "trace",
+        "collectives",
+        &input,
+        "--history",
+        &hist,
+        "--json",
+    ]));
+    assert!(o.status.success(), "{err}");
+    let a: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        field_of_each(&a["participants"], "trace"),
+        [d("in/a.xplane.pb"), d("in/b.xplane.pb")]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The string `field` of each element of a JSON array.
+fn field_of_each<'a>(array: &'a serde_json::Value, field: &str) -> Vec<&'a str> {
+    let items = array.as_array().unwrap().iter();
+    items.map(|v| v[field].as_str().unwrap()).collect()
 }

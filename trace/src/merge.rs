@@ -27,7 +27,7 @@ use super::device::{
 };
 use super::fields::{self, map_entry, xline, xplane, xstat, xstat_metadata};
 use super::kineto::{self, KinetoTrace};
-use super::perfetto::PerfettoHost;
+use super::perfetto::{PerfettoHost, TraceFormat};
 use super::plan::file_err;
 pub use super::plan::{
     ABSOLUTE_THRESHOLD_NS, DeviceError, DevicePlaneReport, HostPlacement, MergeError, OffsetSource,
@@ -237,7 +237,7 @@ pub fn plan_merge(inputs: &[PathBuf], opts: &MergeOptions) -> Result<Planned, Me
     if hosts.is_empty() {
         return Err(MergeError::NoInputs("the command line".into()));
     }
-    check_request(opts, &hosts, !scans.is_empty())?;
+    check_request(opts, &hosts)?;
     let history = group_history(&opts.history);
     let mut placements = Vec::with_capacity(scans.len());
     for (scan, host) in scans.iter().zip(hosts.iter().cloned()) {
@@ -299,13 +299,9 @@ pub fn plan_merge(inputs: &[PathBuf], opts: &MergeOptions) -> Result<Planned, Me
 }
 
 /// Refuses what the inputs make meaningless: an `--offset` for a host no
-/// input has (a typo would merge that host with offset 0 or none), a
-/// Chrome JSON of no xprof input, or one that would replace a file.
-fn check_request(
-    opts: &MergeOptions,
-    hosts: &[String],
-    have_xplanes: bool,
-) -> Result<(), MergeError> {
+/// input has (a typo would merge that host with offset 0 or none), or a
+/// Chrome JSON that would replace a file.
+fn check_request(opts: &MergeOptions, hosts: &[String]) -> Result<(), MergeError> {
     let hosts: std::collections::BTreeSet<&str> = hosts.iter().map(String::as_str).collect();
     let mut unknown: Vec<&String> = opts
         .offsets
@@ -319,13 +315,11 @@ fn check_request(
             hosts: hosts.into_iter().collect::<Vec<_>>().join(", "),
         });
     }
-    if let Some(p) = &opts.perfetto {
-        if !have_xplanes {
-            return Err(MergeError::PerfettoWithoutXplanes);
-        }
-        if p.exists() && !opts.overwrite_perfetto {
-            return Err(MergeError::PerfettoExists(p.display().to_string()));
-        }
+    if let Some(p) = &opts.perfetto
+        && p.exists()
+        && !opts.overwrite_perfetto
+    {
+        return Err(MergeError::PerfettoExists(p.display().to_string()));
     }
     Ok(())
 }
@@ -790,19 +784,12 @@ pub fn merge(
     std::fs::create_dir_all(&profile_dir).map_err(out_err(&profile_dir))?;
     let tmp_dir = profile_dir.join(format!(".{}.tmp-{}", opts.run_name, std::process::id()));
     std::fs::create_dir_all(&tmp_dir).map_err(out_err(&tmp_dir))?;
-    let result = write_outputs(
-        &scans,
-        &placements,
-        edits,
-        &mut devices,
-        (&tmp_dir, origin),
-        opts,
-        progress,
-    )
-    .and_then(|(xin, xout)| {
-        let (tin, tout) = write_torch(&mut torch, origin, &tmp_dir, progress)?;
-        Ok((xin + tin, xout + tout))
-    });
+    let result = write_outputs(&scans, &placements, edits, &mut devices, &tmp_dir, progress)
+        .and_then(|(xin, xout)| {
+            let (tin, tout) = write_torch(&mut torch, origin, &tmp_dir, progress)?;
+            write_perfetto(&placements, &torch, (&tmp_dir, origin), opts)?;
+            Ok((xin + tin, xout + tout))
+        });
     let (bytes_in, bytes_out) = match result {
         Ok(sizes) => sizes,
         Err(e) => {
@@ -860,8 +847,7 @@ fn write_outputs(
     placements: &[HostPlacement],
     edits: Vec<Vec<Edit>>,
     devices: &mut [HostDevices<'_>],
-    (tmp_dir, origin): (&Path, i64),
-    opts: &MergeOptions,
+    tmp_dir: &Path,
     progress: &mut (dyn FnMut(u64) + Send),
 ) -> Result<(u64, u64), MergeError> {
     let progress = std::sync::Mutex::new(progress);
@@ -885,18 +871,32 @@ fn write_outputs(
         bytes_in += i;
         bytes_out += o;
     }
-    if let Some(json) = &opts.perfetto {
-        let outputs: Vec<PerfettoHost> = placements
-            .iter()
-            .map(|p| PerfettoHost {
-                host: p.host.clone(),
-                path: tmp_dir.join(&p.output),
-                offset_ns: p.offset_ns,
-                drift_ppb: p.mean_drift_ppb(),
-                bound_ns: p.worst_bound_ns(),
-            })
-            .collect();
-        super::perfetto::write_chrome_json(&outputs, origin, json)?;
-    }
     Ok((bytes_in, bytes_out))
+}
+
+/// `--perfetto`: the xprof hosts and then the PyTorch ranks, from their
+/// merged files in `tmp_dir`.
+fn write_perfetto(
+    placements: &[HostPlacement],
+    torch: &[HostPlacement],
+    (tmp_dir, origin): (&Path, i64),
+    opts: &MergeOptions,
+) -> Result<(), MergeError> {
+    let Some(json) = &opts.perfetto else {
+        return Ok(());
+    };
+    let host = |format| {
+        move |p: &HostPlacement| PerfettoHost {
+            host: p.host.clone(),
+            path: tmp_dir.join(&p.output),
+            format,
+            offset_ns: p.offset_ns,
+            drift_ppb: p.mean_drift_ppb(),
+            bound_ns: p.worst_bound_ns(),
+        }
+    };
+    let outputs: Vec<PerfettoHost> = (placements.iter().map(host(TraceFormat::Xplane)))
+        .chain(torch.iter().map(host(TraceFormat::Kineto)))
+        .collect();
+    super::perfetto::write_chrome_json(&outputs, origin, json)
 }

@@ -1,12 +1,14 @@
-//! Merged Chrome/Perfetto JSON from already-merged `.xplane.pb` files: one
-//! process per host+plane (pid = 1000 × (host index + 1) + plane index, so
-//! a machine's planes sort together), labelled with the host's offset,
-//! drift and bound; one thread per line, `X` events with µs timestamps
-//! relative to the global origin; and flow arrows (`s`/`t`/`f`) linking
-//! each collective instance across ranks, from the first rank to enter to
-//! the last one, which every other rank waited for. Streams events and
-//! keeps one plane's event names in memory; the flows read each host's
-//! collectives ([`crate::collectives::xplane`]) one host at a time.
+//! Merged Chrome/Perfetto JSON from already-merged `.xplane.pb` files and
+//! PyTorch ranks' Kineto JSON: one process per host+plane (pid = 1000 ×
+//! (host index + 1) + plane index, so a machine's planes sort together)
+//! and one per PyTorch rank (pid 1000 × (index + 1), a thread per Kineto
+//! (pid, tid)), labelled with the host's offset, drift and bound; one
+//! thread per line, `X` events with µs timestamps relative to the global
+//! origin; and flow arrows (`s`/`t`/`f`) linking each collective instance
+//! across ranks, from the first rank to enter to the last one, which every
+//! other rank waited for. Streams events and keeps one plane's event names
+//! in memory; the flows read each host's collectives
+//! ([`crate::collectives::inputs`]) one host at a time.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -14,18 +16,28 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::collectives::analyse::RankCall;
-use super::collectives::{Analysis, AnalysisOptions, Track, analyse};
+use super::collectives::{Analysis, AnalysisOptions, Framework, Track, analyse};
 use super::fields::{map_entry, xevent, xevent_metadata, xline, xplane, xspace};
 use super::plan::MergeError;
 use super::wire::{LEN, VARINT, WireReader};
 use super::{FileError, TraceError};
 
-/// One host of the merged JSON: its merged xplane file and its map at the
-/// session start, for the process labels.
+/// What a merged file is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceFormat {
+    /// An xprof `.xplane.pb` (one process per plane).
+    Xplane,
+    /// A PyTorch rank's Kineto JSON (one process, a thread per (pid, tid)).
+    Kineto,
+}
+
+/// One host (xprof) or rank (PyTorch) of the merged JSON: its merged file
+/// and its map at the session start, for the process labels.
 #[derive(Clone, Debug)]
 pub struct PerfettoHost {
     pub host: String,
     pub path: PathBuf,
+    pub format: TraceFormat,
     /// global − local at the session start.
     pub offset_ns: i64,
     pub drift_ppb: f64,
@@ -59,7 +71,11 @@ pub fn write_chrome_json(
                     error,
                 })
             };
-            write_host(&mut w, host_idx, host, &mut first).map_err(|e| match e {
+            let written = match host.format {
+                TraceFormat::Xplane => write_host(&mut w, host_idx, host, &mut first),
+                TraceFormat::Kineto => write_kineto(&mut w, host_idx, host, origin_ns, &mut first),
+            };
+            written.map_err(|e| match e {
                 Failure::Trace(t) => ferr(t),
                 Failure::Out(o) => out_err(o),
             })?;
@@ -154,6 +170,71 @@ fn write_host(
     Ok(())
 }
 
+/// A PyTorch rank: one process, a thread per Kineto (pid, tid) numbered as
+/// its calls' tracks are, `X` events in µs after the origin.
+fn write_kineto(
+    w: &mut impl Write,
+    host_idx: usize,
+    host: &PerfettoHost,
+    origin_ns: i64,
+    first: &mut bool,
+) -> Result<(), Failure> {
+    let pid = pid_of(host_idx, 0);
+    let file = host.path.file_name().unwrap_or_default().to_string_lossy();
+    write_process(w, pid, &format!("{} {file}", host.host), host, first)?;
+    let origin_ps = i128::from(origin_ns) * 1000;
+    // The reader's callback can only fail with a trace error: a write
+    // error waits here and is what is reported.
+    let mut out: Option<std::io::Error> = None;
+    let read = crate::collectives::kineto::each_timed_event(&host.path, |ev| {
+        let wrote = (|| {
+            if let Some(label) = &ev.new_thread {
+                sep(w, first)?;
+                write!(
+                    w,
+                    "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":{}}}}}",
+                    ev.thread,
+                    json_str(label)
+                )?;
+            }
+            sep(w, first)?;
+            write!(
+                w,
+                "{{\"ph\":\"X\",\"pid\":{pid},\"tid\":{},\"ts\":{},\"dur\":{},\"name\":{}}}",
+                ev.thread,
+                ps_to_us(ev.start_ps - origin_ps),
+                ps_to_us(ev.dur_ps),
+                json_str(ev.name)
+            )
+        })();
+        wrote.map_err(|e| {
+            out = Some(e);
+            TraceError::Changed
+        })
+    });
+    match (out, read) {
+        (Some(e), _) => Err(Failure::Out(e)),
+        (None, r) => Ok(r?),
+    }
+}
+
+/// A process's name, sort index and label.
+fn write_process(
+    w: &mut impl Write,
+    pid: u64,
+    name: &str,
+    host: &PerfettoHost,
+    first: &mut bool,
+) -> std::io::Result<()> {
+    sep(w, first)?;
+    write!(
+        w,
+        "{{\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_name\",\"args\":{{\"name\":{}}}}},\n{{\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_sort_index\",\"args\":{{\"sort_index\":{pid}}}}},\n{{\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_labels\",\"args\":{{\"labels\":{}}}}}",
+        json_str(name),
+        json_str(&host_label(host))
+    )
+}
+
 struct LineHead {
     id: i64,
     name: String,
@@ -195,13 +276,7 @@ fn write_plane(
         }
     }
     let _ = start;
-    sep(w, first)?;
-    write!(
-        w,
-        "{{\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_name\",\"args\":{{\"name\":{}}}}},\n{{\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_sort_index\",\"args\":{{\"sort_index\":{pid}}}}},\n{{\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_labels\",\"args\":{{\"labels\":{}}}}}",
-        json_str(&format!("{} {name}", host.host)),
-        json_str(&host_label(host))
-    )?;
+    write_process(w, pid, &format!("{} {name}", host.host), host, first)?;
     for (ls, lk) in lines {
         r.seek_to(ls)?;
         let head = read_line_head(r, lk)?;
@@ -351,18 +426,13 @@ struct FlowPoint {
     args: Option<serde_json::Value>,
 }
 
-/// The flows of every XLA collective instance the hosts' merged traces
-/// share (as `trace collectives` matches them).
+/// The flows of every collective instance the hosts' and ranks' merged
+/// traces share (as `trace collectives` matches them).
 fn collective_flows(hosts: &[PerfettoHost], origin_ns: i64) -> Result<Vec<FlowPoint>, MergeError> {
     let mut participants = Vec::new();
     let mut calls = Vec::new();
     for (index, h) in hosts.iter().enumerate() {
-        let rank = crate::collectives::xplane::read(&h.path, true).map_err(|error| {
-            MergeError::File(FileError {
-                path: h.path.display().to_string(),
-                error,
-            })
-        })?;
+        let rank = crate::collectives::inputs::read_rank(&h.path, true)?;
         participants.push(rank.participant);
         calls.extend(rank.calls.into_iter().map(|mut c| {
             c.participant = index;
@@ -398,7 +468,7 @@ fn flow_points(a: &Analysis, origin_ns: i64) -> Vec<FlowPoint> {
         };
         let last = placed.len() - 1;
         for (k, (track, r)) in placed.into_iter().enumerate() {
-            let middle = r.enter_ns + (r.exit_ns - r.enter_ns) / 2;
+            let middle = flow_time(inst.framework, r);
             out.push(FlowPoint {
                 id: index + 1,
                 phase: match k {
@@ -423,6 +493,18 @@ fn flow_points(a: &Analysis, origin_ns: i64) -> Vec<FlowPoint> {
         }
     }
     out
+}
+
+/// Where a rank's flow point sits: the middle of its call, which the call's
+/// slice holds; for PyTorch 1 µs before its exit (or the middle when
+/// shorter): a gloo call enters at its c10d op, on another thread, before
+/// the worker's span on the call's track starts.
+fn flow_time(framework: Framework, r: &RankCall) -> i64 {
+    let half = (r.exit_ns - r.enter_ns) / 2;
+    match framework {
+        Framework::Xla => r.enter_ns + half,
+        Framework::PyTorch => r.exit_ns - half.min(1_000),
+    }
 }
 
 fn write_flow(w: &mut impl Write, f: &FlowPoint, first: &mut bool) -> std::io::Result<()> {

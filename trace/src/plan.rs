@@ -149,10 +149,6 @@ pub enum MergeError {
     },
     #[error("--offset names host {host}, which no input has (hosts: {hosts})")]
     UnknownOffsetHost { host: String, hosts: String },
-    #[error(
-        "--perfetto merges xprof (.xplane.pb) inputs into one Chrome JSON; there are none (PyTorch outputs are Chrome JSON already)"
-    )]
-    PerfettoWithoutXplanes,
     #[error("--perfetto {0} already exists (pass --force to replace it)")]
     PerfettoExists(String),
     #[error(

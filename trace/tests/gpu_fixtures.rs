@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+mod common;
+
 use clockmesh_trace::collectives::{
     Analysis, AnalysisOptions, CollectiveCall, CollectiveKind, MatchedBy, Participant, analyse,
     inputs,
@@ -153,5 +155,71 @@ fn real_jax_processes_of_one_host_merge_and_match() {
     }
     let naive = analyse(&job.participants, naive, &AnalysisOptions::default());
     assert!(naive.summary.causality_violations > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--perfetto` of PyTorch ranks: one process per rank, a thread per
+/// Kineto (pid, tid), and one flow per matched instance whose points sit
+/// inside each rank's call and end on the last arriver.
+#[test]
+fn real_nccl_ranks_are_in_the_chrome_json_with_their_collective_flows() {
+    let dir = std::env::temp_dir().join(format!("clockmesh-gpu-perfetto-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let files = [
+        data("torch/rank0.pt.trace.json"),
+        data("torch/rank1.pt.trace.json"),
+    ];
+    let json = dir.join("merged.json");
+    let opts = MergeOptions {
+        out_dir: dir.join("out"),
+        run_name: "run".into(),
+        offsets: [("rank0".to_string(), 0), ("rank1".to_string(), 0)].into(),
+        perfetto: Some(json.clone()),
+        ..MergeOptions::default()
+    };
+    merge(&files, &opts, &mut |_| {}).unwrap();
+    let (v, names) = common::chrome_json(&json);
+    let events = v["traceEvents"].as_array().unwrap();
+    assert_eq!(
+        names,
+        ["rank0 rank0.pt.trace.json", "rank1 rank1.pt.trace.json"]
+    );
+    let slices: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    let timed_in = |f: &PathBuf| {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+        let n = v["traceEvents"].as_array().unwrap().iter();
+        n.filter(|e| e["ph"] == "X" && e["ts"].is_number() && e["name"].is_string())
+            .count()
+    };
+    assert_eq!(slices.len(), files.iter().map(timed_in).sum::<usize>());
+    let flows: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["cat"] == "collective").collect();
+    // 9 matched instances of 2 ranks: a start and a finish each.
+    assert_eq!(flows.iter().filter(|f| f["ph"] == "s").count(), 9);
+    assert_eq!(flows.iter().filter(|f| f["ph"] == "f").count(), 9);
+    let us = |v: &serde_json::Value| v.as_f64().unwrap();
+    for f in &flows {
+        let inside = slices.iter().any(|s| {
+            s["pid"] == f["pid"]
+                && s["tid"] == f["tid"]
+                && us(&s["ts"]) <= us(&f["ts"])
+                && us(&f["ts"]) <= us(&s["ts"]) + us(&s["dur"])
+                && s["name"].as_str().unwrap().starts_with("ncclDevKernel")
+        });
+        assert!(inside, "{f}");
+    }
+    // Steps 5 and 6: the chain ends on rank 1 (pid 2000).
+    let late: Vec<&&serde_json::Value> = flows
+        .iter()
+        .filter(|f| f["ph"] == "s" && f["args"]["late_by_ns"].as_u64().unwrap() > 19_000_000)
+        .collect();
+    assert_eq!(late.len(), 2);
+    for s in late {
+        let end = flows
+            .iter()
+            .find(|f| f["ph"] == "f" && f["id"] == s["id"])
+            .unwrap();
+        assert_eq!(end["pid"], 2000);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

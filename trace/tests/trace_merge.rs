@@ -7,6 +7,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+mod common;
+
 use clockmesh_offsets::history::HistoryEntry;
 use clockmesh_proto::prost::Message;
 use clockmesh_proto::xplane::{XLine, XSpace, x_event, x_stat};
@@ -385,13 +387,8 @@ fn perfetto_json_has_one_process_per_host_plane_and_aligned_times() {
         &mut |_| {},
     )
     .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (v, names) = common::chrome_json(&json);
     let events = v["traceEvents"].as_array().unwrap();
-    let names: Vec<&str> = events
-        .iter()
-        .filter(|e| e["name"] == "process_name")
-        .map(|e| e["args"]["name"].as_str().unwrap())
-        .collect();
     assert_eq!(
         names,
         [

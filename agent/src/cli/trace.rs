@@ -2,7 +2,7 @@
 //! traces onto one global timeline.
 use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clockmesh::publish::history;
@@ -80,10 +80,12 @@ struct MergeArgs {
     /// or comma-separated). A host no input has is an error.
     #[arg(long = "offset", value_name = "HOST=NS", value_parser = parse_offset, value_delimiter = ',')]
     offsets: Vec<(String, i64)>,
-    /// The agent's per-window history (JSON lines) to look node offsets and
-    /// GPU device-clock maps up in.
-    #[arg(long)]
-    history: Option<PathBuf>,
+    /// The agents' per-window histories (JSON lines) to look node offsets
+    /// and GPU device-clock maps up in: a file (one agent's, or several
+    /// concatenated), or a directory whose *.jsonl files are read (one per
+    /// host, as a job leaves them). Repeatable.
+    #[arg(long, value_name = "FILE_OR_DIR")]
+    history: Vec<PathBuf>,
     /// Treat hosts without any offset as offset 0 (warns) instead of failing.
     #[arg(long)]
     allow_missing_offsets: bool,
@@ -125,10 +127,11 @@ struct CollectivesArgs {
     /// per-host run directories and files to merge first.
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
-    /// The agents' per-window history (JSON lines), for merging per-host
-    /// inputs (as `trace merge --history`).
-    #[arg(long)]
-    history: Option<PathBuf>,
+    /// The agents' per-window histories, for merging per-host inputs (as
+    /// `trace merge --history`: a file, or a directory of *.jsonl, one per
+    /// host). Repeatable.
+    #[arg(long, value_name = "FILE_OR_DIR")]
+    history: Vec<PathBuf>,
     /// Offset of a host, global − local in ns, for merging per-host inputs
     /// (as `trace merge --offset`).
     #[arg(long = "offset", value_name = "HOST=NS", value_parser = parse_offset, value_delimiter = ',')]
@@ -290,11 +293,8 @@ fn merge(args: MergeArgs) -> anyhow::Result<()> {
     if let Some(p) = &args.summary {
         super::files::refuse_overwrite(p, args.force, "--summary")?;
     }
-    let inputs = trace::collect_inputs(&args.inputs)?;
-    let history = match &args.history {
-        Some(p) => history::load_all(p)?,
-        None => history::History::default(),
-    };
+    let inputs = trace_inputs(&args.inputs)?;
+    let history = load_histories(&args.history)?;
     let mut opts = MergeOptions {
         out_dir: args.out.clone(),
         run_name: args.run.clone().unwrap_or_default(),
@@ -366,7 +366,7 @@ impl CausalityViolated {
 
 fn collectives(args: CollectivesArgs) -> anyhow::Result<()> {
     use trace::collectives::{self as coll, AnalysisOptions};
-    let files = trace::collect_inputs(&args.inputs)?;
+    let files = trace_inputs(&args.inputs)?;
     let aligned = !args.no_align;
     let job = if args.no_align {
         coll::inputs::read_job(&files, false)?
@@ -412,10 +412,7 @@ fn merged_in_scratch(
     args: &CollectivesArgs,
 ) -> anyhow::Result<trace::collectives::inputs::Job> {
     let scratch = Scratch::new()?;
-    let history = match &args.history {
-        Some(p) => history::load_all(p)?,
-        None => history::History::default(),
-    };
+    let history = load_histories(&args.history)?;
     let opts = MergeOptions {
         out_dir: scratch.0.clone(),
         run_name: "collectives".into(),
@@ -431,8 +428,70 @@ fn merged_in_scratch(
     };
     let report = trace::merge(files, &opts, &mut |_| {})
         .context("merging the inputs onto one timeline failed")?;
-    let merged = trace::collect_inputs(&[report.run_dir])?;
-    Ok(trace::collectives::inputs::read_job(&merged, true)?)
+    let merged = trace::collect_inputs(std::slice::from_ref(&report.run_dir))?;
+    let mut job = trace::collectives::inputs::read_job(&merged, true)?;
+    // The scratch run is gone when this returns: name the user's files.
+    for p in &mut job.participants {
+        let input = report
+            .hosts
+            .iter()
+            .find(|h| h.output.display().to_string() == p.trace)
+            .map(|h| h.input.display().to_string());
+        if let Some(input) = input {
+            p.trace = input;
+        }
+    }
+    Ok(job)
+}
+
+/// The trace inputs (directories expanded); a history file among them is
+/// refused with how to pass it (`--history h/*.jsonl` gives only the first
+/// file to --history, the shell's other words become inputs).
+fn trace_inputs(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    if let Some(h) = paths.iter().find(|p| is_history_file(p)) {
+        anyhow::bail!(
+            "{} looks like an agent history, not a trace: pass --history once per file, or --history DIR for a directory of them",
+            h.display()
+        );
+    }
+    Ok(trace::collect_inputs(paths)?)
+}
+
+fn is_history_file(p: &Path) -> bool {
+    p.is_file() && p.extension().is_some_and(|e| e == "jsonl")
+}
+
+/// Every history given: files as they are, directories as their *.jsonl
+/// files (in name order); one history, whichever file each line was in.
+fn load_histories(paths: &[PathBuf]) -> anyhow::Result<history::History> {
+    let mut all = history::History::default();
+    for path in paths {
+        for file in history_files(path)? {
+            let h = history::load_all(&file)?;
+            all.nodes.extend(h.nodes);
+            all.devices.extend(h.devices);
+        }
+    }
+    Ok(all)
+}
+
+fn history_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("reading the history directory {}", path.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("reading the history directory {}", path.display()))?;
+    files.retain(|f| is_history_file(f));
+    files.sort();
+    anyhow::ensure!(
+        !files.is_empty(),
+        "no *.jsonl history files in {}",
+        path.display()
+    );
+    Ok(files)
 }
 
 /// A scratch directory, removed when dropped.
@@ -472,7 +531,7 @@ fn print_host(h: &trace::HostPlacement) -> Result<(), StdoutError> {
     };
     crate::outln!(
         "  {:<24} offset {:>14} ns, drift {:>+10.1} ppb, {bound} ({}, {} anchor(s)){placed}{}",
-        h.host,
+        process_name(h),
         h.offset_ns,
         h.mean_drift_ppb(),
         h.source.describe(),
@@ -484,6 +543,15 @@ fn print_host(h: &trace::HostPlacement) -> Result<(), StdoutError> {
         }
     )?;
     Ok(())
+}
+
+/// The host, or which of its processes (`host@p1`) when it has several.
+fn process_name(h: &trace::HostPlacement) -> String {
+    let file = h.output.file_name().unwrap_or_default().to_string_lossy();
+    match file.split_once(trace::merge::PROCESS_SEPARATOR) {
+        Some((host, rest)) => format!("{host}@{}", rest.split('.').next().unwrap_or(rest)),
+        None => h.host.clone(),
+    }
 }
 
 fn print_device_plane(d: &trace::DevicePlaneReport) -> Result<(), StdoutError> {

@@ -52,6 +52,7 @@ use serde::de::IgnoredAny;
 
 use super::model::{
     CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Participant, Preceding,
+    Track,
 };
 use super::{RankTrace, Timed, step_at};
 use crate::TraceError;
@@ -403,7 +404,69 @@ fn call(
         group_size,
         elements: f.args.in_nelems.or(comms.and_then(|c| c.in_nelems)),
         preceding: None,
-        track: None,
+        track: Some(Track {
+            plane: 0,
+            line: f.thread as i64,
+        }),
+    }
+}
+
+/// A timed (`X`) event of a rank's trace, for the merged Chrome JSON.
+pub(crate) struct ChromeEvent<'a> {
+    /// Its thread, numbered as the calls' [`Track`] lines number them:
+    /// (pid, tid) in order of first appearance.
+    pub(crate) thread: usize,
+    /// `pid P tid T` on the thread's first event, to name it.
+    pub(crate) new_thread: Option<String>,
+    pub(crate) name: &'a str,
+    /// Its start (epoch ps) and duration (ps).
+    pub(crate) start_ps: i128,
+    pub(crate) dur_ps: i128,
+}
+
+/// Streams a rank's timed events, in file order, to `each` (two passes:
+/// the base time may follow the events).
+pub(crate) fn each_timed_event(
+    path: &Path,
+    mut each: impl FnMut(ChromeEvent) -> Result<(), TraceError>,
+) -> Result<(), TraceError> {
+    let open = || std::fs::File::open(path).map_err(TraceError::io);
+    let top = walk(&mut Source::new(open()?, CHUNK), true, |b| {
+        event(b, |_| Ok(()))
+    })?;
+    let base_ps = i128::from(top.base_ns.unwrap_or(0)) * 1000;
+    let mut threads = Threads::default();
+    let mut named = 0;
+    walk(&mut Source::new(open()?, CHUNK), true, |b| {
+        event(b, |mut ev| {
+            if ev.ph.as_deref() != Some("X") {
+                return Ok(());
+            }
+            let (Some(ts), Some(name)) = (ev.ts, ev.name.take()) else {
+                return Ok(());
+            };
+            let thread = threads.index(ev.pid.as_ref(), ev.tid.as_ref());
+            let new_thread = (thread == named).then(|| {
+                named += 1;
+                format!("pid {} tid {}", show_id(&ev.pid), show_id(&ev.tid))
+            });
+            each(ChromeEvent {
+                thread,
+                new_thread,
+                name: &name,
+                start_ps: base_ps + crate::kineto::us_to_ps(ts)?,
+                dur_ps: crate::kineto::us_to_ps(ev.dur.unwrap_or(0.0))?,
+            })
+        })
+    })?;
+    Ok(())
+}
+
+fn show_id(id: &Option<event::Id>) -> String {
+    match id {
+        Some(event::Id::Num(n)) => n.to_string(),
+        Some(event::Id::Text(t)) => t.to_string(),
+        None => "-".into(),
     }
 }
 

@@ -134,9 +134,11 @@ pub struct Preceding {
     pub end_ns: i64,
 }
 
-/// Where a call sits in an xplane file: the plane's index among the
-/// file's planes and the line's id (the process and thread of the Chrome
-/// JSON that `trace merge --perfetto` writes), for pointing at it.
+/// Where a call sits in its file: in an xplane file the plane's index
+/// among the file's planes and the line's id; in a Kineto file plane 0 and
+/// the thread's number ((pid, tid) in order of first appearance). The
+/// process and thread of the Chrome JSON that `trace merge --perfetto`
+/// writes, for pointing at it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Track {
     pub plane: u32,
@@ -168,7 +170,7 @@ pub struct CollectiveCall {
     pub elements: Option<u64>,
     /// What the rank did right before entering.
     pub preceding: Option<Preceding>,
-    /// Its plane and line in an xplane trace (none for Kineto).
+    /// Its plane and line (see [`Track`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub track: Option<Track>,
 }
