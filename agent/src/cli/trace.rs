@@ -45,8 +45,13 @@ enum TraceCommand {
     /// per-host inputs, merged in memory first exactly as `trace merge`
     /// would (--history, else the hook's start/stop records). Matches each
     /// collective instance across ranks (PyTorch: process group and
-    /// sequence number, or the n-th call of the op; XLA: the op and its
-    /// run id), then prints per instance the last arriver, the arrival
+    /// sequence number, from the record_param_comms op that launched the
+    /// kernel; XLA: the op and its run id); what has neither is matched by
+    /// aligning the ranks' sequences of calls (kind, group, sizes, order;
+    /// captures may start and stop at other steps), decided by equal steps
+    /// or lined-up exits, and a group that cannot be aligned is refused
+    /// with its reason, never paired wrongly. Then prints per instance the
+    /// last arriver, the arrival
     /// spread and each rank's wait, a straggler ranking (wait caused to the
     /// others, per rank, host and step, and what the straggler did just
     /// before it arrived), and the causality check: no rank can leave an
@@ -67,7 +72,10 @@ struct InfoArgs {
 
 #[derive(clap::Args, Debug)]
 struct MergeArgs {
-    /// Per-host xprof run directories, log directories or .xplane.pb files.
+    /// Per-host xprof run directories, log directories or .xplane.pb files,
+    /// and PyTorch *.json traces. A host may have several processes (one
+    /// file each, e.g. two JAX processes' <host>.xplane.pb in their own log
+    /// dirs): they share the host's map and are written <host>@p<N>.
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
     /// Output log directory; writes <OUT>/plugins/profile/<RUN>/<host>.xplane.pb.

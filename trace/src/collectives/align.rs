@@ -12,7 +12,7 @@
 //!
 //! A periodic job fits at many shifts (every step does the same calls).
 //! Then, in order: the shift at which the ranks' steps agree, when exactly
-//! one does; else the shift at which the ranks' exits line up, when it
+//! one does and the exits do not clearly single out another; else the shift at which the ranks' exits line up, when it
 //! lines them up far better (4×) than any other: every rank leaves an
 //! instance together (the last arrival releases them), while the next
 //! instance ends at least one call later. Exits are chosen over enters
@@ -187,7 +187,17 @@ fn shift(s: &Sequence, reference: &Sequence) -> Result<(i64, bool), UnmatchedRea
         .filter(|&d| steps_agree(s, reference, d))
         .collect();
     if let [d] = by_steps.as_slice() {
-        return Ok((*d, false));
+        // Steps read off a device's timeline can be one off (an op run
+        // after its step's span); exits that clearly point elsewhere
+        // contradict them, and then neither is trusted.
+        return match by_exits(s, reference, &fits) {
+            Exits::One(e) if e != *d => Err(UnmatchedReason::OrderAmbiguous {
+                participant: s.participant,
+                reference: reference.participant,
+                shifts: 2,
+            }),
+            _ => Ok((*d, false)),
+        };
     }
     let candidates = if by_steps.is_empty() {
         &fits
@@ -428,6 +438,20 @@ mod tests {
             firsts.iter().all(|i| i.last == 2),
             "rank 2 is the straggler"
         );
+    }
+
+    #[test]
+    fn steps_one_off_on_a_rank_that_the_exits_contradict_are_refused() {
+        // Rank 1's steps are read one late (its ops ran after their
+        // step's span): its steps agree with the others' one call
+        // iteration off, its exits where they truly belong.
+        let mut calls = job(&windows(), true);
+        for c in calls.iter_mut().filter(|c| c.participant == 1) {
+            c.step = c.step.map(|s| s + 1);
+        }
+        let a = run(calls);
+        assert_eq!(a.summary.causality_violations, 0);
+        assert!(a.summary.unmatched_by_reason.order_ambiguous > 0);
     }
 
     #[test]

@@ -18,4 +18,4 @@ pub use analyse::{Analysis, AnalysisOptions, analyse};
 pub use classify::{Classified, Phase, classify, classify_comms_arg, classify_name};
 pub use model::*;
 pub use timeline::RankTrace;
-pub(crate) use timeline::{Timed, file_host, preceding_before, step_at};
+pub(crate) use timeline::{Timed, file_host, preceding_before, step_at, step_begun_before};

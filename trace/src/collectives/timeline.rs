@@ -38,6 +38,16 @@ pub(crate) fn step_at(steps: &[Timed<u64>], t: i64) -> Option<u64> {
     (t <= s.end_ns).then_some(s.name)
 }
 
+/// [`step_at`], else the step that started last before `t`: an op that a
+/// device ran after its step's host span ended (asynchronous dispatch)
+/// belongs to the step that launched it, the latest one begun.
+pub(crate) fn step_begun_before(steps: &[Timed<u64>], t: i64) -> Option<u64> {
+    step_at(steps, t).or_else(|| {
+        let i = steps.partition_point(|s| s.start_ns <= t);
+        Some(steps.get(i.checked_sub(1)?)?.name)
+    })
+}
+
 /// The host a file names: `<host><suffix>` (the merge writes
 /// `<host>.xplane.pb`, and `<host>@<process>.xplane.pb` for one of a
 /// host's several processes), else the name up to its first '.'.
@@ -105,6 +115,9 @@ mod tests {
         assert_eq!(step_at(&steps, 15), None);
         assert_eq!(step_at(&steps, 30), Some(2));
         assert_eq!(step_at(&steps, -1), None);
+        assert_eq!(step_begun_before(&steps, 15), Some(1));
+        assert_eq!(step_begun_before(&steps, 35), Some(2));
+        assert_eq!(step_begun_before(&steps, -1), None);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use super::model::{
     CollectiveCall, CollectiveKind, Framework, InstanceKey, Interner, MatchedBy, Name, Participant,
     Preceding, Track,
 };
-use super::{RankTrace, Timed, preceding_before, step_at};
+use super::{RankTrace, Timed, preceding_before, step_begun_before};
 use crate::TraceError;
 use crate::fields::{map_entry, xevent, xevent_metadata, xline, xplane, xspace, xstat};
 use crate::scan::ALIGNMENT_BOUND_STAT;
@@ -118,7 +118,7 @@ fn read_from<R: Src>(r: &mut R, path: &Path, aligned: bool) -> Result<RankTrace,
     }
     steps.sort_by_key(|t| t.start_ns);
     for c in &mut calls {
-        c.step = step_at(&steps, c.enter_ns);
+        c.step = step_begun_before(&steps, c.enter_ns);
     }
     number_occurrences(&mut calls);
     Ok(RankTrace { participant, calls })
@@ -1160,7 +1160,7 @@ mod tests {
         use crate::collectives::model::{
             CollectiveCall, Framework, InstanceKey, MatchedBy, Participant, Preceding, Track,
         };
-        use crate::collectives::{RankTrace, Timed, preceding_before, step_at};
+        use crate::collectives::{RankTrace, Timed, preceding_before, step_begun_before};
         use crate::scan::ALIGNMENT_BOUND_STAT;
 
         /// The decoding reader this module had: the streaming one must agree.
@@ -1346,7 +1346,7 @@ mod tests {
                         op: name.into(),
                         enter_ns: enter,
                         exit_ns: exit,
-                        step: step_at(steps, enter),
+                        step: step_begun_before(steps, enter),
                         group_size: None,
                         elements: None,
                         preceding: preceding_before(&work, enter).map(|t| Preceding {
