@@ -214,16 +214,34 @@ fn read_with<R: Read>(
             calls: Vec::new(),
         });
     };
+    let links = Links::new(&pass.comms, &pass.found, &pass.launches);
+    let linked: Vec<Link> = calls.iter().map(|(f, i)| links.of(f, i)).collect();
+    let points: Vec<(usize, i128)> = calls
+        .iter()
+        .zip(&linked)
+        .map(|((_, issue), link)| link.cpu.unwrap_or((issue.thread, issue.start)))
+        .collect();
     let answers = answer(
         &mut open,
         chunk,
         &mut pass.threads,
         &pass.lanes,
         pass.seen,
-        &calls,
+        &points,
     )?;
     let base = top.base_ns.unwrap_or(0);
-    let calls = place(calls, &answers, &pass, base, top.distributed.as_ref());
+    let placed = Placed {
+        steps: epoch_steps(&pass.steps, base),
+        base,
+    };
+    let calls = place(
+        calls,
+        &linked,
+        &points,
+        &answers,
+        &placed,
+        top.distributed.as_ref(),
+    );
     Ok(RankTrace { participant, calls })
 }
 
@@ -281,13 +299,10 @@ struct Answers<'p> {
 }
 
 impl Answers<'_> {
-    /// The span that came before `issue` on its thread, if any.
-    fn before(&self, issue: &Found) -> Option<&Work> {
-        match self.first[issue.thread].before(issue.start) {
-            Before::Unknown => self
-                .second
-                .get(&issue.thread)
-                .and_then(|l| l.before(issue.start).span()),
+    /// The span that came before `t` on `thread`, if any.
+    fn before(&self, (thread, t): (usize, i128)) -> Option<&Work> {
+        match self.first[thread].before(t) {
+            Before::Unknown => self.second.get(&thread).and_then(|l| l.before(t).span()),
             answered => answered.span(),
         }
     }
@@ -302,12 +317,12 @@ fn answer<'p, R: Read>(
     threads: &mut Threads,
     first: &'p [Lane],
     seen: u64,
-    calls: &[(&Found, &Found)],
+    points: &[(usize, i128)],
 ) -> Result<Answers<'p>, TraceError> {
     let mut second: HashMap<usize, Lane> = HashMap::new();
-    for (_, issue) in calls {
-        if matches!(first[issue.thread].before(issue.start), Before::Unknown) {
-            second.entry(issue.thread).or_default().ask(issue.start);
+    for &(thread, t) in points {
+        if matches!(first[thread].before(t), Before::Unknown) {
+            second.entry(thread).or_default().ask(t);
         }
     }
     if !second.is_empty() {
@@ -326,31 +341,39 @@ fn answer<'p, R: Read>(
     Ok(Answers { first, second })
 }
 
+/// What placing the calls needs of the trace: its steps on the epoch
+/// timeline and its base time.
+struct Placed {
+    steps: Vec<Timed<u64>>,
+    base: i64,
+}
+
 /// The calls as the model has them: epoch times (`base` + relative),
-/// their instance keys, their steps and what came before them.
+/// their instance keys, their steps and what came before them (on the
+/// thread and at the time each was issued: `points`).
 fn place(
     calls: Vec<(&Found, &Found)>,
+    links: &[Link],
+    points: &[(usize, i128)],
     answers: &Answers,
-    pass: &Pass,
-    base: i64,
+    placed: &Placed,
     dist: Option<&DistributedInfo>,
 ) -> Vec<CollectiveCall> {
-    let steps = epoch_steps(&pass.steps, base);
-    let links = Links::new(&pass.comms, &pass.found, &pass.launches);
+    let base = placed.base;
     let group = default_group(dist);
     let world = default_world(dist);
     let mut occurrences: HashMap<String, u64> = HashMap::new();
     calls
         .into_iter()
-        .map(|(f, issue)| {
-            let preceding = answers.before(issue).map(|w| Preceding {
+        .zip(links.iter().zip(points))
+        .map(|((f, issue), (link, &point))| {
+            let preceding = answers.before(point).map(|w| Preceding {
                 name: w.name.as_str().into(),
                 start_ns: epoch(base, w.start),
                 end_ns: epoch(base, w.end),
             });
-            let link = links.of(f, issue);
-            let mut call = call(f, issue, &link, &group, world, &mut occurrences, base);
-            call.step = step_at(&steps, epoch(base, link.issued_at));
+            let mut call = call(f, issue, link, &group, world, &mut occurrences, base);
+            call.step = step_at(&placed.steps, epoch(base, link.issued_at));
             call.preceding = preceding;
             call
         })

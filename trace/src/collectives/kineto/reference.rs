@@ -265,16 +265,17 @@ fn calls(kept: &Kept, base_ns: i64, dist: Option<&DistributedInfo>) -> Vec<Colle
     issued
         .into_iter()
         .map(|(f, issue)| {
-            let at = base_ns as i128 + issue.start;
+            let link = links.of(f, issue);
+            let (thread, t) = link.cpu.unwrap_or((issue.thread, issue.start));
+            let at = base_ns as i128 + t;
             let preceding = by_thread
-                .get(&issue.thread)
+                .get(&thread)
                 .and_then(|v| preceding_before(v, at as i64))
                 .map(|t| Preceding {
                     name: (*t.name).into(),
                     start_ns: t.start_ns,
                     end_ns: t.end_ns,
                 });
-            let link = links.of(f, issue);
             let mut call = call(f, issue, &link, &group, world, &mut occurrences, base_ns);
             call.step = step_at(&steps, epoch(base_ns, link.issued_at));
             call.preceding = preceding;

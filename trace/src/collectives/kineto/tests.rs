@@ -745,6 +745,13 @@ fn nccl_kernels_take_sequence_and_step_from_the_op_that_launched_them() {
         "by External id through nccl:all_reduce, by the launch's thread and time, by External id"
     );
     assert!(t.calls.iter().all(|c| &*c.key.name == "allreduce"));
-    // The arrival is the kernel's start.
+    // The arrival is the kernel's start; what the rank did before is on
+    // the CPU thread that issued it (before its record_param_comms), not
+    // the GPU stream's previous kernel.
     assert_eq!(t.calls[1].enter_ns, 250_000);
+    let before = t.calls[1].preceding.as_ref().unwrap();
+    assert_eq!(
+        (&*before.name, before.end_ns),
+        ("record_param_comms", 18_000)
+    );
 }
