@@ -374,7 +374,12 @@ pub fn analyse(
         ..Summary::default()
     };
     let mut calls = calls;
-    let refused = align::align_occurrences(&participants, &mut calls);
+    let clocks = if opts.aligned {
+        align::Clocks::Aligned
+    } else {
+        align::Clocks::Raw
+    };
+    let refused = align::align_occurrences(&participants, &mut calls, clocks);
     let by_key = group_calls(&participants, calls, &mut summary.calls_dropped);
     let members = group_members(&by_key);
 
