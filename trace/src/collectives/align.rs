@@ -629,4 +629,76 @@ mod tests {
         assert_eq!(a.summary.unmatched, 0);
         assert_eq!(a.summary.causality_violations, 0);
     }
+
+    /// Random occurrence-matched jobs (kinds, names, windows, steps and
+    /// times, extremes included): never a panic, every instance has each
+    /// participant at most once, every call is in one instance.
+    #[test]
+    fn random_jobs_align_without_panic_or_double_counting() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n.max(1)
+        };
+        let times = [0, 1, MS, -MS, i64::MAX, i64::MIN, 10 * MS];
+        for _ in 0..300 {
+            let ranks = 1 + next(4) as usize;
+            let mut calls = Vec::new();
+            for p in 0..ranks {
+                for o in 0..next(12) {
+                    let kind =
+                        [CollectiveKind::AllReduce, CollectiveKind::Broadcast][next(2) as usize];
+                    let enter = match next(4) {
+                        0 => times[next(times.len() as u64) as usize],
+                        _ => (o as i64) * MS + next(1000) as i64,
+                    };
+                    let exit = enter.saturating_add(next(3) as i64 * 100_000);
+                    calls.push(CollectiveCall {
+                        participant: p,
+                        kind,
+                        key: InstanceKey {
+                            group: ["0", "1"][next(2) as usize].into(),
+                            name: ["a", "b"][next(2) as usize].into(),
+                            ordinal: o,
+                        },
+                        matched_by: MatchedBy::Occurrence,
+                        op: "x".into(),
+                        enter_ns: enter,
+                        exit_ns: exit,
+                        step: (next(3) > 0).then(|| next(4)),
+                        group_size: None,
+                        elements: (next(2) == 0).then(|| next(3)),
+                        preceding: None,
+                        track: None,
+                    });
+                }
+            }
+            let n = calls.len() as u64;
+            for aligned in [true, false] {
+                let opts = AnalysisOptions {
+                    aligned,
+                    ..Default::default()
+                };
+                let a = analyse(&people(ranks), calls.clone(), &opts);
+                let s = &a.summary;
+                assert_eq!(s.matched + s.unmatched, s.instances);
+                let in_instances: usize = a.instances.iter().map(|i| i.ranks.len()).sum();
+                let in_unmatched: usize = a.unmatched.iter().map(|u| u.participants.len()).sum();
+                assert!(in_instances + in_unmatched <= n as usize);
+                for i in &a.instances {
+                    let mut ps: Vec<usize> = i.ranks.iter().map(|r| r.participant).collect();
+                    ps.sort_unstable();
+                    ps.dedup();
+                    assert_eq!(
+                        ps.len(),
+                        i.ranks.len(),
+                        "a participant twice in {:?}",
+                        i.key
+                    );
+                }
+            }
+        }
+    }
 }
