@@ -564,6 +564,7 @@ mod tests {
             group_size: None,
             elements: None,
             preceding: None,
+            clock: crate::collectives::CallClock::Host,
             track: located.then_some(Track {
                 plane: 2,
                 line: 5 + p as i64,

@@ -412,6 +412,7 @@ mod tests {
                         group_size: None,
                         elements: Some(elements),
                         preceding: None,
+                        clock: crate::collectives::CallClock::Host,
                         track: None,
                     });
                     *o += 1;
@@ -671,6 +672,7 @@ mod tests {
                         group_size: None,
                         elements: (next(2) == 0).then(|| next(3)),
                         preceding: None,
+                        clock: crate::collectives::CallClock::Host,
                         track: None,
                     });
                 }

@@ -171,8 +171,14 @@ pub struct RankCall {
     /// Enter and exit, each ± `bound_ns`.
     pub enter_ns: i64,
     pub exit_ns: i64,
-    /// `None`: unknown (counted as 0).
+    /// The host's alignment bound plus, for a GPU stamp, the profiler's
+    /// conversion error (`profiler_conversion_ns`). `None`: unknown
+    /// (counted as 0).
     pub bound_ns: Option<u64>,
+    /// The part of `bound_ns` that is the profiler's GPU→host conversion
+    /// ([`super::model::PROFILER_GPU_CONVERSION_NS`]; 0 for host stamps).
+    #[serde(default)]
+    pub profiler_conversion_ns: u64,
     /// last enter − own enter.
     pub wait_ns: u64,
     /// Its plane and line in an xplane trace.
@@ -556,6 +562,12 @@ fn bound_of(participants: &[Participant], p: usize) -> Option<u64> {
     participants.get(p).and_then(|p| p.bound_ns)
 }
 
+/// A call's bound: its host's, plus the profiler's conversion for a GPU
+/// stamp; unknown where the host's is.
+fn call_bound(participants: &[Participant], c: &CollectiveCall) -> Option<u64> {
+    bound_of(participants, c.participant).map(|b| b.saturating_add(c.clock.conversion_ns()))
+}
+
 /// A matched instance's figures; `None` when it has fewer than two calls.
 fn instance(
     participants: &[Participant],
@@ -568,8 +580,8 @@ fn instance(
     let last = calls.get(n.checked_sub(1)?)?;
     let second = calls.get(n.checked_sub(2)?)?;
     let first = calls.first()?;
-    let bound = |p: usize| bound_of(participants, p);
-    let (b_last, b_second) = (bound(last.participant), bound(second.participant));
+    let bound = |c: &CollectiveCall| call_bound(participants, c);
+    let (b_last, b_second) = (bound(last), bound(second));
     let combined_bound_ns = b_last.unwrap_or(0).saturating_add(b_second.unwrap_or(0));
     let late_by_ns = gap(last.enter_ns, second.enter_ns);
     let ranks: Vec<RankCall> = calls
@@ -579,7 +591,8 @@ fn instance(
             op: c.op.clone(),
             enter_ns: c.enter_ns,
             exit_ns: c.exit_ns,
-            bound_ns: bound(c.participant),
+            bound_ns: bound(c),
+            profiler_conversion_ns: c.clock.conversion_ns(),
             wait_ns: gap(last.enter_ns, c.enter_ns),
             track: c.track,
         })
@@ -620,7 +633,7 @@ fn instance(
 
 /// The most violating pair: max (enter − bound) against min (exit + bound).
 fn causality(participants: &[Participant], calls: &[CollectiveCall]) -> Option<CausalityCheck> {
-    let b = |c: &CollectiveCall| i128::from(bound_of(participants, c.participant).unwrap_or(0));
+    let b = |c: &CollectiveCall| i128::from(call_bound(participants, c).unwrap_or(0));
     let entered = calls
         .iter()
         .max_by_key(|c| (i128::from(c.enter_ns) - b(c), c.participant))?;
@@ -899,6 +912,7 @@ mod tests {
             group_size: None,
             elements: None,
             preceding: None,
+            clock: crate::collectives::CallClock::Host,
             track: None,
         }
     }
@@ -918,6 +932,40 @@ mod tests {
 
     fn run(ps: &[Participant], calls: Vec<CollectiveCall>) -> Analysis {
         analyse(ps, calls, &AnalysisOptions::default())
+    }
+
+    #[test]
+    fn a_gpu_stamp_s_bound_adds_the_profiler_s_conversion() {
+        use crate::collectives::{CallClock, PROFILER_GPU_CONVERSION_NS};
+        let ps = people(2, Some(100));
+        let gpu = |c: CollectiveCall| CollectiveCall {
+            clock: CallClock::Gpu,
+            ..c
+        };
+        // Rank 1 enters 1,500 ns after rank 0 left: beyond the hosts'
+        // bounds (200 ns), within them plus one GPU conversion each.
+        let calls = vec![gpu(call(0, 0, 0, 1_000)), gpu(call(1, 0, 2_500, 3_000))];
+        let a = run(&ps, calls.clone());
+        let i = &a.instances[0];
+        let conv = PROFILER_GPU_CONVERSION_NS;
+        assert!(
+            i.ranks
+                .iter()
+                .all(|r| r.bound_ns == Some(100 + conv) && r.profiler_conversion_ns == conv)
+        );
+        assert_eq!(i.combined_bound_ns, 2 * (100 + conv));
+        assert_eq!(a.summary.causality_violations, 0);
+        // The same stamps from the host's clock violate causality.
+        let host: Vec<CollectiveCall> = calls
+            .into_iter()
+            .map(|c| CollectiveCall {
+                clock: CallClock::Host,
+                ..c
+            })
+            .collect();
+        let a = run(&ps, host);
+        assert_eq!(a.instances[0].ranks[0].profiler_conversion_ns, 0);
+        assert_eq!(a.summary.causality_violations, 1);
     }
 
     #[test]

@@ -51,8 +51,8 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use super::model::{
-    CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Participant, Preceding,
-    Track,
+    CallClock, CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Participant,
+    Preceding, Track,
 };
 use super::{RankTrace, Timed, step_at};
 use crate::TraceError;
@@ -427,6 +427,11 @@ fn call(
         group_size,
         elements: f.args.in_nelems.or(comms.and_then(|c| c.in_nelems)),
         preceding: None,
+        clock: if f.tier == Tier::Kernel {
+            CallClock::Gpu
+        } else {
+            CallClock::Host
+        },
         track: Some(Track {
             plane: 0,
             line: f.thread as i64,

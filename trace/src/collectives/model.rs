@@ -145,6 +145,37 @@ pub struct Track {
     pub line: i64,
 }
 
+/// Which clock stamped a call, as far as the analysis' bounds are concerned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallClock {
+    /// The host's clock (a CPU op, a backend span).
+    #[default]
+    Host,
+    /// The GPU's clock, converted to host time by the profiler (CUPTI, in
+    /// Kineto and XLA alike): a kernel, an XLA op on a `/device:` plane.
+    Gpu,
+}
+
+/// The profiler's GPU→host conversion error a GPU stamp may carry beyond
+/// its host's alignment bound. Measured on an H200 (CUDA 13.0, CUPTI
+/// 13.0.1, PyTorch 2.11) against clockmesh's own map of the same GPU's
+/// `%globaltimer` (`python/gpu/cupti_conversion.py`, docs/gpu-clocks.md):
+/// Kineto's kernel starts sat 0–512 ns before the kernel's own first clock
+/// read, mapped; the map itself errs up to ~250 ns (p99). 1 µs covers both
+/// with room; XLA's conversion was not measured separately.
+pub const PROFILER_GPU_CONVERSION_NS: u64 = 1_000;
+
+impl CallClock {
+    /// What this clock adds to the host's bound.
+    pub fn conversion_ns(self) -> u64 {
+        match self {
+            Self::Host => 0,
+            Self::Gpu => PROFILER_GPU_CONVERSION_NS,
+        }
+    }
+}
+
 /// One rank's call of one collective.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CollectiveCall {
@@ -170,6 +201,10 @@ pub struct CollectiveCall {
     pub elements: Option<u64>,
     /// What the rank did right before entering.
     pub preceding: Option<Preceding>,
+    /// The clock that stamped it (GPU stamps carry the profiler's
+    /// conversion error too).
+    #[serde(default)]
+    pub clock: CallClock,
     /// Its plane and line (see [`Track`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub track: Option<Track>,

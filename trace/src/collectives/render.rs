@@ -610,6 +610,7 @@ mod tests {
                     group_size: Some(3),
                     elements: None,
                     preceding: None,
+                    clock: crate::collectives::CallClock::Host,
                     track: None,
                 });
             }

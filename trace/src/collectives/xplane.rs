@@ -26,8 +26,8 @@ use std::path::Path;
 
 use super::classify::classify;
 use super::model::{
-    CollectiveCall, CollectiveKind, Framework, InstanceKey, Interner, MatchedBy, Name, Participant,
-    Preceding, Track,
+    CallClock, CollectiveCall, CollectiveKind, Framework, InstanceKey, Interner, MatchedBy, Name,
+    Participant, Preceding, Track,
 };
 use super::{RankTrace, Timed, preceding_before, step_begun_before};
 use crate::TraceError;
@@ -104,7 +104,10 @@ fn read_from<R: Src>(r: &mut R, path: &Path, aligned: bool) -> Result<RankTrace,
             let head = plane_head(r, p)?;
             let mut walk = PlaneWalk::new(&head, index, start_ns, false);
             walk.run(r, &mut cache, true)?;
-            calls.extend(walk.calls);
+            calls.extend(walk.calls.into_iter().map(|c| CollectiveCall {
+                clock: CallClock::Gpu,
+                ..c
+            }));
         }
     }
     let mut steps = Vec::new();
@@ -1022,6 +1025,7 @@ fn call_of(head: &PlaneHead, cache: &mut OpCache, ev: &Ev<'_>) -> Option<Collect
         group_size: None,
         elements: None,
         preceding: None,
+        clock: CallClock::Host,
         track: None,
     })
 }
@@ -1189,7 +1193,14 @@ mod tests {
             let mut calls = Vec::new();
             for (index, p) in space.planes.iter().enumerate() {
                 if p.name.starts_with("/device:") {
-                    calls.extend(plane_calls(p, index, start_ns, &steps));
+                    calls.extend(
+                        plane_calls(p, index, start_ns, &steps)
+                            .into_iter()
+                            .map(|c| CollectiveCall {
+                                clock: crate::collectives::CallClock::Gpu,
+                                ..c
+                            }),
+                    );
                 }
             }
             if calls.is_empty()
@@ -1354,6 +1365,7 @@ mod tests {
                             start_ns: t.start_ns,
                             end_ns: t.end_ns,
                         }),
+                        clock: crate::collectives::CallClock::Host,
                         track: Some(Track {
                             plane: u32::try_from(index).unwrap_or(u32::MAX),
                             line: line.id,

@@ -584,6 +584,7 @@ mod tests {
                 start_ns: enter_ns - 5_000,
                 end_ns: enter_ns - 1_000,
             }),
+            clock: clockmesh_trace::collectives::CallClock::Host,
             track: None,
         }
     }
