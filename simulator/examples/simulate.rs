@@ -13,6 +13,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             true => println!("{}", serde_json::to_string_pretty(&report)?),
             false => print!("{}", report.table()),
         }
+        if !json && args.iter().any(|a| a == "--per-window") {
+            print!("{}", report.window_table());
+        }
         return Ok(());
     }
     let report = clockmesh_sim::run(&scenario)?;

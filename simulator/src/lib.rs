@@ -10,6 +10,7 @@
 //! ```
 mod cluster;
 mod error;
+pub mod family;
 mod protocol;
 mod recovery;
 mod report;
@@ -21,7 +22,9 @@ use clockmesh_estimator::{AnchorKind, EdgeMeasurement, Estimator, NodeId, estima
 
 pub use cluster::READING_BASE_NS;
 pub use error::SimError;
-pub use protocol::{HandOverScore, HostTraffic, ProtocolReport, Traffic, run_protocol};
+pub use protocol::{
+    HandOverScore, HostTraffic, ProtocolReport, Traffic, WindowTrace, run_protocol,
+};
 pub use recovery::RecoveryReport;
 pub use report::{Quantiles, Report, Summary, WindowReport};
 pub use scenario::{

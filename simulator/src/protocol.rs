@@ -136,9 +136,38 @@ pub struct ProtocolReport {
     pub hand_overs: Vec<HandOverScore>,
     /// `isolation`: the isolated nodes' readers after it, against controls.
     pub recovery: Option<RecoveryReport>,
+    /// Per scored window: its results' |error| at the anchor and the
+    /// worst node (does an error grow with time, and whose?).
+    pub per_window: Vec<WindowTrace>,
     pub datagrams_lost: u64,
     pub events: u64,
     pub wall_ms: f64,
+}
+
+/// One scored window's results at their anchor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowTrace {
+    pub window: u64,
+    pub results: usize,
+    pub abs_error_ns: Quantiles,
+    pub drift_abs_error_ppb: Quantiles,
+    /// The host of the window's largest |error|.
+    pub worst_node: usize,
+}
+
+impl WindowTrace {
+    fn of(window: u64, results: &[(usize, f64, f64)]) -> Self {
+        let worst = results.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+        WindowTrace {
+            window,
+            results: results.len(),
+            abs_error_ns: Quantiles::of(&mut results.iter().map(|r| r.1).collect::<Vec<_>>()),
+            drift_abs_error_ppb: Quantiles::of(
+                &mut results.iter().map(|r| r.2).collect::<Vec<_>>(),
+            ),
+            worst_node: worst.map_or(0, |w| w.0),
+        }
+    }
 }
 
 /// One hand-over of the global timeline, against the truth.
@@ -227,6 +256,8 @@ struct Scores {
     aged_covered: usize,
     published_errors: Vec<f64>,
     drift_errors: Vec<f64>,
+    /// Per window: each result's host, |error| and |drift error| (ppb).
+    by_window: BTreeMap<u64, Vec<(usize, f64, f64)>>,
 }
 
 struct Sim<'a> {
@@ -674,6 +705,8 @@ impl<'a> Sim<'a> {
         let (err, bound) = self.error_at(i, &r, r.anchor_ns);
         let (err_1s, _) = self.error_at(i, &r, r.anchor_ns + 1_000_000_000);
         self.scores.drift_errors.push((err_1s - err).abs());
+        let trace = self.scores.by_window.entry(r.window).or_default();
+        trace.push((i, err.abs(), (err_1s - err).abs()));
         let (published, _) = self.error_at(i, &r, self.local_now(i));
         self.scores.published_errors.push(published.abs());
         self.scores.windows.insert(r.window);
@@ -824,6 +857,12 @@ impl<'a> Sim<'a> {
                 .isolation
                 .as_ref()
                 .map(|iso| self.recovery.report(iso.windows)),
+            per_window: self
+                .scores
+                .by_window
+                .iter()
+                .map(|(w, results)| WindowTrace::of(*w, results))
+                .collect(),
             datagrams_lost: self.lost,
             events: self.events,
             wall_ms,
@@ -872,6 +911,22 @@ fn account(t: &mut HostTraffic, flow: Flow, out: bool, bytes: usize) {
 }
 
 impl ProtocolReport {
+    /// One line per scored window: its results' |error| and the worst node.
+    pub fn window_table(&self) -> String {
+        use std::fmt::Write;
+        let mut s =
+            String::from("window  results   p50 ns   p99 ns   max ns  drift p99 ppb  worst node\n");
+        for w in &self.per_window {
+            let e = &w.abs_error_ns;
+            let _ = writeln!(
+                s,
+                "{:>6} {:>8} {:>8.1} {:>8.1} {:>8.1} {:>14.1} {:>11}",
+                w.window, w.results, e.p50, e.p99, e.max, w.drift_abs_error_ppb.p99, w.worst_node
+            );
+        }
+        s
+    }
+
     /// A human-readable summary.
     pub fn table(&self) -> String {
         use std::fmt::Write;

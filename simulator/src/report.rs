@@ -15,17 +15,18 @@ pub struct Quantiles {
 
 impl Quantiles {
     pub fn of(values: &mut [f64]) -> Self {
-        if values.is_empty() {
-            return Self::default();
-        }
-        values.sort_by(f64::total_cmp);
-        let q = |p: f64| values[((values.len() - 1) as f64 * p).round() as usize];
-        Self {
-            p50: q(0.5),
-            p99: q(0.99),
-            max: values[values.len() - 1],
-        }
+        let [p50, p99, max] = quantiles(values, [0.5, 0.99, 1.0]);
+        Self { p50, p99, max }
     }
+}
+
+/// The `ps` quantiles of `values` (nearest rank; sorts them; 0 when empty).
+pub(crate) fn quantiles<const N: usize>(values: &mut [f64], ps: [f64; N]) -> [f64; N] {
+    if values.is_empty() {
+        return [0.0; N];
+    }
+    values.sort_by(f64::total_cmp);
+    ps.map(|p| values[((values.len() - 1) as f64 * p).round() as usize])
 }
 
 /// Scores of one window.

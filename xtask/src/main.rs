@@ -12,6 +12,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod bench_accuracy;
 mod disk;
 mod fresh;
 mod image;
@@ -81,6 +82,14 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The simulator's scenario family at the shipped settings: per class
+    /// (stamps × queue tail × run length) the spread of p99 |error| at the
+    /// result, aged p99 and coverage, the worst members. `-- --count N
+    /// --seed S --json`; `-- --gate` runs the regression gate alone.
+    BenchAccuracy {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Container image as an OCI layout in target/image/clockmesh-oci, no daemon (needs root).
     Image {
         /// Then unpack it and run the binary in it with chroot.
@@ -101,6 +110,8 @@ fn main() -> anyhow::Result<()> {
         Task::Bench => bench(),
         Task::BenchChrony { args } => bench_chrony(&args),
         Task::BenchFaults { args } => bench_faults(&args),
+        Task::BenchAccuracy { args } if args == ["--gate"] => bench_accuracy::accuracy_gate(),
+        Task::BenchAccuracy { args } => bench_accuracy::bench_accuracy(&args),
         Task::Image { smoke } => image::image(smoke),
     }
 }
@@ -251,6 +262,7 @@ fn test() -> anyhow::Result<()> {
         "--lib",
         "devclock",
     ]))?;
+    bench_accuracy::accuracy_gate()?;
     for script in extra_test_scripts() {
         run(Command::new("bash").arg(&script).current_dir(root()))?;
     }
