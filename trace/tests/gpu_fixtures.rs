@@ -223,3 +223,66 @@ fn real_nccl_ranks_are_in_the_chrome_json_with_their_collective_flows() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The critical path of steps 5 and 6 goes through rank 1's 20 ms before
+/// its call (a gap, or the late start of its step where it slept between
+/// steps: no op of its runs then), which tops the path; in `quiet` steps
+/// no gap of rank 1 on the path is as long.
+fn path_goes_through_rank_1_s_sleep(job: &inputs::Job, a: &Analysis, rank_1: usize, quiet: &[u64]) {
+    use clockmesh_trace::collectives::critical::{
+        CriticalOptions, SegmentKind, StepPath, critical_paths,
+    };
+    let c = critical_paths(a, &job.calls, &job.steps, &CriticalOptions::default());
+    let is_gap = |k| matches!(k, SegmentKind::Gap | SegmentKind::LateStart);
+    let gap_on_1 = |p: &StepPath| {
+        p.segments
+            .iter()
+            .filter(|s| s.participant == rank_1 && is_gap(s.kind))
+            .map(|s| s.duration_ns)
+            .max()
+            .unwrap_or(0)
+    };
+    let slept: Vec<u64> = c
+        .steps
+        .iter()
+        .filter(|p| matches!(p.step, 5 | 6))
+        .map(|p| {
+            let top = &p.segments[p.top.unwrap()];
+            assert_eq!(top.participant, rank_1, "step {}", p.step);
+            assert!(is_gap(top.kind), "step {}: {:?}", p.step, top.kind);
+            gap_on_1(p)
+        })
+        .collect();
+    assert_eq!(slept.len(), 2);
+    assert!(
+        slept.iter().all(|&g| g > 19 * MS && g < 22 * MS),
+        "{slept:?}"
+    );
+    for p in c.steps.iter().filter(|p| quiet.contains(&p.step)) {
+        assert!(gap_on_1(p) < 19 * MS, "step {}: {}", p.step, gap_on_1(p));
+    }
+}
+
+#[test]
+fn real_nccl_steps_5_and_6_are_bound_by_rank_1_s_sleep() {
+    let files = [
+        data("torch/rank0.pt.trace.json"),
+        data("torch/rank1.pt.trace.json"),
+    ];
+    let job = inputs::read_job(&files, false).unwrap();
+    let a = raw(&job.participants, job.calls.clone());
+    path_goes_through_rank_1_s_sleep(&job, &a, 1, &[2, 3, 4, 7, 8, 9]);
+}
+
+#[test]
+fn real_jax_steps_5_and_6_are_bound_by_process_1_s_sleep() {
+    let files = [
+        data("jax/process0.vm.xplane.pb"),
+        data("jax/process1.vm.xplane.pb"),
+    ];
+    let job = inputs::read_job(&files, false).unwrap();
+    let a = raw(&job.participants, job.calls.clone());
+    // Step 4 is process 1's first traced step, which it began 26 ms after
+    // process 0: a late start too, not the planted sleep.
+    path_goes_through_rank_1_s_sleep(&job, &a, 1, &[2, 3, 7, 8]);
+}

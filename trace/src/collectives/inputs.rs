@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::model::{CollectiveCall, Participant};
+use super::model::{CollectiveCall, Participant, StepSpan};
 use super::{RankTrace, kineto, xplane};
 use crate::{FileError, TraceError};
 
@@ -12,6 +12,8 @@ use crate::{FileError, TraceError};
 pub struct Job {
     pub participants: Vec<Participant>,
     pub calls: Vec<CollectiveCall>,
+    /// Per participant, its steps' spans.
+    pub steps: Vec<Vec<StepSpan>>,
 }
 
 fn is_kineto(path: &Path) -> bool {
@@ -53,6 +55,7 @@ pub fn read_job(files: &[PathBuf], aligned: bool) -> Result<Job, FileError> {
         let rank = read_rank(path, aligned)?;
         let index = job.participants.len();
         job.participants.push(rank.participant);
+        job.steps.push(rank.steps);
         job.calls.extend(rank.calls.into_iter().map(|mut c| {
             c.participant = index;
             c

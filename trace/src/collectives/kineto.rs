@@ -54,7 +54,7 @@ use super::model::{
     CallClock, CollectiveCall, CollectiveKind, Framework, InstanceKey, MatchedBy, Participant,
     Preceding, Track,
 };
-use super::{RankTrace, Timed, step_at};
+use super::{RankTrace, Timed, step_at, step_spans};
 use crate::TraceError;
 use event::{Args, Seq};
 use json::{Source, Top, event, one, walk};
@@ -212,6 +212,7 @@ fn read_with<R: Read>(
         return Ok(RankTrace {
             participant,
             calls: Vec::new(),
+            steps: step_spans(&epoch_steps(&pass.steps, top.base_ns.unwrap_or(0))),
         });
     };
     let links = Links::new(&pass.comms, &pass.found, &pass.launches);
@@ -242,7 +243,12 @@ fn read_with<R: Read>(
         &placed,
         top.distributed.as_ref(),
     );
-    Ok(RankTrace { participant, calls })
+    let steps = step_spans(&placed.steps);
+    Ok(RankTrace {
+        participant,
+        calls,
+        steps,
+    })
 }
 
 /// The first pass over the file: what it kept, and the trace's fields.

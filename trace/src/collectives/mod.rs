@@ -7,6 +7,8 @@
 mod align;
 pub mod analyse;
 pub mod classify;
+pub mod critical;
+pub mod critical_render;
 pub mod inputs;
 pub mod kineto;
 pub mod model;
@@ -18,4 +20,6 @@ pub use analyse::{Analysis, AnalysisOptions, analyse};
 pub use classify::{Classified, Phase, classify, classify_comms_arg, classify_name};
 pub use model::*;
 pub use timeline::RankTrace;
-pub(crate) use timeline::{Timed, file_host, preceding_before, step_at, step_begun_before};
+pub(crate) use timeline::{
+    Timed, file_host, preceding_before, step_at, step_begun_before, step_spans,
+};

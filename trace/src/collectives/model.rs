@@ -209,3 +209,12 @@ pub struct CollectiveCall {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub track: Option<Track>,
 }
+
+/// One training step's span on one rank's host timeline (PyTorch
+/// `ProfilerStep#N`, XLA `StepTraceAnnotation`), on the analysed timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepSpan {
+    pub step: u64,
+    pub start_ns: i64,
+    pub end_ns: i64,
+}

@@ -98,7 +98,7 @@ fn step_name(s: Option<u64>) -> String {
 
 /// Fixed-width columns, two spaces apart; `right` marks the columns to
 /// right-align (numbers). The last column is not padded.
-fn grid(out: &mut String, head: &[&str], rows: &[Vec<String>], right: &[usize]) {
+pub(crate) fn grid(out: &mut String, head: &[&str], rows: &[Vec<String>], right: &[usize]) {
     let mut width: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in width.iter_mut().zip(row) {
@@ -131,7 +131,7 @@ fn grid(out: &mut String, head: &[&str], rows: &[Vec<String>], right: &[usize]) 
     }
 }
 
-fn more(out: &mut String, shown: usize, total: usize, what: &str) {
+pub(crate) fn more(out: &mut String, shown: usize, total: usize, what: &str) {
     if total > shown {
         let _ = writeln!(out, "  … {} more {what} (--json lists all)", total - shown);
     }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::model::{CollectiveCall, Participant};
+use super::model::{CollectiveCall, Participant, StepSpan};
 
 /// One rank's trace, read for the analysis.
 #[derive(Debug)]
@@ -11,6 +11,20 @@ pub struct RankTrace {
     pub participant: Participant,
     /// Its calls, `participant` still 0 (the caller numbers the ranks).
     pub calls: Vec<CollectiveCall>,
+    /// Its steps' spans, by start (few: one per step).
+    pub steps: Vec<StepSpan>,
+}
+
+/// The steps as the model has them.
+pub(crate) fn step_spans(steps: &[Timed<u64>]) -> Vec<StepSpan> {
+    steps
+        .iter()
+        .map(|s| StepSpan {
+            step: s.name,
+            start_ns: s.start_ns,
+            end_ns: s.end_ns,
+        })
+        .collect()
 }
 
 /// A named span of one timeline (epoch ns).

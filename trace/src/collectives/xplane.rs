@@ -29,7 +29,7 @@ use super::model::{
     CallClock, CollectiveCall, CollectiveKind, Framework, InstanceKey, Interner, MatchedBy, Name,
     Participant, Preceding, Track,
 };
-use super::{RankTrace, Timed, preceding_before, step_begun_before};
+use super::{RankTrace, Timed, preceding_before, step_begun_before, step_spans};
 use crate::TraceError;
 use crate::fields::{map_entry, xevent, xevent_metadata, xline, xplane, xspace, xstat};
 use crate::scan::ALIGNMENT_BOUND_STAT;
@@ -124,7 +124,11 @@ fn read_from<R: Src>(r: &mut R, path: &Path, aligned: bool) -> Result<RankTrace,
         c.step = step_begun_before(&steps, c.enter_ns);
     }
     number_occurrences(&mut calls);
-    Ok(RankTrace { participant, calls })
+    Ok(RankTrace {
+        participant,
+        calls,
+        steps: step_spans(&steps),
+    })
 }
 
 /// The protobuf reader both entry points share: a file ([`WireReader`])
@@ -1209,7 +1213,11 @@ mod tests {
                 calls = plane_calls(&space.planes[index], index, start_ns, &steps);
             }
             number_occurrences(&mut calls);
-            Ok(RankTrace { participant, calls })
+            Ok(RankTrace {
+                participant,
+                calls,
+                steps: Vec::new(),
+            })
         }
 
         fn plane<'a>(space: &'a XSpace, name: &str) -> Option<&'a XPlane> {

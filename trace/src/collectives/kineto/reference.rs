@@ -193,7 +193,11 @@ pub fn parse(bytes: &[u8], path: &Path, aligned: bool) -> Result<RankTrace, Trac
         aligned,
     );
     let calls = calls(&kept, base_ns, doc.distributed.as_ref());
-    Ok(RankTrace { participant, calls })
+    Ok(RankTrace {
+        participant,
+        calls,
+        steps: Vec::new(),
+    })
 }
 
 /// The launch `launch::Launch::of` finds, from the whole event.

@@ -1,0 +1,294 @@
+//! Synthetic jobs whose every duration is known: a planted slow op tops
+//! the path where planted and only there, a what-if recovers the step time
+//! of the same job run without the delay, and an arrival within the bounds
+//! is said to be uncertain.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::collectives::analyse;
+use crate::collectives::analyse::AnalysisOptions;
+use crate::collectives::model::{
+    CallClock, CollectiveKind, Framework, MatchedBy, Participant, Preceding,
+};
+
+const US: i64 = 1_000;
+const MS: i64 = 1_000_000;
+const OPS: [&str; 2] = ["aten::mm", "aten::softmax"];
+
+/// A job of `ranks` ranks and `steps` steps, each step two all-reduces,
+/// each preceded by one op. Every rank starts a step together (1 ms after
+/// the previous step's last end); `op_ns(rank, step, k)` is the op's
+/// duration before the k-th call.
+struct Built {
+    participants: Vec<Participant>,
+    calls: Vec<CollectiveCall>,
+    steps: Vec<Vec<StepSpan>>,
+    /// Each step's duration, as simulated.
+    durations: BTreeMap<u64, i64>,
+}
+
+fn participant(rank: u64, bound_ns: u64) -> Participant {
+    Participant {
+        host: format!("n{rank}"),
+        rank: Some(rank),
+        framework: Framework::PyTorch,
+        trace: format!("n{rank}.pt.trace.json"),
+        bound_ns: Some(bound_ns),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn call(
+    p: usize,
+    step: u64,
+    k: usize,
+    enter: i64,
+    exit: i64,
+    op: &str,
+    work: (i64, i64),
+) -> CollectiveCall {
+    CollectiveCall {
+        participant: p,
+        kind: CollectiveKind::AllReduce,
+        key: crate::collectives::InstanceKey {
+            group: Arc::from("0"),
+            name: Arc::from("allreduce"),
+            ordinal: step * 2 + k as u64,
+        },
+        matched_by: MatchedBy::Sequence,
+        op: Arc::from("ncclDevKernel_AllReduce"),
+        enter_ns: enter,
+        exit_ns: exit,
+        step: Some(step),
+        group_size: None,
+        elements: None,
+        preceding: Some(Preceding {
+            name: Arc::from(op),
+            start_ns: work.0,
+            end_ns: work.1,
+        }),
+        clock: CallClock::Host,
+        track: None,
+    }
+}
+
+fn build(ranks: usize, steps: u64, op_ns: impl Fn(usize, u64, usize) -> i64) -> Built {
+    let mut b = Built {
+        participants: (0..ranks as u64).map(|r| participant(r, 500)).collect(),
+        calls: Vec::new(),
+        steps: vec![Vec::new(); ranks],
+        durations: BTreeMap::new(),
+    };
+    let mut start = 1_700_000_000 * 1_000 * MS;
+    for step in 0..steps {
+        let mut t = vec![start; ranks];
+        for (k, op) in OPS.iter().enumerate() {
+            // other 100 µs, the op, a gap of 50 µs, then the call.
+            let works: Vec<(i64, i64)> = t
+                .iter()
+                .enumerate()
+                .map(|(r, &at)| (at + 100 * US, at + 100 * US + op_ns(r, step, k)))
+                .collect();
+            let enters: Vec<i64> = works.iter().map(|w| w.1 + 50 * US).collect();
+            let exit = enters.iter().max().unwrap() + 200 * US;
+            for (r, (&enter, &work)) in enters.iter().zip(&works).enumerate() {
+                b.calls.push(call(r, step, k, enter, exit, op, work));
+            }
+            t = vec![exit; ranks];
+        }
+        let ends: Vec<i64> = t.iter().map(|e| e + 100 * US).collect();
+        for (spans, &end_ns) in b.steps.iter_mut().zip(&ends) {
+            spans.push(StepSpan {
+                step,
+                start_ns: start,
+                end_ns,
+            });
+        }
+        let end = *ends.iter().max().unwrap();
+        b.durations.insert(step, end - start);
+        start = end + MS;
+    }
+    b
+}
+
+fn paths(b: &Built, what_if: Vec<WhatIf>) -> CriticalPaths {
+    let a = analyse(
+        &b.participants,
+        b.calls.clone(),
+        &AnalysisOptions::default(),
+    );
+    critical_paths(&a, &b.calls, &b.steps, &CriticalOptions { what_if })
+}
+
+/// Rank 0 is the slowest by nature (its mm 1.3 ms); rank 2's mm is 1 ms,
+/// 6 ms in the planted steps.
+const PLANTED: [u64; 2] = [3, 5];
+
+fn op_ns(planted: bool) -> impl Fn(usize, u64, usize) -> i64 {
+    move |r, step, k| {
+        let jitter = ((r as i64 * 7 + step as i64 * 5 + k as i64 * 3) % 11) * 10 * US;
+        match (r, k) {
+            (2, 0) if planted && PLANTED.contains(&step) => 6 * MS,
+            (2, 0) => MS,
+            (0, 0) => 1300 * US + jitter,
+            _ => 400 * US + jitter,
+        }
+    }
+}
+
+fn top(p: &StepPath) -> (usize, SegmentKind, &str) {
+    let s = &p.segments[p.top.unwrap()];
+    (s.participant, s.kind, &*s.op)
+}
+
+#[test]
+fn a_planted_slow_op_tops_the_path_of_its_steps_and_only_there() {
+    let b = build(4, 8, op_ns(true));
+    let c = paths(&b, Vec::new());
+    assert_eq!(c.steps.len(), 8);
+    for p in &c.steps {
+        assert_eq!(
+            p.duration_ns, b.durations[&p.step] as u64,
+            "step {}",
+            p.step
+        );
+        if PLANTED.contains(&p.step) {
+            assert_eq!(
+                top(p),
+                (2, SegmentKind::Work, "aten::mm"),
+                "step {}",
+                p.step
+            );
+            assert_eq!(p.segments[p.top.unwrap()].duration_ns, 6 * MS as u64);
+        } else {
+            assert_eq!(
+                top(p),
+                (0, SegmentKind::Work, "aten::mm"),
+                "step {}",
+                p.step
+            );
+        }
+        // The path covers the step: its segments tile [start, end].
+        let sum: u64 = p.segments.iter().map(|s| s.duration_ns).sum();
+        assert_eq!(sum, p.duration_ns, "step {}", p.step);
+        assert_eq!(p.uncertain_hops, 0);
+    }
+    assert_eq!(c.tops[0].participant, 0);
+    assert_eq!(c.tops[0].steps, 6);
+    assert_eq!((c.tops[1].participant, c.tops[1].steps), (2, 2));
+    // Rank 0 waits, in each call of a planted step, for the last enter.
+    let planted = &c.steps[3];
+    let rank0 = planted.ranks.iter().find(|r| r.participant == 0).unwrap();
+    let in_step_3 = |k: u64| b.calls.iter().filter(move |c| c.key.ordinal == 3 * 2 + k);
+    let waited: i64 = (0..2)
+        .map(|k| {
+            let last = in_step_3(k).map(|c| c.enter_ns).max().unwrap();
+            last - in_step_3(k).find(|c| c.participant == 0).unwrap().enter_ns
+        })
+        .sum();
+    assert_eq!(rank0.waiting_ns, waited as u64);
+    assert!(rank0.waiting_ns > 4 * MS as u64);
+    assert_eq!(
+        rank0.compute_ns,
+        (1300 * US + 40 * US + 400 * US + 70 * US) as u64
+    );
+    assert_eq!(rank0.gap_ns, 100 * US as u64);
+    // Its calls after the release are 2 × 200 µs, no work overlapping.
+    assert_eq!(rank0.exposed_communication_ns, 400 * US as u64);
+}
+
+#[test]
+fn what_if_the_planted_op_took_its_median_gives_the_job_without_it() {
+    let slow = build(4, 8, op_ns(true));
+    let truth = build(4, 8, op_ns(false));
+    let what_if = WhatIf {
+        participant: 2,
+        op: Arc::from("aten::mm"),
+        duration: WhatIfDuration::Median,
+    };
+    let c = paths(&slow, vec![what_if]);
+    let w = &c.what_if[0];
+    assert_eq!(w.duration_ns, Some(MS as u64));
+    for s in &w.steps {
+        assert_eq!(s.measured_ns, slow.durations[&s.step] as u64);
+        assert_eq!(
+            s.predicted_ns, truth.durations[&s.step] as u64,
+            "step {}",
+            s.step
+        );
+    }
+    // Planted steps do get faster, by less than the 5 ms removed: rank 0
+    // is next slowest. Subtracting would have said 5 ms.
+    let saved = |n: u64| w.steps[n as usize].measured_ns - w.steps[n as usize].predicted_ns;
+    assert!(saved(3) < 5 * MS as u64 && saved(3) > 4 * MS as u64);
+    // A given duration: rank 0's mm at 1 ms everywhere shortens every
+    // unplanted step.
+    let faster = WhatIf {
+        participant: 0,
+        op: Arc::from("aten::mm"),
+        duration: WhatIfDuration::Ns(MS as u64),
+    };
+    let c = paths(&truth, vec![faster]);
+    for s in &c.what_if[0].steps {
+        assert!(s.predicted_ns < s.measured_ns, "step {}", s.step);
+    }
+    // An op the rank never ran: nothing to replay.
+    let none = WhatIf {
+        participant: 0,
+        op: Arc::from("nope"),
+        duration: WhatIfDuration::Median,
+    };
+    let c = paths(&truth, vec![none]);
+    assert_eq!(c.what_if[0].duration_ns, None);
+    assert!(
+        c.what_if[0]
+            .steps
+            .iter()
+            .all(|s| s.predicted_ns == s.measured_ns)
+    );
+}
+
+#[test]
+fn arrivals_within_the_bounds_make_the_hop_uncertain() {
+    // Rank 1's mm 0.5 µs longer than rank 0's, bounds 0.5 µs each: which
+    // rank released the all-reduce is not known.
+    let b = build(2, 1, |r, _, _| MS + r as i64 * 500);
+    let c = paths(&b, Vec::new());
+    let p = &c.steps[0];
+    assert_eq!(p.uncertain_hops, 2);
+    let hop = p.segments.iter().find_map(|s| s.hop.as_ref()).unwrap();
+    assert_eq!(hop.to, 1);
+    assert_eq!(
+        hop.order,
+        HopOrder::Uncertain {
+            other: 0,
+            late_by_ns: 500,
+            combined_bound_ns: 1_000
+        }
+    );
+    // Beyond the bounds (5 µs), it is certain.
+    let b = build(2, 1, |r, _, _| MS + r as i64 * 5 * US);
+    let p = &paths(&b, Vec::new()).steps[0];
+    assert_eq!(p.uncertain_hops, 0);
+    assert!(
+        p.segments
+            .iter()
+            .filter_map(|s| s.hop.as_ref())
+            .all(|h| h.order == HopOrder::Certain)
+    );
+}
+
+#[test]
+fn no_steps_no_calls_no_panic() {
+    let b = build(2, 0, |_, _, _| MS);
+    let c = paths(&b, Vec::new());
+    assert!(c.steps.is_empty() && c.tops.is_empty());
+    // Calls on participants the analysis does not know, exits before enters.
+    let mut b = build(2, 2, |_, _, _| MS);
+    b.calls[0].participant = 9;
+    b.calls[1].exit_ns = b.calls[1].enter_ns - 1;
+    b.steps.truncate(1);
+    let c = paths(&b, Vec::new());
+    assert_eq!(c.steps.len(), 2);
+}
