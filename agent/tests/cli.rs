@@ -367,3 +367,55 @@ fn field_of_each<'a>(array: &'a serde_json::Value, field: &str) -> Vec<&'a str> 
     let items = array.as_array().unwrap().iter();
     items.map(|v| v[field].as_str().unwrap()).collect()
 }
+
+/// `trace critical-path` on the real PyTorch NCCL fixture (two ranks of one
+/// host, merged with offset 0): steps 5 and 6 are topped by rank 1's gap
+/// before its all-reduce (its planted 20 ms sleep); a what-if runs; a rank
+/// the inputs lack, and a malformed --what-if, are refused with why.
+#[test]
+fn trace_critical_path_names_rank_1_s_sleep_and_refuses_unknown_ranks() {
+    let fixture = |r: &str| {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../trace/tests/data/gpu/torch")
+            .join(r)
+            .display()
+            .to_string()
+    };
+    let (r0, r1) = (
+        fixture("rank0.pt.trace.json"),
+        fixture("rank1.pt.trace.json"),
+    );
+    let base = [
+        "trace",
+        "critical-path",
+        &r0,
+        &r1,
+        "--offset",
+        "rank0=0,rank1=0",
+    ];
+    let with = |more: &[&str]| clockmesh(&[&base[..], more].concat());
+    let (o, json, err) = run(&mut with(&["--json", "--what-if", "1:aten::div"]));
+    assert!(o.status.success(), "{err}");
+    let c: serde_json::Value = serde_json::from_str(&json).unwrap();
+    for step in c["steps"].as_array().unwrap() {
+        if matches!(step["step"].as_u64(), Some(5 | 6)) {
+            let top = &step["segments"][step["top"].as_u64().unwrap() as usize];
+            assert_eq!(top["participant"], 1, "{step}");
+            assert_eq!(top["kind"], "gap", "{step}");
+            assert!(top["duration_ns"].as_u64().unwrap() > 19_000_000, "{step}");
+        }
+    }
+    assert_eq!(c["what_if"][0]["what_if"]["op"], "aten::div");
+    let (o, table, err) = run(&mut with(&[]));
+    assert!(o.status.success(), "{err}");
+    assert!(table.contains("Critical path of step"), "{table}");
+    let (o, _, err) = run(&mut with(&["--what-if", "7:aten::div"]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err.contains("no rank \"7\"") && err.contains("#1 (rank 1"),
+        "{err}"
+    );
+    let (o, _, err) = run(&mut with(&["--what-if", "aten::div"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.contains("RANK:OP"), "{err}");
+}

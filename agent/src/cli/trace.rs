@@ -61,6 +61,29 @@ enum TraceCommand {
     /// rank is "late" only by more than the combined bounds; less is
     /// "within alignment error".
     Collectives(CollectivesArgs),
+    /// What bounded each step: the cross-rank critical path, each rank's
+    /// time, and what-if.
+    ///
+    /// Reads the inputs as `trace collectives` does (a merged run, or the
+    /// per-host inputs with --history/--offset; xplane and Kineto) and
+    /// matches the collectives the same way. Then, per step, walks back
+    /// from the rank that ended the step last: through each collective's
+    /// own time to its last arriver (the rank whose enter released the
+    /// others), then along that rank's time before its call (the gap after
+    /// the op that preceded it, that op, other time on the thread) to its
+    /// previous call, and so on to the step's start. A hop whose last
+    /// arriver is within the alignment bound of the second-last says "order
+    /// uncertain" instead of guessing. Per rank: work (the ops that preceded
+    /// its calls), gaps, waiting for the last arriver, and exposed
+    /// communication; and which rank and op topped the path how often.
+    ///
+    /// --what-if RANK:OP[=DURATION] replays every step with that op on that
+    /// rank taking its median (or DURATION): each call enters when its own
+    /// rank's work before it is done, and a collective completes when its
+    /// last rank has entered plus its own measured time, so the step time
+    /// that follows is what the other ranks allow, not a subtraction.
+    /// Definitions: docs/trace-merge.md, "Critical path".
+    CriticalPath(CriticalPathArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -129,8 +152,9 @@ struct MergeArgs {
     max_bound: Option<u64>,
 }
 
+/// The inputs of one distributed job, merged or to merge.
 #[derive(clap::Args, Debug)]
-struct CollectivesArgs {
+struct JobInputs {
     /// A merged run (directory or files from `trace merge`), or the
     /// per-host run directories and files to merge first.
     #[arg(required = true)]
@@ -149,6 +173,12 @@ struct CollectivesArgs {
     /// aligned run).
     #[arg(long, conflicts_with_all = ["history", "offsets"])]
     no_align: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct CollectivesArgs {
+    #[command(flatten)]
+    job: JobInputs,
     /// Print the whole analysis as JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -158,6 +188,83 @@ struct CollectivesArgs {
     /// How many instances the table lists (worst arrival spread first).
     #[arg(long, value_name = "N", default_value_t = 20)]
     instances: usize,
+}
+
+#[derive(clap::Args, Debug)]
+struct CriticalPathArgs {
+    #[command(flatten)]
+    job: JobInputs,
+    /// Print every step's path, times and the what-ifs as JSON.
+    #[arg(long)]
+    json: bool,
+    /// How many paths the table prints (slowest steps first).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    paths: usize,
+    /// Replay the steps with OP on RANK taking its median, or DURATION
+    /// (ns, or with a unit: 1.5ms, 200us, 2s). RANK: the trace's rank
+    /// number, `#N` for the N-th input (from 0), or a host name.
+    /// Repeatable.
+    #[arg(long = "what-if", value_name = "RANK:OP[=DURATION]", value_parser = parse_what_if)]
+    what_if: Vec<WhatIfSpec>,
+}
+
+/// `--what-if` as given, its rank not yet resolved.
+#[derive(Clone, Debug, PartialEq)]
+struct WhatIfSpec {
+    rank: String,
+    op: String,
+    duration: trace::collectives::critical::WhatIfDuration,
+}
+
+fn parse_what_if(s: &str) -> Result<WhatIfSpec, String> {
+    use trace::collectives::critical::WhatIfDuration;
+    let (rank, rest) =
+        split_rank(s).ok_or_else(|| format!("expected RANK:OP[=DURATION], got {s:?}"))?;
+    let (op, duration) = match rest.rsplit_once('=') {
+        Some((op, d)) => (op, WhatIfDuration::Ns(parse_duration_ns(d)?)),
+        None => (rest, WhatIfDuration::Median),
+    };
+    if rank.is_empty() || op.is_empty() {
+        return Err(format!("expected RANK:OP[=DURATION], got {s:?}"));
+    }
+    Ok(WhatIfSpec {
+        rank: rank.to_string(),
+        op: op.to_string(),
+        duration,
+    })
+}
+
+/// At the first single ':' (ops have `::` in them: `1:aten::mm`).
+fn split_rank(s: &str) -> Option<(&str, &str)> {
+    let b = s.as_bytes();
+    let at = (0..b.len())
+        .find(|&i| b[i] == b':' && b.get(i + 1) != Some(&b':') && (i == 0 || b[i - 1] != b':'))?;
+    Some((&s[..at], &s[at + 1..]))
+}
+
+/// `1500`, `1500ns`, `1.5us`, `1.5µs`, `2ms`, `0.5s` → ns.
+fn parse_duration_ns(s: &str) -> Result<u64, String> {
+    let units = [
+        ("ns", 1.0),
+        ("us", 1e3),
+        ("µs", 1e3),
+        ("ms", 1e6),
+        ("s", 1e9),
+    ];
+    let (number, scale) = units
+        .iter()
+        .find_map(|(u, f)| s.strip_suffix(u).map(|n| (n, *f)))
+        .unwrap_or((s, 1.0));
+    let v: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a duration: {s:?} (ns, or with a unit: 1.5ms, 200us, 2s)"))?;
+    let ns = v * scale;
+    if !(0.0..=u64::MAX as f64).contains(&ns) {
+        return Err(format!("duration out of range: {s:?}"));
+    }
+    // Rounded to the ns the traces carry.
+    Ok(ns.round() as u64)
 }
 
 fn parse_device_clock(s: &str) -> Result<DeviceClockSpec, String> {
@@ -183,6 +290,7 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
         TraceCommand::Info(a) => info(a),
         TraceCommand::Merge(a) => merge(a),
         TraceCommand::Collectives(a) => collectives(a),
+        TraceCommand::CriticalPath(a) => critical_path(a),
     }
 }
 
@@ -372,10 +480,11 @@ impl CausalityViolated {
     pub const EXIT: u8 = 3;
 }
 
-fn collectives(args: CollectivesArgs) -> anyhow::Result<()> {
-    use trace::collectives::{self as coll, AnalysisOptions};
+/// The job's ranks, read as the inputs are: on their own clocks with
+/// `--no-align`, else merged (read as they are, or merged first).
+fn read_job(args: &JobInputs) -> anyhow::Result<trace::collectives::inputs::Job> {
+    use trace::collectives as coll;
     let files = trace_inputs(&args.inputs)?;
-    let aligned = !args.no_align;
     let job = if args.no_align {
         coll::inputs::read_job(&files, false)?
     } else {
@@ -390,9 +499,16 @@ fn collectives(args: CollectivesArgs) -> anyhow::Result<()> {
                 !merged.iter().any(|&m| m),
                 "some inputs are merged runs and some are not: give one merged run, or the per-host inputs"
             );
-            merged_in_scratch(&files, &args)?
+            merged_in_scratch(&files, args)?
         }
     };
+    Ok(job)
+}
+
+fn collectives(args: CollectivesArgs) -> anyhow::Result<()> {
+    use trace::collectives::{self as coll, AnalysisOptions};
+    let aligned = !args.job.no_align;
+    let job = read_job(&args.job)?;
     let analysis = coll::analyse(
         &job.participants,
         job.calls,
@@ -415,9 +531,84 @@ fn collectives(args: CollectivesArgs) -> anyhow::Result<()> {
 
 /// Merges per-host inputs as `trace merge` would, into a scratch
 /// directory that is removed afterwards, and reads the merged ranks.
+fn critical_path(args: CriticalPathArgs) -> anyhow::Result<()> {
+    use trace::collectives::critical::{self, CriticalOptions};
+    use trace::collectives::{self as coll, AnalysisOptions};
+    let aligned = !args.job.no_align;
+    let job = read_job(&args.job)?;
+    let what_if = args
+        .what_if
+        .iter()
+        .map(|w| resolve_what_if(w, &job.participants))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let opts = AnalysisOptions {
+        aligned,
+        ..AnalysisOptions::default()
+    };
+    let analysis = coll::analyse(&job.participants, job.calls.clone(), &opts);
+    let paths = critical::critical_paths(
+        &analysis,
+        &job.calls,
+        &job.steps,
+        &CriticalOptions { what_if },
+    );
+    if args.json {
+        crate::outln!("{}", serde_json::to_string_pretty(&paths)?)?;
+    } else {
+        crate::out!("{}", coll::critical_render::table(&paths, args.paths))?;
+    }
+    Ok(())
+}
+
+/// `--what-if`'s rank as a participant: a rank number, `#N`, or a host.
+fn resolve_what_if(
+    w: &WhatIfSpec,
+    participants: &[trace::collectives::Participant],
+) -> anyhow::Result<trace::collectives::critical::WhatIf> {
+    let by_index = w
+        .rank
+        .strip_prefix('#')
+        .and_then(|n| n.parse::<usize>().ok());
+    let by_rank = w.rank.parse::<u64>().ok();
+    let found: Vec<usize> = (0..participants.len())
+        .filter(|&i| {
+            let p = &participants[i];
+            by_index == Some(i) || (by_rank.is_some() && p.rank == by_rank) || p.host == w.rank
+        })
+        .collect();
+    let known = || {
+        participants
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match p.rank {
+                Some(r) => format!("#{i} (rank {r}, {})", p.host),
+                None => format!("#{i} ({})", p.host),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match found.as_slice() {
+        [participant] => Ok(trace::collectives::critical::WhatIf {
+            participant: *participant,
+            op: w.op.as_str().into(),
+            duration: w.duration,
+        }),
+        [] => anyhow::bail!(
+            "--what-if: no rank {:?} in the inputs; they are {}",
+            w.rank,
+            known()
+        ),
+        _ => anyhow::bail!(
+            "--what-if: {:?} names several ranks ({}); give #N",
+            w.rank,
+            known()
+        ),
+    }
+}
+
 fn merged_in_scratch(
     files: &[PathBuf],
-    args: &CollectivesArgs,
+    args: &JobInputs,
 ) -> anyhow::Result<trace::collectives::inputs::Job> {
     let scratch = Scratch::new()?;
     let history = load_histories(&args.history)?;
@@ -619,6 +810,33 @@ mod tests {
                 .contains("[HOST:]PLANE=DEVICE")
         );
         assert!(parse_device_clock("p=").unwrap_err().contains("no device"));
+    }
+
+    #[test]
+    fn what_if_flags_parse_and_bad_ones_explain() {
+        use trace::collectives::critical::WhatIfDuration;
+        let w = parse_what_if("1:aten::mm").unwrap();
+        assert_eq!((w.rank.as_str(), w.op.as_str()), ("1", "aten::mm"));
+        assert_eq!(w.duration, WhatIfDuration::Median);
+        let w = parse_what_if("node-2:fusion.3=1.5ms").unwrap();
+        assert_eq!((w.rank.as_str(), w.op.as_str()), ("node-2", "fusion.3"));
+        assert_eq!(w.duration, WhatIfDuration::Ns(1_500_000));
+        assert_eq!(parse_duration_ns("200us"), Ok(200_000));
+        assert_eq!(parse_duration_ns("42"), Ok(42));
+        assert!(parse_what_if("aten::mm").unwrap_err().contains("RANK:OP"));
+        let w = parse_what_if("#0:c10d::allreduce_").unwrap();
+        assert_eq!((w.rank.as_str(), w.op.as_str()), ("#0", "c10d::allreduce_"));
+        assert!(parse_what_if(":mm").unwrap_err().contains("RANK:OP"));
+        assert!(
+            parse_what_if("1:mm=fast")
+                .unwrap_err()
+                .contains("not a duration")
+        );
+        assert!(
+            parse_what_if("1:mm=-3ms")
+                .unwrap_err()
+                .contains("out of range")
+        );
     }
 
     #[test]
