@@ -228,10 +228,13 @@ fn real_nccl_ranks_are_in_the_chrome_json_with_their_collective_flows() {
 /// its call (a gap, or the late start of its step where it slept between
 /// steps: no op of its runs then), which tops the path; in `quiet` steps
 /// no gap of rank 1 on the path is as long.
-fn path_goes_through_rank_1_s_sleep(job: &inputs::Job, a: &Analysis, rank_1: usize, quiet: &[u64]) {
+fn path_goes_through_rank_1_s_sleep(files: [&str; 2], quiet: &[u64]) {
     use clockmesh_trace::collectives::critical::{
         CriticalOptions, SegmentKind, StepPath, critical_paths,
     };
+    let job = inputs::read_job(&files.map(data), false).unwrap();
+    let a = &raw(&job.participants, job.calls.clone());
+    let rank_1 = 1;
     let c = critical_paths(a, &job.calls, &job.steps, &CriticalOptions::default());
     let is_gap = |k| matches!(k, SegmentKind::Gap | SegmentKind::LateStart);
     let gap_on_1 = |p: &StepPath| {
@@ -265,24 +268,14 @@ fn path_goes_through_rank_1_s_sleep(job: &inputs::Job, a: &Analysis, rank_1: usi
 
 #[test]
 fn real_nccl_steps_5_and_6_are_bound_by_rank_1_s_sleep() {
-    let files = [
-        data("torch/rank0.pt.trace.json"),
-        data("torch/rank1.pt.trace.json"),
-    ];
-    let job = inputs::read_job(&files, false).unwrap();
-    let a = raw(&job.participants, job.calls.clone());
-    path_goes_through_rank_1_s_sleep(&job, &a, 1, &[2, 3, 4, 7, 8, 9]);
+    let files = ["torch/rank0.pt.trace.json", "torch/rank1.pt.trace.json"];
+    path_goes_through_rank_1_s_sleep(files, &[2, 3, 4, 7, 8, 9]);
 }
 
 #[test]
 fn real_jax_steps_5_and_6_are_bound_by_process_1_s_sleep() {
-    let files = [
-        data("jax/process0.vm.xplane.pb"),
-        data("jax/process1.vm.xplane.pb"),
-    ];
-    let job = inputs::read_job(&files, false).unwrap();
-    let a = raw(&job.participants, job.calls.clone());
     // Step 4 is process 1's first traced step, which it began 26 ms after
     // process 0: a late start too, not the planted sleep.
-    path_goes_through_rank_1_s_sleep(&job, &a, 1, &[2, 3, 7, 8]);
+    let files = ["jax/process0.vm.xplane.pb", "jax/process1.vm.xplane.pb"];
+    path_goes_through_rank_1_s_sleep(files, &[2, 3, 7, 8]);
 }
