@@ -712,9 +712,11 @@ impl Job<'_> {
         let mut work: Vec<(i64, i64)> = Vec::new();
         for n in &chain.nodes {
             let c = self.call(n);
-            t.compute_ns += unsigned(n.work_ns);
-            t.other_ns += unsigned(n.other_ns);
-            t.gap_ns += unsigned(n.gap_ns) + unsigned(n.late_ns);
+            // Saturating: extreme stamps must not overflow a sum.
+            add(&mut t.compute_ns, n.work_ns);
+            add(&mut t.other_ns, n.other_ns);
+            add(&mut t.gap_ns, n.gap_ns);
+            add(&mut t.gap_ns, n.late_ns);
             let gap_start = c.enter_ns.max(n.anchor_ns).saturating_sub(n.gap_ns);
             work.push((gap_start.saturating_sub(n.work_ns), gap_start));
         }
@@ -723,9 +725,10 @@ impl Job<'_> {
             let c = self.call(n);
             let last_enter = self.instance(n).map_or(c.enter_ns, |i| i.last_enter_ns);
             let released = last_enter.clamp(c.enter_ns, c.exit_ns);
-            t.waiting_ns += unsigned(span(c.enter_ns, released));
+            add(&mut t.waiting_ns, span(c.enter_ns, released));
             let covered = overlap(&work, released, c.exit_ns);
-            t.exposed_communication_ns += unsigned(span(released, c.exit_ns) - covered);
+            let exposed = span(released, c.exit_ns).saturating_sub(covered);
+            add(&mut t.exposed_communication_ns, exposed);
         }
         t
     }
@@ -759,7 +762,13 @@ fn merged(mut v: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
 
 /// How much of [a, b] the merged intervals cover.
 fn overlap(merged: &[(i64, i64)], a: i64, b: i64) -> i64 {
-    merged.iter().map(|&(s, e)| span(s.max(a), e.min(b))).sum()
+    merged.iter().fold(0, |sum: i64, &(s, e)| {
+        sum.saturating_add(span(s.max(a), e.min(b)))
+    })
+}
+
+fn add(total: &mut u64, ns: i64) {
+    *total = total.saturating_add(unsigned(ns));
 }
 
 fn measured_end(step: &Step) -> i64 {

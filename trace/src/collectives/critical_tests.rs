@@ -292,3 +292,94 @@ fn no_steps_no_calls_no_panic() {
     let c = paths(&b, Vec::new());
     assert_eq!(c.steps.len(), 2);
 }
+
+/// A tiny deterministic generator (xorshift64*), for the random jobs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    /// A time: mostly near each other, sometimes at the extremes.
+    fn time(&mut self) -> i64 {
+        match self.below(20) {
+            0 => i64::MIN,
+            1 => i64::MAX,
+            _ => self.below(10_000) as i64,
+        }
+    }
+}
+
+fn random_call(rng: &mut Rng, ranks: u64) -> CollectiveCall {
+    let (enter, exit) = (rng.time(), rng.time());
+    let (ws, we) = (rng.time(), rng.time());
+    let mut c = call(
+        rng.below(ranks + 1) as usize,
+        rng.below(3),
+        0,
+        enter,
+        exit,
+        OPS[rng.below(2) as usize],
+        (ws, we),
+    );
+    c.key.ordinal = rng.below(4);
+    if rng.below(4) == 0 {
+        c.preceding = None;
+    }
+    if rng.below(5) == 0 {
+        c.step = None;
+    }
+    c
+}
+
+/// Random jobs (overlapping calls, exits before enters, calls of unknown
+/// participants, extreme stamps, steps missing): no panic, and each step's
+/// what-if measures the step as its path does.
+#[test]
+fn random_jobs_never_panic_and_measure_their_steps_alike() {
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    for _ in 0..300 {
+        let ranks = 1 + rng.below(4);
+        let participants: Vec<Participant> = (0..ranks)
+            .map(|r| participant(r, rng.below(3) * 500))
+            .collect();
+        let calls: Vec<CollectiveCall> = (0..rng.below(24))
+            .map(|_| random_call(&mut rng, ranks))
+            .collect();
+        let steps: Vec<Vec<StepSpan>> = (0..rng.below(ranks + 1))
+            .map(|_| {
+                (0..rng.below(3))
+                    .map(|step| StepSpan {
+                        step,
+                        start_ns: rng.time(),
+                        end_ns: rng.time(),
+                    })
+                    .collect()
+            })
+            .collect();
+        let b = Built {
+            participants,
+            calls,
+            steps,
+            durations: BTreeMap::new(),
+        };
+        let what_if =
+            [WhatIfDuration::Median, WhatIfDuration::Ns(rng.below(5_000))].map(|duration| WhatIf {
+                participant: rng.below(ranks) as usize,
+                op: Arc::from(OPS[0]),
+                duration,
+            });
+        let c = paths(&b, what_if.to_vec());
+        for w in &c.what_if {
+            let measured: Vec<u64> = w.steps.iter().map(|s| s.measured_ns).collect();
+            let of_paths: Vec<u64> = c.steps.iter().map(|p| p.duration_ns).collect();
+            assert_eq!(measured, of_paths);
+        }
+    }
+}
