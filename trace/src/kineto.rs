@@ -200,6 +200,14 @@ pub(crate) fn host_of(path: &Path, doc: &Map<String, Value>) -> String {
     if let Some(h) = named {
         return h.into();
     }
+    file_host(path)
+}
+
+/// A Kineto trace's host when the trace names none: its file name before
+/// the first '.' (`tensorboard_trace_handler` names files
+/// `<worker>.<time>.pt.trace.json`). The merge and `trace collectives` both
+/// use it, so one file is one host in both.
+pub(crate) fn file_host(path: &Path) -> String {
     path.file_name()
         .map(|n| {
             n.to_string_lossy()

@@ -524,7 +524,7 @@ fn participant(
         .and_then(|c| c.host.clone())
         .or(host_name)
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| super::file_host(path, ".pt.trace.json"));
+        .unwrap_or_else(|| crate::kineto::file_host(path));
     Participant {
         host,
         rank: dist.as_ref().and_then(|d| d.rank),

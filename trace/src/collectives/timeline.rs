@@ -137,11 +137,16 @@ mod tests {
     #[test]
     fn hosts_are_named_by_the_file() {
         assert_eq!(file_host(Path::new("/a/n1.xplane.pb"), ".xplane.pb"), "n1");
+        assert_eq!(file_host(Path::new("x.json"), ".xplane.pb"), "x");
+        // Kineto files: one rule for the merge and the analysis.
         assert_eq!(
-            file_host(Path::new("w.123.pt.trace.json"), ".pt.trace.json"),
-            "w.123"
+            crate::kineto::file_host(Path::new("/t/w.123.pt.trace.json")),
+            "w"
         );
-        assert_eq!(file_host(Path::new("x.json"), ".pt.trace.json"), "x");
+        assert_eq!(
+            crate::kineto::file_host(Path::new("n1.rank1.pt.trace.json")),
+            "n1"
+        );
         assert_eq!(
             file_host(Path::new("/r/n1@p3.xplane.pb"), ".xplane.pb"),
             "n1"
