@@ -6,7 +6,9 @@
 //!
 //! `--count N` (default 48), `--seed S` (default 1), `--json`,
 //! `--threads T` (default: the machine's cores), `--worst K` (default 5),
-//! `--only I[,J…]` (run those members alone and print each one's table),
+//! `--only I[,J…]` (run those members alone and print each one's table;
+//! with `--json`, their outcomes),
+//! `--windows W` (every member run for W windows instead of its own),
 //! `--write-scenarios DIR` (every member as `<name>.toml`, runnable by
 //! `simulate`; nothing is run), `--baseline FILE` (fail on a class median
 //! > 10 % worse than FILE's, or any coverage < 1), `--save-baseline FILE`.
@@ -27,6 +29,7 @@ struct Options {
     threads: usize,
     worst: usize,
     only: Option<Vec<u32>>,
+    windows: Option<u32>,
     write_scenarios: Option<PathBuf>,
     baseline: Option<PathBuf>,
     save_baseline: Option<PathBuf>,
@@ -40,6 +43,7 @@ fn parse() -> Result<Options, Error> {
         threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
         worst: 5,
         only: None,
+        windows: None,
         write_scenarios: None,
         baseline: None,
         save_baseline: None,
@@ -58,6 +62,7 @@ fn parse() -> Result<Options, Error> {
                 let parsed: Result<Vec<u32>, _> = list.split(',').map(str::parse).collect();
                 o.only = Some(parsed?);
             }
+            "--windows" => o.windows = Some(value()?.parse()?),
             "--write-scenarios" => o.write_scenarios = Some(value()?.into()),
             "--baseline" => o.baseline = Some(value()?.into()),
             "--save-baseline" => o.save_baseline = Some(value()?.into()),
@@ -72,10 +77,15 @@ fn main() -> Result<(), Error> {
     if let Some(dir) = &o.write_scenarios {
         return write_scenarios(&o, dir);
     }
-    if let Some(only) = &o.only {
-        return run_only(o.seed, only);
-    }
-    let members = family::sample(o.seed, o.count);
+    let members: Vec<Member> = match &o.only {
+        Some(only) if !o.json => return run_only(o.seed, only, o.windows),
+        Some(only) => only.iter().map(|&i| family::member(o.seed, i)).collect(),
+        None => family::sample(o.seed, o.count),
+    };
+    let members: Vec<Member> = members
+        .into_iter()
+        .map(|m| with_windows(m, o.windows))
+        .collect();
     let started = Instant::now();
     let outcomes = run_all(&members, o.threads)?;
     let elapsed_s = started.elapsed().as_secs_f64();
@@ -158,9 +168,25 @@ fn run_all(members: &[Member], threads: usize) -> Result<Vec<Outcome>, Error> {
     Ok(outcomes)
 }
 
-fn run_only(seed: u64, only: &[u32]) -> Result<(), Error> {
+/// `m` run for `windows` instead of its own length (`--windows`: the same
+/// conditions over 1, 3, 10 minutes), its isolation dropped where it no
+/// longer fits.
+fn with_windows(mut m: Member, windows: Option<u32>) -> Member {
+    if let Some(w) = windows {
+        m.scenario.windows = w;
+        if let Some(c) = &mut m.scenario.leader_change {
+            c.after_window = c.after_window.min(w.saturating_sub(1));
+        }
+        if m.scenario.validate().is_err() {
+            m.scenario.isolation = None;
+        }
+    }
+    m
+}
+
+fn run_only(seed: u64, only: &[u32], windows: Option<u32>) -> Result<(), Error> {
     for &index in only {
-        let m = family::member(seed, index);
+        let m = with_windows(family::member(seed, index), windows);
         let report = clockmesh_sim::run_protocol(&m.scenario)?;
         println!("member {index} ({}):", m.class.name());
         print!("{}", report.table());
