@@ -16,18 +16,19 @@
 //!   Where the rank's own step span began after its chain start, the time
 //!   up to it is a *late start* (host time between steps: a host gap).
 //! * A rank's **end**: the later of its step span's end and its last exit.
-//!   The step runs from its start to the latest end.
+//!   The step runs from its start to the latest end; the *tail* follows
+//!   the call that exited last.
 //! * The **critical path**: from the rank that ended last, back through its
-//!   tail, its last call; at a matched instance the part after the last
-//!   arrival is the collective's own time, and the path jumps to the last
-//!   arriver's enter (*order uncertain* when that arrival is not
-//!   significant); then the arriver's gap, work and other time, to its
-//!   anchor, and so on to the chain start.
+//!   tail and the call that exited last; at a matched instance the part
+//!   after the last arrival is the collective's own time, and the path
+//!   jumps to the last arriver's enter (*order uncertain* when that arrival
+//!   is not significant); then the arriver's gap, work and other time, to
+//!   its anchor, and so on to the chain start.
 //! * **What-if**: the chains replayed with one op's duration changed: a
 //!   call enters at its anchor + other + work + gap; a matched instance
 //!   completes on each rank at the latest replayed enter over its ranks
 //!   plus that rank's own completion time (exit − last enter, measured);
-//!   the tail after the last call is kept. Nothing is subtracted.
+//!   the tail is kept. Nothing is subtracted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -506,6 +507,12 @@ impl Job<'_> {
         &self.calls[node.call]
     }
 
+    /// The chain's call that exited last (of equal exits the later one):
+    /// the tail follows it, whichever call entered last.
+    fn last_to_exit(&self, chain: &Chain) -> Option<usize> {
+        (0..chain.nodes.len()).max_by_key(|&k| (self.call(&chain.nodes[k]).exit_ns, k))
+    }
+
     /// The chain and node of `participant`'s call in `inst`, in `step`.
     fn find(&self, step: &Step, participant: usize, inst: usize) -> Option<(usize, usize)> {
         let c = step
@@ -557,7 +564,7 @@ impl Job<'_> {
     /// `ci` back to a chain start.
     fn walk(&self, step: &Step, ci: usize, out: &mut Vec<Segment>) {
         let chain = &step.chains[ci];
-        let Some(last) = chain.nodes.len().checked_sub(1) else {
+        let Some(last) = self.last_to_exit(chain) else {
             return;
         };
         let last_exit = self.call(&chain.nodes[last]).exit_ns;
@@ -895,10 +902,15 @@ impl Job<'_> {
             .iter()
             .enumerate()
             .map(|(ci, c)| {
-                let measured_last = c.nodes.last().map_or(c.start_ns, |n| self.call(n).exit_ns);
+                let Some(k) = self.last_to_exit(c) else {
+                    return c.end_ns;
+                };
+                let measured_last = self.call(&c.nodes[k]).exit_ns;
                 let tail = span(measured_last, c.end_ns);
-                let last = exit[ci].last().copied().flatten().unwrap_or(measured_last);
-                last.saturating_add(tail)
+                let last = exit[ci][k].unwrap_or(measured_last);
+                // A call that exited earlier may now exit later.
+                let latest = exit[ci].iter().flatten().copied().max();
+                latest.into_iter().fold(last.saturating_add(tail), i64::max)
             })
             .max()
             .unwrap_or(step.start_ns)

@@ -383,3 +383,63 @@ fn random_jobs_never_panic_and_measure_their_steps_alike() {
         }
     }
 }
+
+/// Two ranks whose second call is issued while their first still runs
+/// (asynchronous collectives): the second call's anchor is the first's
+/// enter. The path still tiles the step, a what-if that changes nothing
+/// predicts the step as measured, and one that shortens the slow rank's op
+/// shortens the step by what the other rank allows.
+#[test]
+fn overlapping_calls_are_anchored_at_the_previous_enter() {
+    let start = 1_000 * MS;
+    let mm = [MS, 3 * MS];
+    let mut calls = Vec::new();
+    let enter_a: Vec<i64> = mm.iter().map(|d| start + 100 * US + d + 50 * US).collect();
+    let exit_a = enter_a.iter().max().unwrap() + 5 * MS;
+    let enter_b: Vec<i64> = enter_a.iter().map(|e| e + 350 * US).collect();
+    let exit_b = enter_b.iter().max().unwrap() + MS;
+    for r in 0..2 {
+        let work = (start + 100 * US, start + 100 * US + mm[r]);
+        calls.push(call(r, 0, 0, enter_a[r], exit_a, "aten::mm", work));
+        let work = (enter_a[r] + 100 * US, enter_a[r] + 300 * US);
+        calls.push(call(r, 0, 1, enter_b[r], exit_b, "aten::add", work));
+    }
+    let end = exit_a.max(exit_b) + 100 * US;
+    let b = Built {
+        participants: (0..2).map(|r| participant(r, 500)).collect(),
+        calls,
+        steps: (0..2)
+            .map(|_| {
+                vec![StepSpan {
+                    step: 0,
+                    start_ns: start,
+                    end_ns: end,
+                }]
+            })
+            .collect(),
+        durations: BTreeMap::new(),
+    };
+    let same = WhatIf {
+        participant: 1,
+        op: Arc::from("aten::mm"),
+        duration: WhatIfDuration::Ns(3 * MS as u64),
+    };
+    let faster = WhatIf {
+        duration: WhatIfDuration::Ns(MS as u64 / 2),
+        ..same.clone()
+    };
+    let c = paths(&b, vec![same, faster]);
+    let p = &c.steps[0];
+    assert_eq!(p.duration_ns, (end - start) as u64);
+    let sum: u64 = p.segments.iter().map(|s| s.duration_ns).sum();
+    assert_eq!(sum, p.duration_ns);
+    assert_eq!(
+        top(p),
+        (1, SegmentKind::Collective, "ncclDevKernel_AllReduce")
+    );
+    assert_eq!(c.what_if[0].steps[0].predicted_ns, p.duration_ns);
+    // Rank 1's mm at 0.5 ms: rank 0 (1 ms) now releases both calls, 2 ms
+    // earlier.
+    let faster = c.what_if[1].steps[0];
+    assert_eq!(faster.measured_ns - faster.predicted_ns, 2 * MS as u64);
+}
