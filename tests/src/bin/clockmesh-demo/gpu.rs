@@ -517,10 +517,12 @@ fn score_job(
     let aligned = collectives(&[run.as_os_str()], false)?;
     let raw_inputs: Vec<&std::ffi::OsStr> = inputs.iter().map(|p| p.as_os_str()).collect();
     let raw = collectives(&raw_inputs, true)?;
-    std::fs::write(
-        out.join(format!("{job:?}-aligned.json").to_lowercase()),
-        serde_json::to_vec_pretty(&aligned)?,
-    )?;
+    for (name, analysis) in [("aligned", &aligned), ("raw", &raw)] {
+        std::fs::write(
+            out.join(format!("{job:?}-{name}.json").to_lowercase()),
+            serde_json::to_vec_pretty(analysis)?,
+        )?;
+    }
     let reference = reference_index(c)?;
     let hosts = participant_hosts(&aligned);
     let raw_hosts = participant_hosts(&raw);
