@@ -64,6 +64,10 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "chrony",
         "the side-by-side accuracy benchmark (never started as a service)",
     ),
+    (
+        "linuxptp",
+        "ptp4l beside chrony in bench-chrony and bench-faults (free-running: never steers the clock)",
+    ),
     ("nftables", "nft: datagram loss in bench-faults"),
     (
         "mmdebstrap",

@@ -9,6 +9,10 @@
 //! membership; host 0 leads). After the warm-up both are sampled once per
 //! second at the same instant: chrony's current tracking offset, clockmesh's
 //! published map of host 1 evaluated at that instant.
+//!
+//! ptp4l (linuxptp, `ptp.rs`): master in host 0, a free-running slave-only
+//! client in host 1, software stamps, UDPv4 unicast, 16 Hz; sampled at the
+//! same instants: the latest offset it reported, negated into a correction.
 
 use std::{
     path::{Path, PathBuf},
@@ -24,6 +28,8 @@ use clockmesh_testbed::{
     netns::Host,
 };
 use serde::Serialize;
+
+use crate::ptp::{self, ClockUntouched, PtpSamples};
 
 #[derive(clap::Args, Debug)]
 pub struct ChronyArgs {
@@ -65,6 +71,14 @@ pub struct ToolFigures {
 pub struct RunFigures {
     pub chrony: ToolFigures,
     pub clockmesh: ToolFigures,
+    /// ptp4l's client: the latest offset it reported before each instant.
+    pub ptp4l: ToolFigures,
+    /// Instants at which ptp4l's client had no offset to give.
+    pub ptp4l_unavailable: usize,
+    /// Age of ptp4l's latest report at the instants, s (median, max): it
+    /// reports once a second.
+    pub ptp4l_report_age_p50_s: f64,
+    pub ptp4l_report_age_max_s: f64,
     /// Fraction of clockmesh samples whose |error| is inside the published bound.
     pub clockmesh_coverage: f64,
     pub clockmesh_median_bound_ns: f64,
@@ -85,6 +99,7 @@ pub struct RunFigures {
 pub fn run(args: ChronyArgs) -> anyhow::Result<()> {
     which("chronyd")?;
     which("chronyc")?;
+    which("ptp4l")?;
     let mut runs = Vec::new();
     for r in 0..args.runs.max(1) {
         eprintln!(
@@ -107,10 +122,12 @@ pub fn run(args: ChronyArgs) -> anyhow::Result<()> {
         "median": {
             "chrony_p99_ns": median(&|r| r.chrony.p99_ns),
             "clockmesh_p99_ns": median(&|r| r.clockmesh.p99_ns),
+            "ptp4l_p99_ns": median(&|r| r.ptp4l.p99_ns),
             "p99_ratio": median(&|r| r.p99_ratio),
             "clockmesh_coverage": median(&|r| r.clockmesh_coverage),
             "chrony_cpu_percent": median(&|r| r.chrony.cpu_percent),
             "clockmesh_cpu_percent": median(&|r| r.clockmesh.cpu_percent),
+            "ptp4l_cpu_percent": median(&|r| r.ptp4l.cpu_percent),
             "clockmesh_cpu_us_per_pair": median(&|r| r.clockmesh_cpu_us_per_pair),
             "pingpong_cpu_us_per_pair": median(&|r| r.pingpong_cpu_us_per_pair),
         }
@@ -122,9 +139,10 @@ pub fn run(args: ChronyArgs) -> anyhow::Result<()> {
     print_table(&runs);
     let m = &summary["median"];
     println!(
-        "median over {} run(s): chrony p99 {:.0} ns, clockmesh p99 {:.0} ns, ratio {:.2}, clockmesh coverage {:.4}",
+        "median over {} run(s): chrony p99 {:.0} ns, ptp4l p99 {:.0} ns, clockmesh p99 {:.0} ns, ratio (chrony / clockmesh) {:.2}, clockmesh coverage {:.4}",
         runs.len(),
         m["chrony_p99_ns"].as_f64().unwrap_or(f64::NAN),
+        m["ptp4l_p99_ns"].as_f64().unwrap_or(f64::NAN),
         m["clockmesh_p99_ns"].as_f64().unwrap_or(f64::NAN),
         m["p99_ratio"].as_f64().unwrap_or(f64::NAN),
         m["clockmesh_coverage"].as_f64().unwrap_or(f64::NAN),
@@ -135,7 +153,11 @@ pub fn run(args: ChronyArgs) -> anyhow::Result<()> {
 fn print_table(runs: &[RunFigures]) {
     println!("run  tool       |error| p50 / p99 / max      CPU (both processes)");
     for (i, r) in runs.iter().enumerate() {
-        for (name, t) in [("chrony", &r.chrony), ("clockmesh", &r.clockmesh)] {
+        for (name, t) in [
+            ("chrony", &r.chrony),
+            ("ptp4l", &r.ptp4l),
+            ("clockmesh", &r.clockmesh),
+        ] {
             println!(
                 "{:>4} {:>9} {:>7.0} / {:>6.0} / {:>7.0} ns  cpu {:>5.2} %  ({} samples)",
                 i + 1,
@@ -161,6 +183,10 @@ fn print_table(runs: &[RunFigures]) {
             r.pingpong_cpu_us_per_pair,
             r.pingpong_cpu_percent,
             r.clockmesh_cpu_us_per_pair / r.pingpong_cpu_us_per_pair
+        );
+        println!(
+            "     ptp4l unavailable {}, its latest report's age p50 {:.2} s, max {:.2} s",
+            r.ptp4l_unavailable, r.ptp4l_report_age_p50_s, r.ptp4l_report_age_max_s
         );
         println!("     clockmesh stamps used: {:?}", r.clockmesh_stamps);
     }
@@ -197,6 +223,13 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
     let server = Chronyd::start(cluster.bed.host(0), &dir, "server", &server_conf(&dir))?;
     let client_conf = client_conf(&dir, &cluster.bed.host(0).addr.to_string());
     let client = Chronyd::start(cluster.bed.host(1), &dir, "client", &client_conf)?;
+    let clock = ClockUntouched::take()?;
+    let ptp = ptp::start_pair(
+        cluster.bed.host(0),
+        cluster.bed.host(1),
+        &cluster.dir.join("ptp"),
+    )?;
+    let ptp_reader = ptp[1].reader();
     let cadence_us = cluster.cfg.cadence_us;
     let pingpong = PingPong::start(&cluster, cadence_us)?;
     let load = args.load.then(|| start_load(&cluster));
@@ -205,16 +238,21 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
     let reader = OffsetsReader::open(&offsets)
         .with_context(|| format!("clockmesh published nothing in {} s", args.warmup))?;
     let cpu_before = cpu(&cluster, &server, &client);
+    let ptp_before = ptp::cpu_seconds(&ptp);
     let (pairs_before, pingpong_before) = (pairs_sent(&cluster), pingpong.cpu_seconds());
     let started = Instant::now();
     let mut s = Samples::default();
     while started.elapsed() < Duration::from_secs(args.duration) {
         let tick = Instant::now();
         s.take(&reader, &client);
+        s.ptp4l.take(ptp_reader.reading());
         std::thread::sleep(Duration::from_secs(1).saturating_sub(tick.elapsed()));
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_after = cpu(&cluster, &server, &client);
+    let ptp_after = ptp::cpu_seconds(&ptp);
+    drop(ptp);
+    clock.check()?;
     let (pairs_after, pingpong_after) = (pairs_sent(&cluster), pingpong.cpu_seconds());
     drop(load);
     drop(pingpong);
@@ -232,6 +270,9 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
     chrony.cpu_percent = percent(cpu_before.0, cpu_after.0);
     let mut clockmesh = figures(&s.clockmesh);
     clockmesh.cpu_percent = percent(cpu_before.1, cpu_after.1);
+    let mut ptp4l = figures(&s.ptp4l.errors);
+    ptp4l.cpu_percent = percent(ptp_before, ptp_after);
+    let age = |p| quantile(&s.ptp4l.ages_s, p).unwrap_or(f64::NAN);
     let pingpong_pairs = 2.0 * elapsed * 1e6 / cadence_us.max(1) as f64;
     let pingpong_cpu = pingpong_after - pingpong_before;
     Ok(RunFigures {
@@ -244,8 +285,12 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
         clockmesh_median_bound_ns: quantile(&s.bounds, 0.5).unwrap_or(f64::NAN),
         clockmesh_unavailable: s.unavailable,
         clockmesh_stamps,
+        ptp4l_unavailable: s.ptp4l.unavailable,
+        ptp4l_report_age_p50_s: age(0.5),
+        ptp4l_report_age_max_s: age(1.0),
         chrony,
         clockmesh,
+        ptp4l,
     })
 }
 
@@ -341,6 +386,7 @@ struct Samples {
     bounds: Vec<f64>,
     covered: usize,
     unavailable: usize,
+    ptp4l: PtpSamples,
 }
 
 impl Samples {

@@ -16,6 +16,24 @@
 //! - chrony: `chronyc -c tracking`; error = "System time", bound = root
 //!   delay / 2 + root dispersion; "Not synchronised" (or no answer):
 //!   unavailable.
+//! - ptp4l (`ptp.rs`: free-running, software stamps, UDPv4 unicast, 16 Hz)
+//!   on all three hosts, host 0 the preferred master, hosts 1 and 2 its
+//!   slaves and the next masters in line (a PTP domain's standby masters):
+//!   error = −(the latest "master offset" it logged), no answer when that
+//!   is older than [`PTP_STALE`] or the port follows no master. A host
+//!   whose ptp4l became the grand master measures nothing: no answer (it
+//!   serves its own clock and carries nothing over from the lost master;
+//!   counted as error 0, two hosts that each lost the master and each
+//!   made itself grand master would score perfectly). ptp4l states no
+//!   bound: its coverage is "—".
+//!
+//! Each fault acts on all three tools alike where it can: the asymmetric
+//! route and the loss rules carry PTP's UDP ports too, the link down
+//! silences host 2's ptp4l with the rest; the agent restart restarts
+//! clockmesh's agent only (chrony and ptp4l run on, as chrony always did);
+//! in `reference_lost` host 0's ptp4l is killed for good with host 0's
+//! agent — both lose their reference and fail over to a standby — while
+//! chrony's server keeps running (chrony has no standby configured here).
 //!
 //! After a warm-up the faults follow one another, each sampled while it
 //! lasts ("during") and for 8 s after it ends ("after"): baseline,
@@ -56,7 +74,10 @@ use clockmesh_testbed::{
 use nix::sys::signal::Signal;
 use serde::Serialize;
 
-use crate::chrony::{Chronyd, client_conf, server_conf, which};
+use crate::{
+    chrony::{Chronyd, client_conf, server_conf, which},
+    ptp::{self, ClockUntouched, Ptp4l, PtpReader, PtpReading, PtpRole},
+};
 
 #[derive(clap::Args, Debug)]
 pub struct FaultsArgs {
@@ -81,6 +102,11 @@ pub struct FaultsArgs {
     /// Print the results as JSON.
     #[arg(long)]
     json: bool,
+    /// Pass bridged IPv4 through netfilter in the switch namespace
+    /// (`bridge-nf-call-iptables=1`), for every tool: without it ptp4l
+    /// cannot run on this bridge (see `ptp.rs`, "The bridge").
+    #[arg(long)]
+    ptp_bridge_netfilter: bool,
     /// Also write every sample (both tools, hosts 1 and 2) to this file,
     /// one JSON object a line.
     #[arg(long)]
@@ -103,6 +129,9 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 const RESTART_AFTER: Duration = Duration::from_secs(5);
 /// NTP's port, for the loss rules.
 const NTP_PORT: u16 = 123;
+/// ptp4l logs an offset each second: an answer older than two missed
+/// reports is stale.
+const PTP_STALE: Duration = Duration::from_millis(2_500);
 /// The nftables table the loss phase adds in hosts 1 and 2.
 const NFT_TABLE: &str = "clockmesh_faults";
 
@@ -112,14 +141,15 @@ enum Fault {
     /// Host 1's traffic to host 0 through an extra IP hop (the switch
     /// namespace forwards it); host 0 → host 1 stays direct.
     Asymmetric,
-    /// 30 % of UDP datagrams on the probe and NTP ports dropped, in and
-    /// out, in hosts 1 and 2.
+    /// 30 % of UDP datagrams on the probe, NTP and PTP ports dropped, in
+    /// and out, in hosts 1 and 2.
     Loss30,
     /// Host 2's interface down.
     LinkDown,
     /// Host 2's agent SIGKILLed, restarted [`RESTART_AFTER`] later.
     AgentRestart,
-    /// Host 0's agent SIGKILLed for good (chrony's server keeps running).
+    /// Host 0's agent and ptp4l SIGKILLed for good (chrony's server keeps
+    /// running).
     ReferenceLost,
 }
 
@@ -185,15 +215,17 @@ impl Part {
 enum Tool {
     Chrony,
     Clockmesh,
+    Ptp4l,
 }
 
 impl Tool {
-    const BOTH: [Tool; 2] = [Tool::Chrony, Tool::Clockmesh];
+    const ALL: [Tool; 3] = [Tool::Chrony, Tool::Ptp4l, Tool::Clockmesh];
 
     fn name(self) -> &'static str {
         match self {
             Tool::Chrony => "chrony",
             Tool::Clockmesh => "clockmesh",
+            Tool::Ptp4l => "ptp4l",
         }
     }
 }
@@ -323,6 +355,18 @@ fn parse_tracking(csv: &str) -> Reading {
     }
 }
 
+/// ptp4l's answer as a state and an error (it states no bound).
+fn ptp_answer(reading: PtpReading) -> (String, Option<f64>) {
+    match reading {
+        PtpReading::Offset {
+            error_ns, age_s, ..
+        } if age_s <= PTP_STALE.as_secs_f64() => ("following".into(), Some(error_ns)),
+        PtpReading::Offset { .. } => ("stale".into(), None),
+        PtpReading::GrandMaster => ("grand_master".into(), None),
+        PtpReading::Unavailable(why) => (why.into(), None),
+    }
+}
+
 /// What the sampler is sampling now.
 #[derive(Clone, Copy)]
 struct Label {
@@ -339,8 +383,9 @@ struct Sampler {
 }
 
 impl Sampler {
-    /// `hosts`: (host index, offsets file, chronyd command socket).
-    fn start(hosts: Vec<(usize, PathBuf, PathBuf)>, started: Instant) -> Self {
+    /// `hosts`: (host index, offsets file, chronyd command socket);
+    /// `ptp`: each host's ptp4l, in the same order.
+    fn start(hosts: Vec<(usize, PathBuf, PathBuf)>, ptp: Vec<PtpReader>, started: Instant) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let label = Arc::new(Mutex::new(Label {
             phase: "warmup",
@@ -348,7 +393,7 @@ impl Sampler {
         }));
         let handle = {
             let (stop, label) = (stop.clone(), label.clone());
-            thread::spawn(move || sample_loop(&hosts, started, &stop, &label))
+            thread::spawn(move || sample_loop(&hosts, &ptp, started, &stop, &label))
         };
         Sampler {
             stop,
@@ -381,6 +426,7 @@ impl Drop for Sampler {
 
 fn sample_loop(
     hosts: &[(usize, PathBuf, PathBuf)],
+    ptp: &[PtpReader],
     started: Instant,
     stop: &AtomicBool,
     label: &Mutex<Label>,
@@ -437,6 +483,21 @@ fn sample_loop(
             };
             push(*host, Tool::Chrony, r);
         }
+        for ((host, _, _), reader) in hosts.iter().zip(ptp) {
+            let (state, error_ns) = ptp_answer(reader.reading());
+            out.push(Sample {
+                t_s,
+                phase: l.phase,
+                part: l.part,
+                host: *host,
+                tool: Tool::Ptp4l,
+                state,
+                error_ns,
+                bound_ns: None,
+                error_vs_host0_ns: None,
+                read: None,
+            });
+        }
         next += SAMPLE_EVERY;
         let now = Instant::now();
         if next > now {
@@ -459,7 +520,8 @@ pub struct Figures {
     pub p50_ns: f64,
     pub p99_ns: f64,
     pub max_ns: f64,
-    /// % of answered samples with |error| ≤ the tool's own bound.
+    /// % of answered samples with |error| ≤ the tool's own bound (null:
+    /// the tool states none).
     pub coverage_pct: f64,
     pub median_bound_ns: f64,
     /// Samples by state (answers and the reasons for no answer).
@@ -472,8 +534,9 @@ fn figures<'a>(samples: impl Iterator<Item = &'a Sample>) -> Figures {
     for s in samples {
         n += 1;
         *states.entry(s.state.clone()).or_insert(0) += 1;
-        if let (Some(e), Some(b)) = (s.error_ns, s.bound_ns) {
-            errors.push(e.abs());
+        let Some(e) = s.error_ns else { continue };
+        errors.push(e.abs());
+        if let Some(b) = s.bound_ns {
             bounds.push(b);
             covered += usize::from(e.abs() <= b);
         }
@@ -493,7 +556,7 @@ fn figures<'a>(samples: impl Iterator<Item = &'a Sample>) -> Figures {
         p50_ns: q(&errors, 0.5),
         p99_ns: q(&errors, 0.99),
         max_ns: q(&errors, 1.0),
-        coverage_pct: pct(covered, errors.len()),
+        coverage_pct: pct(covered, bounds.len()),
         median_bound_ns: q(&bounds, 0.5),
         states,
     }
@@ -507,8 +570,11 @@ pub struct Row {
     pub seconds: f64,
     pub chrony: Figures,
     pub clockmesh: Figures,
+    pub ptp4l: Figures,
     /// clockmesh p99 / chrony p99 (< 1: clockmesh is closer).
     pub p99_ratio: f64,
+    /// clockmesh p99 / ptp4l p99.
+    pub p99_ratio_ptp4l: f64,
     /// After parts: how long each tool took to get back to its no-fault
     /// level (see [`Recovery`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -523,7 +589,7 @@ pub struct Notes {
     /// Datagrams the switch namespace forwarded during `asymmetric` (host
     /// 1 → host 0 through the extra hop).
     pub asymmetric_forwarded: Option<u64>,
-    /// Datagrams on the probe and NTP ports the loss rules saw and dropped
+    /// Datagrams on the probe, NTP and PTP ports the loss rules saw and dropped
     /// in hosts 1 and 2, in and out.
     pub loss_seen: Option<u64>,
     pub loss_dropped: Option<u64>,
@@ -560,7 +626,7 @@ impl BackendRun {
         samples: &[Sample],
         notes: Notes,
     ) -> BackendRun {
-        let levels = Tool::BOTH.map(|tool| (tool, baseline_p99(samples, tool)));
+        let levels = Tool::ALL.map(|tool| (tool, baseline_p99(samples, tool)));
         let rows = rows(phases, samples, &levels);
         let recovery = levels
             .iter()
@@ -614,6 +680,7 @@ pub fn run(args: FaultsArgs) -> anyhow::Result<()> {
     stop_on_interrupt()?;
     which("chronyd")?;
     which("chronyc")?;
+    which("ptp4l")?;
     which("nft")?; // the loss phase
     let backends: &[Backend] = match args.backend {
         BackendArg::Static => &[Backend::Static],
@@ -740,6 +807,10 @@ fn one_backend(
     if backend == Backend::Etcd {
         lead_from_host0(&mut cluster)?;
     }
+    if args.ptp_bridge_netfilter {
+        let sw = cluster.bed.switch_host().context("no switch namespace")?;
+        ptp::bridge_netfilter_on(&sw)?;
+    }
     let dir = cluster.dir.join("chrony");
     std::fs::create_dir_all(&dir)?;
     // chronyd refuses a command socket in a directory others can reach.
@@ -755,6 +826,8 @@ fn one_backend(
         Chronyd::start(cluster.bed.host(i), &dir, "client", &conf)
     };
     let clients = [client(1)?, client(2)?];
+    let clock = ClockUntouched::take()?;
+    let mut ptp = start_ptp(&cluster)?;
     let sampler = Sampler::start(
         (1..=2)
             .map(|i| {
@@ -765,6 +838,7 @@ fn one_backend(
                 )
             })
             .collect(),
+        ptp[1..].iter().map(Ptp4l::reader).collect(),
         started,
     );
     wait(Duration::from_secs(args.warmup))?;
@@ -775,22 +849,54 @@ fn one_backend(
             phase.name,
             phase.during.as_secs_f64()
         );
-        run_phase(&mut cluster, &sampler, phase, notes, args.settle_s)
-            .with_context(|| format!("phase {}", phase.name))?;
+        run_phase(
+            &mut cluster,
+            &mut ptp,
+            &sampler,
+            phase,
+            notes,
+            args.settle_s,
+        )
+        .with_context(|| format!("phase {}", phase.name))?;
     }
     notes.leader_at_end = leader(&cluster);
     let mut samples = sampler.finish();
     let timelines = Timelines::read(&cluster);
     timelines.score(&mut samples);
     notes.hand_overs = timelines.steps(&samples);
+    drop(ptp);
     drop(clients);
     drop(server);
     drop(cluster);
+    clock.check()?;
     Ok(samples)
+}
+
+/// ptp4l on every host: host 0 the preferred master (lowest priority1),
+/// hosts 1 and 2 asking every other host for unicast service, so that the
+/// best one left serves when host 0's is lost.
+fn start_ptp(cluster: &Cluster) -> anyhow::Result<Vec<Ptp4l>> {
+    let dir = cluster.dir.join("ptp");
+    std::fs::create_dir_all(&dir)?;
+    (0..cluster.cfg.nodes)
+        .map(|i| {
+            let others: Vec<_> = (0..cluster.cfg.nodes)
+                .filter(|&j| j != i)
+                .map(|j| cluster.bed.host(j).addr)
+                .collect();
+            let role = PtpRole {
+                priority1: 1 + i as u8,
+                masters: if i == 0 { &[] } else { &others },
+                slave_only: false,
+            };
+            Ptp4l::start(cluster.bed.host(i), &dir, &format!("host{i}"), &role)
+        })
+        .collect()
 }
 
 fn run_phase(
     cluster: &mut Cluster,
+    ptp: &mut [Ptp4l],
     sampler: &Sampler,
     phase: &Phase,
     notes: &mut Notes,
@@ -815,7 +921,10 @@ fn run_phase(
                 &LossSpec {
                     table: NFT_TABLE,
                     percent: 30,
-                    ports: vec![NTP_PORT, PROBE_PORT],
+                    ports: [NTP_PORT, PROBE_PORT]
+                        .into_iter()
+                        .chain(ptp::PTP_PORTS)
+                        .collect(),
                     hooks: Hooks::InputAndOutput,
                 },
             )?;
@@ -837,6 +946,7 @@ fn run_phase(
         Fault::ReferenceLost => {
             notes.leader_before_reference_lost = leader(cluster);
             cluster.stop_agent(0, Signal::SIGKILL)?;
+            ptp[0].kill();
             wait(phase.during)?;
         }
     }
@@ -1327,12 +1437,13 @@ fn rows(phases: &[Phase], samples: &[Sample], levels: &[(Tool, f64)]) -> Vec<Row
                 }))
             };
             let (chrony, clockmesh) = (of(Tool::Chrony, None), of(Tool::Clockmesh, None));
+            let ptp4l = of(Tool::Ptp4l, None);
             let per_host = [1, 2]
                 .into_iter()
                 .map(|h| {
                     (
                         h,
-                        BTreeMap::from(Tool::BOTH.map(|t| (t.name(), of(t, Some(h))))),
+                        BTreeMap::from(Tool::ALL.map(|t| (t.name(), of(t, Some(h))))),
                     )
                 })
                 .collect();
@@ -1347,9 +1458,11 @@ fn rows(phases: &[Phase], samples: &[Sample], levels: &[(Tool, f64)]) -> Vec<Row
                 part: part.as_str(),
                 seconds: seconds.as_secs_f64(),
                 p99_ratio: clockmesh.p99_ns / chrony.p99_ns,
+                p99_ratio_ptp4l: clockmesh.p99_ns / ptp4l.p99_ns,
                 recovery,
                 chrony,
                 clockmesh,
+                ptp4l,
                 per_host,
             });
         }
@@ -1386,31 +1499,7 @@ fn print_tables(runs: &[BackendRun]) {
             "median bound"
         );
         for row in &r.rows {
-            for (tool, f) in [("chrony", &row.chrony), ("clockmesh", &row.clockmesh)] {
-                let first = tool == "chrony";
-                println!(
-                    "{:<15} {:<6} {:<9} {:>7} {:>7.1}  {:>7} / {:>6} / {:>7}  {:>8.1}  {:>12}  {}",
-                    if first { row.phase } else { "" },
-                    if first { row.part } else { "" },
-                    tool,
-                    f.samples,
-                    f.availability_pct,
-                    ns(f.p50_ns),
-                    ns(f.p99_ns),
-                    ns(f.max_ns),
-                    f.coverage_pct,
-                    ns(f.median_bound_ns),
-                    f.states
-                        .iter()
-                        .map(|(k, v)| format!("{k} {v}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
-            println!(
-                "{:<15} {:<6} clockmesh p99 / chrony p99 = {:.3}",
-                "", "", row.p99_ratio
-            );
+            print_row(row);
             print_recovery(row);
         }
         print_recovery_tally(&r.recovery);
@@ -1456,6 +1545,39 @@ fn print_tables(runs: &[BackendRun]) {
             );
         }
     }
+}
+
+/// One part's lines: each tool's figures, then the p99 ratios.
+fn print_row(row: &Row) {
+    for (tool, f) in [
+        ("chrony", &row.chrony),
+        ("ptp4l", &row.ptp4l),
+        ("clockmesh", &row.clockmesh),
+    ] {
+        let first = tool == "chrony";
+        println!(
+            "{:<15} {:<6} {:<9} {:>7} {:>7.1}  {:>7} / {:>6} / {:>7}  {:>8}  {:>12}  {}",
+            if first { row.phase } else { "" },
+            if first { row.part } else { "" },
+            tool,
+            f.samples,
+            f.availability_pct,
+            ns(f.p50_ns),
+            ns(f.p99_ns),
+            ns(f.max_ns),
+            percent(f.coverage_pct),
+            ns(f.median_bound_ns),
+            f.states
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    println!(
+        "{:<15} {:<6} clockmesh p99 / chrony p99 = {:.3}, / ptp4l p99 = {:.3}",
+        "", "", row.p99_ratio, row.p99_ratio_ptp4l
+    );
 }
 
 /// The after part's line: how long each tool took to be back at its
@@ -1515,6 +1637,15 @@ fn ns(v: f64) -> String {
     }
 }
 
+/// A percentage to one decimal; "—" where there is none (no bound).
+fn percent(v: f64) -> String {
+    if v.is_nan() {
+        "—".into()
+    } else {
+        format!("{v:.1}")
+    }
+}
+
 fn opt(v: Option<u64>) -> String {
     v.map_or("?".into(), |v| v.to_string())
 }
@@ -1536,6 +1667,41 @@ mod tests {
         let r = parse_tracking("0,,0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,Not synchronised\n");
         assert!(r.answer.is_none());
         assert!(parse_tracking("").answer.is_none());
+    }
+
+    #[test]
+    fn a_ptp4l_answer_is_a_fresh_offset_while_following_a_master() {
+        let offset = |age_s| PtpReading::Offset {
+            error_ns: -30.0,
+            age_s,
+            path_delay_ns: 2_000.0,
+        };
+        assert_eq!(ptp_answer(offset(1.0)), ("following".into(), Some(-30.0)));
+        assert_eq!(ptp_answer(offset(3.0)), ("stale".into(), None));
+        assert_eq!(
+            ptp_answer(PtpReading::GrandMaster),
+            ("grand_master".into(), None)
+        );
+        assert_eq!(
+            ptp_answer(PtpReading::Unavailable("faulty")),
+            ("faulty".into(), None)
+        );
+        // No bound: answered, with |error|, but no coverage.
+        let sample = Sample {
+            t_s: 0.0,
+            phase: "p",
+            part: Part::During,
+            host: 1,
+            tool: Tool::Ptp4l,
+            state: "following".into(),
+            error_ns: Some(-30.0),
+            bound_ns: None,
+            error_vs_host0_ns: None,
+            read: None,
+        };
+        let f = figures(std::iter::once(&sample));
+        assert_eq!((f.answered, f.p99_ns), (1, 30.0));
+        assert!(f.coverage_pct.is_nan());
     }
 
     #[test]
@@ -1687,7 +1853,9 @@ mod tests {
             seconds: 8.0,
             chrony: figures(std::iter::empty()),
             clockmesh: figures(std::iter::empty()),
+            ptp4l: figures(std::iter::empty()),
             p99_ratio: f64::NAN,
+            p99_ratio_ptp4l: f64::NAN,
             recovery: Some(BTreeMap::from([(Tool::Clockmesh.name(), r)])),
             per_host: BTreeMap::new(),
         }

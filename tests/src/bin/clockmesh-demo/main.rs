@@ -22,6 +22,7 @@ mod cluster;
 mod faults;
 mod gpu;
 mod pingpong;
+mod ptp;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -54,10 +55,10 @@ enum Cmd {
     /// Benchmarks: tc program cost per packet, sustained event rate, delay
     /// distributions per timestamp point.
     Bench(bench::BenchArgs),
-    /// chrony and clockmesh side by side on one veth pair, at the same
-    /// instants: |error| p50/p99/max, CPU, clockmesh's bound coverage.
+    /// chrony, ptp4l and clockmesh side by side on one veth pair, at the
+    /// same instants: |error| p50/p99/max, CPU, clockmesh's bound coverage.
     BenchChrony(chrony::ChronyArgs),
-    /// chrony and clockmesh beside each other on 3 hosts through faults
+    /// chrony, ptp4l and clockmesh beside each other on 3 hosts through faults
     /// (asymmetric path, 30 % loss, link down, agent restart, reference
     /// lost): what a reader gets, availability, |error|, bound coverage.
     BenchFaults(faults::FaultsArgs),
