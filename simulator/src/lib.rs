@@ -25,7 +25,7 @@ pub use error::SimError;
 pub use protocol::{
     HandOverScore, HostTraffic, ProtocolReport, Traffic, WindowTrace, run_protocol,
 };
-pub use recovery::RecoveryReport;
+pub use recovery::{RecoveryReport, RecoveryRule};
 pub use report::{Quantiles, Report, Summary, WindowReport};
 pub use scenario::{
     ClockModel, Isolation, LeaderChange, LinkModel, Mode, QueueKind, QueueModel, Scenario,

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     cluster::{Clocks, Noise, READING_BASE_NS, rng_from_seed},
     error::SimError,
-    recovery::{Answer, RecoveryReport, RecoveryScores, SAMPLES_PER_WINDOW},
+    recovery::{Answer, RecoveryReport, RecoveryRule, RecoveryScores, SAMPLES_PER_WINDOW},
     report::Quantiles,
     scenario::Scenario,
 };
@@ -422,10 +422,17 @@ impl<'a> Sim<'a> {
         let leaders: Vec<usize> = self.s.leading_nodes().map(|n| n as usize).collect();
         self.recovery = RecoveryScores::new(self.hosts.len(), &isolated, &leaders);
         let step = window_ns / i64::from(SAMPLES_PER_WINDOW);
-        let readings = crate::recovery::RECOVERY_WINDOWS * SAMPLES_PER_WINDOW;
+        let readings = self.recovery_rule().reading_windows() * SAMPLES_PER_WINDOW;
         for k in 0..i64::from(readings) {
             self.schedule(until + k * step, Event::ReadReaders);
         }
+    }
+
+    /// The restated recovery rule for the scenario's isolation.
+    fn recovery_rule(&self) -> RecoveryRule {
+        let down = self.s.isolation.as_ref().map_or(0, |iso| iso.windows);
+        let stamps = self.s.timestamps.stamp_class();
+        RecoveryRule::for_fault(stamps, down, self.s.agent.window_ns())
     }
 
     /// Whether the link between hosts `i` and `j` is cut now (`isolation`).
@@ -828,6 +835,7 @@ impl<'a> Sim<'a> {
             }
         }
         counters.insert("solves".into(), self.hosts[leader].node.timings().solves);
+        let rule = self.recovery_rule();
         let results = self.scores.errors.len();
         let aged = self.scores.aged_errors.len();
         let ratio = |k: usize, n: usize| if n == 0 { 0.0 } else { k as f64 / n as f64 };
@@ -856,7 +864,7 @@ impl<'a> Sim<'a> {
                 .s
                 .isolation
                 .as_ref()
-                .map(|iso| self.recovery.report(iso.windows)),
+                .map(|iso| self.recovery.report(iso.windows, rule)),
             per_window: self
                 .scores
                 .by_window
