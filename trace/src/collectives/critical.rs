@@ -264,6 +264,8 @@ struct Step {
     step: u64,
     start_ns: i64,
     chains: Vec<Chain>,
+    /// (participant, instance) → (chain, node).
+    at: HashMap<(usize, usize), (usize, usize)>,
 }
 
 struct Job<'a> {
@@ -293,10 +295,31 @@ impl<'a> Job<'a> {
         for v in &mut by_rank {
             v.sort_by_key(|&i| (calls[i].enter_ns, calls[i].exit_ns));
         }
-        let numbers: BTreeSet<u64> = calls.iter().filter_map(|c| c.step).collect();
-        let steps = numbers
+        // step → participant → positions in `by_rank` (one pass: the job's
+        // cost grows with its calls, not calls × steps).
+        let mut by_step: BTreeMap<u64, BTreeMap<usize, Vec<usize>>> = BTreeMap::new();
+        for (p, v) in by_rank.iter().enumerate() {
+            for (pos, &i) in v.iter().enumerate() {
+                if let Some(step) = calls[i].step {
+                    by_step
+                        .entry(step)
+                        .or_default()
+                        .entry(p)
+                        .or_default()
+                        .push(pos);
+                }
+            }
+        }
+        let ctx = Context {
+            analysis,
+            calls,
+            by_rank: &by_rank,
+            steps,
+            instance_of: &instance_of,
+        };
+        let steps = by_step
             .into_iter()
-            .map(|step| step_of(step, analysis, calls, &by_rank, steps, &instance_of))
+            .map(|(step, ranks)| ctx.step(step, ranks))
             .collect();
         Self {
             analysis,
@@ -325,123 +348,113 @@ fn step_span(steps: &[Vec<StepSpan>], participant: usize, step: u64) -> Option<S
         .copied()
 }
 
-/// Step `step`'s chains: each rank's calls of the step, the time before
-/// each split (see the module's definitions).
-fn step_of(
-    step: u64,
-    analysis: &Analysis,
-    calls: &[CollectiveCall],
-    by_rank: &[Vec<usize>],
-    steps: &[Vec<StepSpan>],
-    instance_of: &HashMap<(usize, i64, i64), usize>,
-) -> Step {
-    let in_step: Vec<(usize, Vec<usize>)> = by_rank
-        .iter()
-        .enumerate()
-        .map(|(p, v)| {
-            let mine = v
-                .iter()
-                .copied()
-                .filter(|&i| calls[i].step == Some(step))
-                .collect();
-            (p, mine)
-        })
-        .filter(|(_, v): &(usize, Vec<usize>)| !v.is_empty())
-        .collect();
-    let first_start = |p: usize, first: &CollectiveCall| {
-        step_span(steps, p, step)
-            .map(|s| s.start_ns)
-            .unwrap_or_else(|| {
-                first
-                    .preceding
-                    .as_ref()
-                    .map_or(first.enter_ns, |w| w.start_ns.min(first.enter_ns))
-            })
-    };
-    let start_ns = in_step
-        .iter()
-        .map(|(p, v)| first_start(*p, &calls[v[0]]))
-        .min()
-        .unwrap_or(0);
-    let chains = in_step
-        .into_iter()
-        .map(|(p, mine)| {
-            chain(
-                p,
-                &mine,
-                &by_rank[p],
-                start_ns,
-                step_span(steps, p, step),
-                analysis,
-                calls,
-                instance_of,
-            )
-        })
-        .collect();
-    Step {
-        step,
-        start_ns,
-        chains,
-    }
+/// What building the chains reads.
+struct Context<'c> {
+    analysis: &'c Analysis,
+    calls: &'c [CollectiveCall],
+    /// Per participant, its calls by enter.
+    by_rank: &'c [Vec<usize>],
+    steps: &'c [Vec<StepSpan>],
+    instance_of: &'c HashMap<(usize, i64, i64), usize>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn chain(
-    participant: usize,
-    mine: &[usize],
-    all: &[usize],
-    step_start: i64,
-    span_of_step: Option<StepSpan>,
-    analysis: &Analysis,
-    calls: &[CollectiveCall],
-    instance_of: &HashMap<(usize, i64, i64), usize>,
-) -> Chain {
-    let first = &calls[mine[0]];
-    // The rank's call before the step, if it exited inside the step.
-    let before = all
-        .iter()
-        .take_while(|&&i| i != mine[0])
-        .map(|&i| calls[i].exit_ns)
-        .filter(|&x| x <= first.enter_ns)
-        .max();
-    let start_ns = before
-        .map_or(step_start, |x| x.max(step_start))
-        .min(first.enter_ns);
-    let mut nodes: Vec<Node> = Vec::with_capacity(mine.len());
-    for &i in mine {
-        let c = &calls[i];
-        let (anchor, anchor_ns) = match nodes.last() {
-            None => (Anchor::Start, start_ns),
-            Some(prev) if c.enter_ns >= calls[prev.call].exit_ns => {
-                (Anchor::PreviousExit, calls[prev.call].exit_ns)
-            }
-            Some(prev) => (Anchor::PreviousEnter, calls[prev.call].enter_ns),
+impl Context<'_> {
+    /// Step `step`'s chains (`ranks`: participant → positions of its calls
+    /// of the step in `by_rank`), the time before each call split (see the
+    /// module's definitions).
+    fn step(&self, step: u64, ranks: BTreeMap<usize, Vec<usize>>) -> Step {
+        let first_start = |p: usize, first: &CollectiveCall| {
+            step_span(self.steps, p, step)
+                .map(|s| s.start_ns)
+                .unwrap_or_else(|| {
+                    first
+                        .preceding
+                        .as_ref()
+                        .map_or(first.enter_ns, |w| w.start_ns.min(first.enter_ns))
+                })
         };
-        let instance = instance_of
-            .get(&(participant, c.enter_ns, c.exit_ns))
-            .copied();
-        let own_start = span_of_step.filter(|_| anchor == Anchor::Start);
-        let own_start = own_start.map_or(anchor_ns, |s| s.start_ns);
-        nodes.push(node(
-            i,
-            c,
-            instance,
-            (anchor, anchor_ns, own_start),
-            analysis,
-        ));
+        let start_ns = ranks
+            .iter()
+            .map(|(&p, v)| first_start(p, &self.calls[self.by_rank[p][v[0]]]))
+            .min()
+            .unwrap_or(0);
+        let chains: Vec<Chain> = ranks
+            .into_iter()
+            .map(|(p, positions)| {
+                self.chain(p, &positions, start_ns, step_span(self.steps, p, step))
+            })
+            .collect();
+        let mut at = HashMap::new();
+        for (ci, c) in chains.iter().enumerate() {
+            for (ni, n) in c.nodes.iter().enumerate() {
+                if let Some(inst) = n.instance {
+                    at.insert((c.participant, inst), (ci, ni));
+                }
+            }
+        }
+        Step {
+            step,
+            start_ns,
+            chains,
+            at,
+        }
     }
-    let last_exit = nodes.iter().map(|n| calls[n.call].exit_ns).max();
-    let end_ns = span_of_step
-        .map(|s| s.end_ns)
-        .into_iter()
-        .chain(last_exit)
-        .max()
-        .unwrap_or(start_ns);
-    Chain {
-        participant,
-        start_ns,
-        end_ns,
-        nodes,
+
+    /// One rank's chain: its calls at `positions` of `by_rank`.
+    fn chain(
+        &self,
+        participant: usize,
+        positions: &[usize],
+        step_start: i64,
+        span_of_step: Option<StepSpan>,
+    ) -> Chain {
+        let calls = self.calls;
+        let mine: Vec<usize> = positions
+            .iter()
+            .map(|&pos| self.by_rank[participant][pos])
+            .collect();
+        let first = &calls[mine[0]];
+        // The rank's previous call, where it exited inside the step and
+        // before this one entered.
+        let before = positions[0]
+            .checked_sub(1)
+            .map(|pos| calls[self.by_rank[participant][pos]].exit_ns)
+            .filter(|&x| x <= first.enter_ns);
+        let start_ns = before
+            .map_or(step_start, |x| x.max(step_start))
+            .min(first.enter_ns);
+        let mut nodes: Vec<Node> = Vec::with_capacity(mine.len());
+        for &i in &mine {
+            let c = &calls[i];
+            let (anchor, anchor_ns) = match nodes.last() {
+                None => (Anchor::Start, start_ns),
+                Some(prev) if c.enter_ns >= calls[prev.call].exit_ns => {
+                    (Anchor::PreviousExit, calls[prev.call].exit_ns)
+                }
+                Some(prev) => (Anchor::PreviousEnter, calls[prev.call].enter_ns),
+            };
+            let instance = self
+                .instance_of
+                .get(&(participant, c.enter_ns, c.exit_ns))
+                .copied();
+            let own_start = span_of_step.filter(|_| anchor == Anchor::Start);
+            let own_start = own_start.map_or(anchor_ns, |s| s.start_ns);
+            let anchor = (anchor, anchor_ns, own_start);
+            nodes.push(node(i, c, instance, anchor, self.analysis));
+        }
+        let last_exit = nodes.iter().map(|n| calls[n.call].exit_ns).max();
+        let end_ns = span_of_step
+            .map(|s| s.end_ns)
+            .into_iter()
+            .chain(last_exit)
+            .max()
+            .unwrap_or(start_ns);
+        Chain {
+            participant,
+            start_ns,
+            end_ns,
+            nodes,
+        }
     }
 }
 
@@ -515,15 +528,7 @@ impl Job<'_> {
 
     /// The chain and node of `participant`'s call in `inst`, in `step`.
     fn find(&self, step: &Step, participant: usize, inst: usize) -> Option<(usize, usize)> {
-        let c = step
-            .chains
-            .iter()
-            .position(|c| c.participant == participant)?;
-        let n = step.chains[c]
-            .nodes
-            .iter()
-            .position(|n| n.instance == Some(inst))?;
-        Some((c, n))
+        step.at.get(&(participant, inst)).copied()
     }
 
     fn path(&self, step: &Step) -> StepPath {
