@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand};
 mod bench_accuracy;
 mod disk;
 mod fresh;
+mod gpu;
 mod image;
 mod layering;
 mod setup;
@@ -90,6 +91,16 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// A real two-host GPU job against the truth, on a machine with 2+
+    /// NVIDIA GPUs, torch and jax (needs root): agents with injected skews in
+    /// network namespaces, PyTorch NCCL and JAX jobs between them, profiler
+    /// windows that differ per rank, a planted straggler; prints the
+    /// straggler, bound and causality figures. `-- --bundle DIR` instead
+    /// writes what a GPU machine without cargo needs to run it.
+    GpuE2e {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Container image as an OCI layout in target/image/clockmesh-oci, no daemon (needs root).
     Image {
         /// Then unpack it and run the binary in it with chroot.
@@ -113,17 +124,18 @@ fn main() -> anyhow::Result<()> {
         Task::BenchAccuracy { args } if args == ["--gate"] => bench_accuracy::accuracy_gate(),
         Task::BenchAccuracy { args } => bench_accuracy::bench_accuracy(&args),
         Task::Image { smoke } => image::image(smoke),
+        Task::GpuE2e { args } => gpu::gpu_e2e(&args),
     }
 }
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap_or(Path::new("."))
         .to_path_buf()
 }
 
-fn run(cmd: &mut Command) -> anyhow::Result<()> {
+pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
     eprintln!("xtask: {}", describe(cmd));
     let status = cmd
         .status()
@@ -209,7 +221,7 @@ pub(crate) fn target_dir() -> PathBuf {
 }
 
 /// Builds `clockmesh-demo` (release) after the root and setup checks.
-fn build_demo(task: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn build_demo(task: &str) -> anyhow::Result<PathBuf> {
     require_root(task, NETNS_AND_EBPF)?;
     setup()?;
     run(cargo().args([
