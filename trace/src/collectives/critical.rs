@@ -12,7 +12,8 @@
 //!   when k entered after it, else the previous call's enter (the calls
 //!   overlap: k waited only for its issue); the first call's is the rank's
 //!   **chain start**: the step's start (the earliest start of step N over
-//!   the ranks), or later where the rank's previous call exited later.
+//!   the ranks), or the exit of the rank's previous call where that is
+//!   later (and before the call's enter).
 //!   Where the rank's own step span began after its chain start, the time
 //!   up to it is a *late start* (host time between steps: a host gap).
 //! * A rank's **end**: the later of its step span's end and its last exit.
