@@ -121,8 +121,9 @@ pub enum SegmentKind {
 pub struct Segment {
     pub participant: usize,
     pub kind: SegmentKind,
-    /// The op (work), the collective (gap: the call it preceded), or the
-    /// step's last call (tail).
+    /// The op (work; other: the op it came before), the call (collective;
+    /// gap, late start and carry-over: the call they came before), or the
+    /// call the tail follows.
     pub op: Name,
     pub start_ns: i64,
     pub end_ns: i64,
@@ -684,11 +685,10 @@ impl Job<'_> {
         let other_op = node.work.as_ref().map_or(c.op.clone(), |(n, _)| n.clone());
         let other_start = node.anchor_ns.saturating_add(node.late_ns);
         out.push(self.segment(chain, SegmentKind::Other, other_op, other_start, work_start));
-        let before_step: Name = format!("before step {}", step.step).into();
         out.push(self.segment(
             chain,
             SegmentKind::LateStart,
-            before_step,
+            c.op.clone(),
             node.anchor_ns,
             other_start,
         ));
