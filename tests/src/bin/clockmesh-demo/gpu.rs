@@ -102,6 +102,11 @@ struct JobFigures {
     /// launch latency difference of the two ranks).
     lateness_vs_calls_p50_ns: Option<f64>,
     lateness_vs_calls_max_ns: Option<f64>,
+    /// PyTorch: the straggler's launch latency (kernel start − its
+    /// `cudaLaunchKernel`/`cuLaunchKernelEx`) less the other rank's, in the
+    /// delayed instances: the launch term of the comparison with the calls.
+    launch_term_p50_ns: Option<f64>,
+    launch_term_max_ns: Option<f64>,
     /// Every enter/exit of the skewed host's GPU collectives against the
     /// truth: how many within the host map's bound (the stated bound less
     /// the profiler's conversion term, which this truth cannot see).
@@ -527,6 +532,10 @@ fn score_job(
     let hosts = participant_hosts(&aligned);
     let raw_hosts = participant_hosts(&raw);
     let raw_calls = calls_by_place(&raw, &raw_hosts);
+    let launches = match job {
+        Job::Torch => launch_latencies(inputs)?,
+        Job::Jax => BTreeMap::new(),
+    };
     let truth_calls = call_truth(&out.join(format!("{job:?}").to_lowercase()))?;
     let instances: Vec<&Value> = aligned["instances"]
         .as_array()
@@ -546,6 +555,7 @@ fn score_job(
     };
     let mut late_err = Vec::new();
     let mut late_vs_calls = Vec::new();
+    let mut launch_terms = Vec::new();
     let mut skew_err = Vec::new();
     let mut bounds = Vec::new();
     let firsts = first_instance_per_step(&instances);
@@ -604,7 +614,17 @@ fn score_job(
         ) {
             late_vs_calls.push((late - (cs - co)).abs() as f64);
         }
+        let raw_enter = |h: usize| {
+            let &(_, e, _, _) = mine.iter().find(|m| m.0 == h)?;
+            raw_calls.get(aligned_places.get(&(h, e))?).map(|r| r.0)
+        };
+        let latency = |h: usize| launch_near(&launches, h, raw_enter(h)?);
+        if let (Some(ls), Some(lo)) = (latency(STRAGGLER), latency(1 - STRAGGLER)) {
+            launch_terms.push((ls - lo) as f64);
+        }
     }
+    f.launch_term_p50_ns = quantile(&launch_terms, 0.5);
+    f.launch_term_max_ns = quantile(&launch_terms, 1.0);
     f.lateness_error_p50_ns = quantile(&late_err, 0.5);
     f.lateness_error_max_ns = quantile(&late_err, 1.0);
     f.lateness_vs_calls_p50_ns = quantile(&late_vs_calls, 0.5);
@@ -612,6 +632,55 @@ fn score_job(
     f.skewed_error_max_ns = quantile(&skew_err, 1.0);
     f.skewed_bound_max_ns = quantile(&bounds, 1.0);
     Ok(f)
+}
+
+/// Per rank (= host index), each NCCL kernel's start (raw epoch ns) and its
+/// launch latency: start − the runtime or driver call that launched it
+/// (same `correlation`).
+fn launch_latencies(inputs: &[PathBuf]) -> anyhow::Result<BTreeMap<(usize, i64), i64>> {
+    let mut out = BTreeMap::new();
+    for (rank, path) in inputs.iter().enumerate() {
+        let doc: Value = serde_json::from_slice(&std::fs::read(path)?)?;
+        let base = doc["baseTimeNanoseconds"].as_i64().unwrap_or(0);
+        let epoch_ns = |e: &Value| {
+            e["ts"]
+                .as_f64()
+                .map(|us| base + (us * 1000.0).round() as i64)
+        };
+        let events: Vec<&Value> = doc["traceEvents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .collect();
+        let launch: BTreeMap<i64, i64> = events
+            .iter()
+            .filter(|e| matches!(e["cat"].as_str(), Some("cuda_runtime" | "cuda_driver")))
+            .filter_map(|e| Some((e["args"]["correlation"].as_i64()?, epoch_ns(e)?)))
+            .collect();
+        for e in events.iter().filter(|e| {
+            e["cat"] == "kernel"
+                && e["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("ncclDevKernel"))
+        }) {
+            let (Some(start), Some(corr)) = (epoch_ns(e), e["args"]["correlation"].as_i64()) else {
+                continue;
+            };
+            if let Some(l) = launch.get(&corr) {
+                out.insert((rank, start), start - l);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The launch latency of rank `h`'s kernel that started at `start` (±2 ns:
+/// the trace's µs with three decimals, read as a float here).
+fn launch_near(launches: &BTreeMap<(usize, i64), i64>, h: usize, start: i64) -> Option<i64> {
+    launches
+        .range((h, start - 2)..=(h, start + 2))
+        .next()
+        .map(|(_, l)| *l)
 }
 
 /// Per step, the key of its instance that began first (the straggler's
@@ -676,6 +745,13 @@ fn print_figures(figures: &[JobFigures], json: bool) -> anyhow::Result<()> {
             ns(f.lateness_vs_calls_p50_ns),
             ns(f.lateness_vs_calls_max_ns),
         );
+        if f.launch_term_p50_ns.is_some() {
+            println!(
+                "  launch term (straggler's launch latency − the other's) p50 {} max {}",
+                ns(f.launch_term_p50_ns),
+                ns(f.launch_term_max_ns)
+            );
+        }
         println!(
             "  skewed host's GPU collective stamps within the host map's bound of the truth: {} of {} ({}), max |error| {}, max bound {}",
             f.skewed_within_bound,
