@@ -511,6 +511,30 @@ fn call_truth(dir: &Path) -> anyhow::Result<BTreeMap<(usize, u64), i64>> {
     Ok(m)
 }
 
+/// What scoring one job's instances needs.
+struct Ctx<'a> {
+    c: &'a Cluster,
+    reference: usize,
+    hosts: Vec<Option<usize>>,
+    /// Every matched call on the raw clocks, by its place.
+    raw_calls: BTreeMap<Place, (i64, i64)>,
+    /// Each aligned call's place, to find the same call on the raw clocks.
+    aligned_places: BTreeMap<(usize, i64), Place>,
+    launches: BTreeMap<(usize, i64), i64>,
+    truth_calls: BTreeMap<(usize, u64), i64>,
+    firsts: BTreeMap<u64, String>,
+}
+
+/// The samples behind a job's figures.
+#[derive(Default)]
+struct Samples {
+    late_err: Vec<f64>,
+    late_vs_calls: Vec<f64>,
+    launch_terms: Vec<f64>,
+    skew_err: Vec<f64>,
+    bounds: Vec<f64>,
+}
+
 fn score_job(
     c: &Cluster,
     out: &Path,
@@ -528,20 +552,28 @@ fn score_job(
             serde_json::to_vec_pretty(analysis)?,
         )?;
     }
-    let reference = reference_index(c)?;
-    let hosts = participant_hosts(&aligned);
-    let raw_hosts = participant_hosts(&raw);
-    let raw_calls = calls_by_place(&raw, &raw_hosts);
-    let launches = match job {
-        Job::Torch => launch_latencies(inputs)?,
-        Job::Jax => BTreeMap::new(),
-    };
-    let truth_calls = call_truth(&out.join(format!("{job:?}").to_lowercase()))?;
     let instances: Vec<&Value> = aligned["instances"]
         .as_array()
         .into_iter()
         .flatten()
         .collect();
+    let hosts = participant_hosts(&aligned);
+    let ctx = Ctx {
+        c,
+        reference: reference_index(c)?,
+        raw_calls: calls_by_place(&raw, &participant_hosts(&raw)),
+        aligned_places: calls_by_place(&aligned, &hosts)
+            .into_iter()
+            .map(|(place, (enter, _))| ((place.0, enter), place))
+            .collect(),
+        hosts,
+        launches: match job {
+            Job::Torch => launch_latencies(inputs)?,
+            Job::Jax => BTreeMap::new(),
+        },
+        truth_calls: call_truth(&out.join(format!("{job:?}").to_lowercase()))?,
+        firsts: first_instance_per_step(&instances),
+    };
     let mut f = JobFigures {
         job: Some(job),
         instances_matched: instances.len(),
@@ -553,85 +585,79 @@ fn score_job(
         violations_raw: raw["summary"]["causality_violations"].as_u64().unwrap_or(0),
         ..JobFigures::default()
     };
-    let mut late_err = Vec::new();
-    let mut late_vs_calls = Vec::new();
-    let mut launch_terms = Vec::new();
-    let mut skew_err = Vec::new();
-    let mut bounds = Vec::new();
-    let firsts = first_instance_per_step(&instances);
-    // Each aligned call's place, to find the same call on the raw clocks.
-    let aligned_places: BTreeMap<(usize, i64), Place> = calls_by_place(&aligned, &hosts)
-        .into_iter()
-        .map(|(place, (enter, _))| ((place.0, enter), place))
-        .collect();
+    let mut samples = Samples::default();
     for inst in &instances {
-        let mine = calls(inst, &hosts);
-        let truth: BTreeMap<usize, (i64, i64)> = mine
-            .iter()
-            .filter_map(|&(h, e, _, _)| {
-                let &(re, rx) = raw_calls.get(&aligned_places.get(&(h, e))?.clone())?;
-                let g = |t| true_global(c, reference, true_time(&c.skews[h], t));
-                Some((h, (g(re), g(rx))))
-            })
-            .collect();
-        for &(h, e, x, b) in &mine {
-            let (Some(&(te, tx)), true) = (truth.get(&h), h != reference) else {
-                continue;
-            };
-            let bound = b.unwrap_or(0);
-            for err in [e - te, x - tx] {
-                f.skewed_events += 1;
-                f.skewed_within_bound += usize::from(err.abs() <= bound);
-                skew_err.push(err.abs() as f64);
-                bounds.push(bound as f64);
-            }
-        }
-        let Some(step) = inst["step"].as_u64() else {
+        score_instance(&ctx, inst, &mut f, &mut samples);
+    }
+    f.launch_term_p50_ns = quantile(&samples.launch_terms, 0.5);
+    f.launch_term_max_ns = quantile(&samples.launch_terms, 1.0);
+    f.lateness_error_p50_ns = quantile(&samples.late_err, 0.5);
+    f.lateness_error_max_ns = quantile(&samples.late_err, 1.0);
+    f.lateness_vs_calls_p50_ns = quantile(&samples.late_vs_calls, 0.5);
+    f.lateness_vs_calls_max_ns = quantile(&samples.late_vs_calls, 1.0);
+    f.skewed_error_max_ns = quantile(&samples.skew_err, 1.0);
+    f.skewed_bound_max_ns = quantile(&samples.bounds, 1.0);
+    Ok(f)
+}
+
+/// One instance: the skewed host's stamps against the truth and, for the
+/// first collective of a delayed step, the straggler figures.
+fn score_instance(ctx: &Ctx<'_>, inst: &Value, f: &mut JobFigures, s: &mut Samples) {
+    let mine = calls(inst, &ctx.hosts);
+    let raw_of = |h: usize, e: i64| ctx.raw_calls.get(ctx.aligned_places.get(&(h, e))?);
+    let truth: BTreeMap<usize, (i64, i64)> = mine
+        .iter()
+        .filter_map(|&(h, e, _, _)| {
+            let &(re, rx) = raw_of(h, e)?;
+            let g = |t| true_global(ctx.c, ctx.reference, true_time(&ctx.c.skews[h], t));
+            Some((h, (g(re), g(rx))))
+        })
+        .collect();
+    for &(h, e, x, b) in &mine {
+        let (Some(&(te, tx)), true) = (truth.get(&h), h != ctx.reference) else {
             continue;
         };
-        if !(delayed(step) && firsts.get(&step) == Some(&instance_key(inst))) {
-            continue;
-        }
-        f.delayed_instances += 1;
-        let last = inst["last"].as_u64().map(|p| p as usize);
-        let last_host = last.and_then(|p| hosts.get(p).copied().flatten());
-        f.straggler_last += usize::from(last_host == Some(STRAGGLER));
-        let (Some(late), Some(&(ts, _)), Some(&(to, _))) = (
-            inst["late_by_ns"].as_i64(),
-            truth.get(&STRAGGLER),
-            truth.get(&(1 - STRAGGLER)),
-        ) else {
-            continue;
-        };
-        let err = (late - (ts - to)).abs();
-        f.lateness_scored += 1;
-        let combined = inst["combined_bound_ns"].as_i64().unwrap_or(0);
-        f.lateness_within_combined_bound += usize::from(err <= combined);
-        late_err.push(err as f64);
-        if let (Some(cs), Some(co)) = (
-            truth_calls.get(&(STRAGGLER, step)),
-            truth_calls.get(&(1 - STRAGGLER, step)),
-        ) {
-            late_vs_calls.push((late - (cs - co)).abs() as f64);
-        }
-        let raw_enter = |h: usize| {
-            let &(_, e, _, _) = mine.iter().find(|m| m.0 == h)?;
-            raw_calls.get(aligned_places.get(&(h, e))?).map(|r| r.0)
-        };
-        let latency = |h: usize| launch_near(&launches, h, raw_enter(h)?);
-        if let (Some(ls), Some(lo)) = (latency(STRAGGLER), latency(1 - STRAGGLER)) {
-            launch_terms.push((ls - lo) as f64);
+        let bound = b.unwrap_or(0);
+        for err in [e - te, x - tx] {
+            f.skewed_events += 1;
+            f.skewed_within_bound += usize::from(err.abs() <= bound);
+            s.skew_err.push(err.abs() as f64);
+            s.bounds.push(bound as f64);
         }
     }
-    f.launch_term_p50_ns = quantile(&launch_terms, 0.5);
-    f.launch_term_max_ns = quantile(&launch_terms, 1.0);
-    f.lateness_error_p50_ns = quantile(&late_err, 0.5);
-    f.lateness_error_max_ns = quantile(&late_err, 1.0);
-    f.lateness_vs_calls_p50_ns = quantile(&late_vs_calls, 0.5);
-    f.lateness_vs_calls_max_ns = quantile(&late_vs_calls, 1.0);
-    f.skewed_error_max_ns = quantile(&skew_err, 1.0);
-    f.skewed_bound_max_ns = quantile(&bounds, 1.0);
-    Ok(f)
+    let Some(step) = inst["step"].as_u64() else {
+        return;
+    };
+    if !(delayed(step) && ctx.firsts.get(&step) == Some(&instance_key(inst))) {
+        return;
+    }
+    f.delayed_instances += 1;
+    let last = inst["last"].as_u64().map(|p| p as usize);
+    let last_host = last.and_then(|p| ctx.hosts.get(p).copied().flatten());
+    f.straggler_last += usize::from(last_host == Some(STRAGGLER));
+    let (Some(late), Some(&(ts, _)), Some(&(to, _))) = (
+        inst["late_by_ns"].as_i64(),
+        truth.get(&STRAGGLER),
+        truth.get(&(1 - STRAGGLER)),
+    ) else {
+        return;
+    };
+    let err = (late - (ts - to)).abs();
+    f.lateness_scored += 1;
+    let combined = inst["combined_bound_ns"].as_i64().unwrap_or(0);
+    f.lateness_within_combined_bound += usize::from(err <= combined);
+    s.late_err.push(err as f64);
+    let call = |h: usize| ctx.truth_calls.get(&(h, step));
+    if let (Some(cs), Some(co)) = (call(STRAGGLER), call(1 - STRAGGLER)) {
+        s.late_vs_calls.push((late - (cs - co)).abs() as f64);
+    }
+    let latency = |h: usize| {
+        let &(_, e, _, _) = mine.iter().find(|m| m.0 == h)?;
+        launch_near(&ctx.launches, h, raw_of(h, e)?.0)
+    };
+    if let (Some(ls), Some(lo)) = (latency(STRAGGLER), latency(1 - STRAGGLER)) {
+        s.launch_terms.push((ls - lo) as f64);
+    }
 }
 
 /// Per rank (= host index), each NCCL kernel's start (raw epoch ns) and its
