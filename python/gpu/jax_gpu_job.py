@@ -15,15 +15,14 @@ usage: jax_gpu_job.py --process P --processes N --coordinator ADDR:PORT
 
 import argparse
 import contextlib
-import ctypes
-import json
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from job_common import add_job_arguments, delay_s, hold, raw_realtime_ns, write_truth
 
 
 def parse():
@@ -32,32 +31,10 @@ def parse():
     ap.add_argument("--processes", type=int, required=True)
     ap.add_argument("--coordinator", required=True)
     ap.add_argument("--logdir", required=True)
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--profile-from", type=int, default=2)
-    ap.add_argument("--profile-steps", type=int, default=6)
-    ap.add_argument("--straggler", type=int, default=-1)
-    ap.add_argument("--delay-ms", type=float, default=0.0)
-    ap.add_argument("--delay-steps", default="")
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--offsets", default="")
-    ap.add_argument("--truth", default="")
+    add_job_arguments(ap, profile_from=2)
     return ap.parse_args()
-
-
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_SYS_CLOCK_GETTIME = 228  # x86-64
-
-
-def raw_realtime_ns():
-    """CLOCK_REALTIME as the kernel keeps it (the skew shim wraps libc's)."""
-    ts = _Timespec()
-    if _LIBC.syscall(_SYS_CLOCK_GETTIME, 0, ctypes.byref(ts)) != 0:
-        raise OSError(ctypes.get_errno(), "clock_gettime")
-    return ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 
 
 def profiler(a):
@@ -88,7 +65,6 @@ def main():
     x = jax.make_array_from_process_local_data(spec, local)
     step_fn(x).block_until_ready()  # compile outside the trace
 
-    delay_steps = {int(s) for s in a.delay_steps.split(",") if s}
     steps = []
     with contextlib.ExitStack() as session:
         for step in range(a.steps):
@@ -96,15 +72,12 @@ def main():
                 session.enter_context(profiler(a))
             if step == a.profile_from + a.profile_steps:
                 session.close()
-            delay = a.delay_ms / 1000.0 if a.process == a.straggler and step in delay_steps else 0.0
-            if delay:
-                time.sleep(delay)
+            delay = delay_s(a, a.process, step)
+            hold(delay)
             steps.append({"step": step, "delay_ns": round(delay * 1e9), "true_call_ns": raw_realtime_ns()})
             with jax.profiler.StepTraceAnnotation("train", step_num=step):
                 step_fn(x).block_until_ready()
-    if a.truth:
-        with open(a.truth, "w") as f:
-            json.dump({"process": a.process, "steps": steps}, f)
+    write_truth(a.truth, steps, process=a.process)
     jax.distributed.shutdown()
 
 

@@ -21,13 +21,12 @@ usage: torch_nccl_job.py --rank R --world W --init tcp://ADDR:PORT --gpu G
 """
 
 import argparse
-import ctypes
-import json
-import time
 
 import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
+
+from job_common import add_job_arguments, delay_s, hold, raw_realtime_ns, write_truth
 
 
 def parse():
@@ -37,33 +36,10 @@ def parse():
     ap.add_argument("--init", required=True)
     ap.add_argument("--gpu", type=int, required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--profile-from", type=int, default=1)
-    ap.add_argument("--profile-steps", type=int, default=6)
-    ap.add_argument("--straggler", type=int, default=-1)
-    ap.add_argument("--delay-ms", type=float, default=0.0)
-    ap.add_argument("--delay-steps", default="")
     ap.add_argument("--size", type=int, default=512)
-    ap.add_argument("--truth", default="")
     ap.add_argument("--host", default="")
+    add_job_arguments(ap, profile_from=1)
     return ap.parse_args()
-
-
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_SYS_CLOCK_GETTIME = 228  # x86-64
-
-
-def raw_realtime_ns():
-    """CLOCK_REALTIME as the kernel keeps it, by the raw system call: the skew
-    shim wraps libc's clock_gettime, so `time.time_ns` reads the skewed clock."""
-    ts = _Timespec()
-    if _LIBC.syscall(_SYS_CLOCK_GETTIME, 0, ctypes.byref(ts)) != 0:
-        raise OSError(ctypes.get_errno(), "clock_gettime")
-    return ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 
 
 def main():
@@ -74,7 +50,6 @@ def main():
         "nccl", init_method=a.init, rank=a.rank, world_size=a.world, device_id=dev
     )
     second = dist.new_group(list(range(a.world)))
-    delay_steps = {int(s) for s in a.delay_steps.split(",") if s}
     x = torch.randn(a.size, a.size, device=dev)
     gathered = torch.empty(a.world * a.size, device=dev)
 
@@ -94,9 +69,8 @@ def main():
     with prof:
         for step in range(a.steps):
             y = torch.tanh(x @ x) / a.size
-            delay = a.delay_ms / 1000.0 if a.rank == a.straggler and step in delay_steps else 0.0
-            if delay:
-                time.sleep(delay)
+            delay = delay_s(a, a.rank, step)
+            hold(delay)
             steps.append({"step": step, "delay_ns": round(delay * 1e9), "true_call_ns": raw_realtime_ns()})
             dist.all_reduce(y)
             dist.all_gather_into_tensor(gathered, y[0].contiguous(), group=second)
@@ -104,9 +78,7 @@ def main():
                 dist.broadcast(y, src=0)
             y.sum().item()
             prof.step()
-    if a.truth:
-        with open(a.truth, "w") as f:
-            json.dump({"rank": a.rank, "host": a.host, "steps": steps}, f)
+    write_truth(a.truth, steps, rank=a.rank, host=a.host)
     dist.destroy_process_group()
 
 

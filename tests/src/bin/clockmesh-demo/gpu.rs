@@ -51,7 +51,8 @@ pub struct GpuArgs {
     /// build it with gcc.
     #[arg(long)]
     shim: Option<PathBuf>,
-    /// Where traces, histories and logs go (default: a new temporary dir).
+    /// Where traces, histories and logs go: a new or empty directory
+    /// (default: a new temporary one).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Print the figures as JSON.
@@ -128,6 +129,13 @@ pub fn run(args: GpuArgs) -> anyhow::Result<()> {
         Some(p) => p.clone(),
         None => std::env::temp_dir().join(format!("clockmesh-gpu-e2e-{}", std::process::id())),
     };
+    // A second run into the same directory would meet the first one's
+    // merged runs, which `trace merge` never overwrites.
+    ensure!(
+        !std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some()),
+        "{} is not empty: give --out a new directory",
+        out.display()
+    );
     std::fs::create_dir_all(&out)?;
     let shim = match &args.shim {
         Some(p) => p.clone(),
