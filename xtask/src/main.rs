@@ -67,18 +67,20 @@ enum Task {
     Lint,
     /// Benchmarks: capture path figures and criterion benches.
     Bench,
-    /// chrony and clockmesh side by side on one veth pair at the same
+    /// chrony, ptp4l (free-running, software stamps) and clockmesh side by
+    /// side on one veth pair at the same
     /// instants (needs root). `-- --help` lists the options (--duration,
     /// --load, --cadence-us, --runs, --json).
     BenchChrony {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// chrony and clockmesh beside each other on 3 netns hosts through
+    /// chrony, ptp4l and clockmesh beside each other on 3 netns hosts through
     /// faults: asymmetric path, 30 % datagram loss, link down, agent restart,
     /// reference lost; availability, |error| and bound coverage of what a
     /// reader gets (needs root and nftables). `-- --help` lists the options
-    /// (--backend static|etcd|both, --phase-s, --warmup, --json, --samples).
+    /// (--backend static|etcd|both, --phase-s, --warmup, --json, --samples,
+    /// --ptp-bridge-netfilter).
     BenchFaults {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
