@@ -108,6 +108,10 @@ struct JobFigures {
     /// delayed instances: the launch term of the comparison with the calls.
     launch_term_p50_ns: Option<f64>,
     launch_term_max_ns: Option<f64>,
+    /// PyTorch: lateness against the ranks' calls as the framework recorded
+    /// them (each rank's `record_param_comms` start, its skew undone).
+    lateness_vs_recorded_calls_p50_ns: Option<f64>,
+    lateness_vs_recorded_calls_max_ns: Option<f64>,
     /// Every enter/exit of the skewed host's GPU collectives against the
     /// truth: how many within the host map's bound (the stated bound less
     /// the profiler's conversion term, which this truth cannot see).
@@ -528,7 +532,7 @@ struct Ctx<'a> {
     raw_calls: BTreeMap<Place, (i64, i64)>,
     /// Each aligned call's place, to find the same call on the raw clocks.
     aligned_places: BTreeMap<(usize, i64), Place>,
-    launches: BTreeMap<(usize, i64), i64>,
+    launches: BTreeMap<(usize, i64), KernelOrigin>,
     truth_calls: BTreeMap<(usize, u64), i64>,
     firsts: BTreeMap<u64, String>,
 }
@@ -539,6 +543,7 @@ struct Samples {
     late_err: Vec<f64>,
     late_vs_calls: Vec<f64>,
     launch_terms: Vec<f64>,
+    late_vs_recorded: Vec<f64>,
     skew_err: Vec<f64>,
     bounds: Vec<f64>,
 }
@@ -599,6 +604,8 @@ fn score_job(
     }
     f.launch_term_p50_ns = quantile(&samples.launch_terms, 0.5);
     f.launch_term_max_ns = quantile(&samples.launch_terms, 1.0);
+    f.lateness_vs_recorded_calls_p50_ns = quantile(&samples.late_vs_recorded, 0.5);
+    f.lateness_vs_recorded_calls_max_ns = quantile(&samples.late_vs_recorded, 1.0);
     f.lateness_error_p50_ns = quantile(&samples.late_err, 0.5);
     f.lateness_error_max_ns = quantile(&samples.late_err, 1.0);
     f.lateness_vs_calls_p50_ns = quantile(&samples.late_vs_calls, 0.5);
@@ -659,19 +666,47 @@ fn score_instance(ctx: &Ctx<'_>, inst: &Value, f: &mut JobFigures, s: &mut Sampl
     if let (Some(cs), Some(co)) = (call(STRAGGLER), call(1 - STRAGGLER)) {
         s.late_vs_calls.push((late - (cs - co)).abs() as f64);
     }
-    let latency = |h: usize| {
+    // The kernel's raw start and where it came from.
+    let origin = |h: usize| {
         let &(_, e, _, _) = mine.iter().find(|m| m.0 == h)?;
-        launch_near(&ctx.launches, h, raw_of(h, e)?.0)
+        let start = raw_of(h, e)?.0;
+        Some((start, origin_near(&ctx.launches, h, start)?))
     };
-    if let (Some(ls), Some(lo)) = (latency(STRAGGLER), latency(1 - STRAGGLER)) {
-        s.launch_terms.push((ls - lo) as f64);
+    let (Some((ks, os)), Some((ko, oo))) = (origin(STRAGGLER), origin(1 - STRAGGLER)) else {
+        return;
+    };
+    s.launch_terms
+        .push((os.since_launch_ns - oo.since_launch_ns) as f64);
+    let recorded_call = |h: usize, start: i64, o: &KernelOrigin| {
+        let raw = start - o.since_call_ns?;
+        Some(true_global(
+            ctx.c,
+            ctx.reference,
+            true_time(&ctx.c.skews[h], raw),
+        ))
+    };
+    if let (Some(cs), Some(co)) = (
+        recorded_call(STRAGGLER, ks, &os),
+        recorded_call(1 - STRAGGLER, ko, &oo),
+    ) {
+        s.late_vs_recorded.push((late - (cs - co)).abs() as f64);
     }
 }
 
-/// Per rank (= host index), each NCCL kernel's start (raw epoch ns) and its
-/// launch latency: start − the runtime or driver call that launched it
-/// (same `correlation`).
-fn launch_latencies(inputs: &[PathBuf]) -> anyhow::Result<BTreeMap<(usize, i64), i64>> {
+/// Where an NCCL kernel came from, on its rank's raw clock.
+#[derive(Clone, Copy)]
+struct KernelOrigin {
+    /// Its start − the runtime or driver call that launched it (same
+    /// `correlation`).
+    since_launch_ns: i64,
+    /// Its start − its `record_param_comms` op's start (same `External id`):
+    /// the rank's call as the framework recorded it.
+    since_call_ns: Option<i64>,
+}
+
+/// Per rank (= host index), each NCCL kernel's start (raw epoch ns) and
+/// where it came from.
+fn launch_latencies(inputs: &[PathBuf]) -> anyhow::Result<BTreeMap<(usize, i64), KernelOrigin>> {
     let mut out = BTreeMap::new();
     for (rank, path) in inputs.iter().enumerate() {
         let doc: Value = serde_json::from_slice(&std::fs::read(path)?)?;
@@ -691,6 +726,11 @@ fn launch_latencies(inputs: &[PathBuf]) -> anyhow::Result<BTreeMap<(usize, i64),
             .filter(|e| matches!(e["cat"].as_str(), Some("cuda_runtime" | "cuda_driver")))
             .filter_map(|e| Some((e["args"]["correlation"].as_i64()?, epoch_ns(e)?)))
             .collect();
+        let calls: BTreeMap<i64, i64> = events
+            .iter()
+            .filter(|e| e["name"] == "record_param_comms")
+            .filter_map(|e| Some((e["args"]["External id"].as_i64()?, epoch_ns(e)?)))
+            .collect();
         for e in events.iter().filter(|e| {
             e["cat"] == "kernel"
                 && e["name"]
@@ -701,20 +741,31 @@ fn launch_latencies(inputs: &[PathBuf]) -> anyhow::Result<BTreeMap<(usize, i64),
                 continue;
             };
             if let Some(l) = launch.get(&corr) {
-                out.insert((rank, start), start - l);
+                let call = e["args"]["External id"]
+                    .as_i64()
+                    .and_then(|x| calls.get(&x));
+                let origin = KernelOrigin {
+                    since_launch_ns: start - l,
+                    since_call_ns: call.map(|c| start - c),
+                };
+                out.insert((rank, start), origin);
             }
         }
     }
     Ok(out)
 }
 
-/// The launch latency of rank `h`'s kernel that started at `start` (±2 ns:
-/// the trace's µs with three decimals, read as a float here).
-fn launch_near(launches: &BTreeMap<(usize, i64), i64>, h: usize, start: i64) -> Option<i64> {
+/// Where rank `h`'s kernel that started at `start` came from (±2 ns: the
+/// trace's µs with three decimals, read as a float here).
+fn origin_near(
+    launches: &BTreeMap<(usize, i64), KernelOrigin>,
+    h: usize,
+    start: i64,
+) -> Option<KernelOrigin> {
     launches
         .range((h, start - 2)..=(h, start + 2))
         .next()
-        .map(|(_, l)| *l)
+        .map(|(_, o)| *o)
 }
 
 /// Per step, the key of its instance that began first (the straggler's
@@ -781,9 +832,11 @@ fn print_figures(figures: &[JobFigures], json: bool) -> anyhow::Result<()> {
         );
         if f.launch_term_p50_ns.is_some() {
             println!(
-                "  launch term (straggler's launch latency − the other's) p50 {} max {}",
+                "  launch term (straggler's launch latency − the other's) p50 {} max {}; vs the calls as recorded (record_param_comms, skew undone) p50 {} max {}",
                 ns(f.launch_term_p50_ns),
-                ns(f.launch_term_max_ns)
+                ns(f.launch_term_max_ns),
+                ns(f.lateness_vs_recorded_calls_p50_ns),
+                ns(f.lateness_vs_recorded_calls_max_ns),
             );
         }
         println!(
