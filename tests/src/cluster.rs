@@ -495,3 +495,31 @@ pub fn quantile(v: &[f64], p: f64) -> Option<f64> {
     let rank = ((p * s.len() as f64).ceil() as usize).clamp(1, s.len());
     Some(s[rank - 1])
 }
+
+/// True CLOCK_REALTIME (ns) at which a clock skewed by `skew` read `local`
+/// (the skew inverted by fixed-point iteration; it changes by ppm).
+pub fn true_time(skew: &InjectedSkew, local: i64) -> i64 {
+    let mut t = local - skew.at(local);
+    for _ in 0..3 {
+        t = local - skew.at(t);
+    }
+    t
+}
+
+/// The exit status, or `None` (and the process killed) past `limit`: a
+/// rank whose peer died would wait for it forever.
+pub fn wait_at_most(
+    child: &mut Child,
+    limit: Duration,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(s) = child.try_wait()? {
+            return Ok(Some(s));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(None)
+}

@@ -18,10 +18,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use clockmesh::config::InjectedSkew;
 use clockmesh_proto::prost::Message;
 use clockmesh_proto::xplane::{XPlane, XSpace, x_event, x_stat};
-use clockmesh_testbed::cluster::{Backend, Cluster, ClusterConfig, agent_binary};
+use clockmesh_testbed::cluster::{
+    Backend, Cluster, ClusterConfig, agent_binary, true_time, wait_at_most,
+};
 use clockmesh_testbed::netns::HOST_IFACE;
 use clockmesh_testbed::{root_or_skip, shim};
 use nix::sys::signal::Signal;
@@ -170,30 +171,12 @@ struct Traced {
     markers: PathBuf,
 }
 
-/// The exit status, or `None` (and the process killed) past `limit`: a
-/// rank whose peer died would wait for it forever.
-fn wait_at_most(
-    child: &mut std::process::Child,
-    limit: Duration,
-) -> Option<std::process::ExitStatus> {
-    let deadline = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < deadline {
-        if let Some(s) = child.try_wait().unwrap() {
-            return Some(s);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
-}
-
 /// Waits for the programs.
 fn wait(running: Running, workload: Workload) -> Vec<Traced> {
     running
         .into_iter()
         .map(|(host, dir, mut child)| {
-            let status = wait_at_most(&mut child, Duration::from_secs(180));
+            let status = wait_at_most(&mut child, Duration::from_secs(180)).unwrap();
             assert!(
                 status.is_some_and(|s| s.success()),
                 "{}: {status:?}: {}",
@@ -341,15 +324,6 @@ fn read_markers(path: &Path, workload: Workload) -> (Vec<(String, i128, i128)>, 
         let bound = doc["clockmesh"]["alignment_bound_ns"].as_i64();
         (torch_markers(&doc), bound)
     }
-}
-
-/// True CLOCK_REALTIME (ns) at which a clock skewed by `skew` read `local`.
-fn true_time(skew: &InjectedSkew, local: i64) -> i64 {
-    let mut t = local - skew.at(local);
-    for _ in 0..3 {
-        t = local - skew.at(t);
-    }
-    t
 }
 
 /// How one merged host compares with the truth.

@@ -20,9 +20,8 @@ use std::{
 };
 
 use anyhow::{Context as _, bail, ensure};
-use clockmesh::config::InjectedSkew;
 use clockmesh_testbed::{
-    cluster::{Backend, Cluster, ClusterConfig, agent_binary, quantile},
+    cluster::{Backend, Cluster, ClusterConfig, agent_binary, quantile, true_time, wait_at_most},
     netns::HOST_IFACE,
     shim,
 };
@@ -309,22 +308,6 @@ fn python_dir() -> anyhow::Result<PathBuf> {
         .with_context(|| format!("{}: run from the repository root", dir.display()))
 }
 
-fn wait_at_most(
-    child: &mut Child,
-    limit: Duration,
-) -> anyhow::Result<Option<std::process::ExitStatus>> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(s) = child.try_wait()? {
-            return Ok(Some(s));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    Ok(None)
-}
-
 /// The job's per-rank traces, in rank order.
 fn trace_files(dir: &Path, job: Job) -> anyhow::Result<Vec<PathBuf>> {
     (0..2)
@@ -401,15 +384,6 @@ fn collectives(inputs: &[&std::ffi::OsStr], no_align: bool) -> anyhow::Result<Va
             String::from_utf8_lossy(&o.stderr)
         )
     })
-}
-
-/// True CLOCK_REALTIME at which a clock skewed by `skew` read `local`.
-fn true_time(skew: &InjectedSkew, local: i64) -> i64 {
-    let mut t = local - skew.at(local);
-    for _ in 0..3 {
-        t = local - skew.at(t);
-    }
-    t
 }
 
 /// The reference's clock at true time `t`: the global timeline's truth.
