@@ -20,11 +20,13 @@ use std::{
 };
 
 use anyhow::{Context as _, bail, ensure};
+use clockmesh_proto::xplane::XSpace;
 use clockmesh_testbed::{
     cluster::{Backend, Cluster, ClusterConfig, agent_binary, quantile, true_time, wait_at_most},
     netns::HOST_IFACE,
     shim,
 };
+use prost::Message as _;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -107,8 +109,9 @@ struct JobFigures {
     /// delayed instances: the launch term of the comparison with the calls.
     launch_term_p50_ns: Option<f64>,
     launch_term_max_ns: Option<f64>,
-    /// PyTorch: lateness against the ranks' calls as the framework recorded
-    /// them (each rank's `record_param_comms` start, its skew undone).
+    /// Lateness against the ranks' calls as the framework recorded them
+    /// (PyTorch: each rank's `record_param_comms` start; XLA: the host op
+    /// that launched the kernel, e.g. `psum.7.2`), each skew undone.
     lateness_vs_recorded_calls_p50_ns: Option<f64>,
     lateness_vs_recorded_calls_max_ns: Option<f64>,
     /// Every enter/exit of the skewed host's GPU collectives against the
@@ -556,7 +559,7 @@ fn score_job(
         hosts,
         launches: match job {
             Job::Torch => launch_latencies(inputs)?,
-            Job::Jax => BTreeMap::new(),
+            Job::Jax => xla_kernel_origins(inputs)?,
         },
         truth_calls: call_truth(&out.join(format!("{job:?}").to_lowercase()))?,
         firsts: first_instance_per_step(&instances),
@@ -673,8 +676,9 @@ struct KernelOrigin {
     /// Its start − the runtime or driver call that launched it (same
     /// `correlation`).
     since_launch_ns: i64,
-    /// Its start − its `record_param_comms` op's start (same `External id`):
-    /// the rank's call as the framework recorded it.
+    /// Its start − the rank's call as the framework recorded it (PyTorch:
+    /// its `record_param_comms` op, same `External id`; XLA: the host op
+    /// around its launch).
     since_call_ns: Option<i64>,
 }
 
@@ -727,6 +731,112 @@ fn launch_latencies(inputs: &[PathBuf]) -> anyhow::Result<BTreeMap<(usize, i64),
         }
     }
     Ok(out)
+}
+
+/// Per rank (= host index), each NCCL kernel's start (raw epoch ns) in an
+/// XLA trace and where it came from: the host-side launch with the same
+/// `correlation_id`, and the op around that launch on the host line — the
+/// collective as XLA recorded its call (its thunk, e.g. `psum.7.2`).
+fn xla_kernel_origins(inputs: &[PathBuf]) -> anyhow::Result<BTreeMap<(usize, i64), KernelOrigin>> {
+    let mut out = BTreeMap::new();
+    for (rank, path) in inputs.iter().enumerate() {
+        let space = XSpace::decode(std::fs::read(path)?.as_slice())
+            .with_context(|| format!("{}: not an xplane file", path.display()))?;
+        let start = xla::profile_start(&space)
+            .with_context(|| format!("{}: no profile_start_time", path.display()))?;
+        let host = xla::host_spans(&space, start);
+        for (corr, kernel) in xla::nccl_kernels(&space, start) {
+            let Some(launch) = host.iter().find(|s| s.correlation == Some(corr)) else {
+                continue;
+            };
+            // The innermost span around the launch that is not a launch.
+            let thunk = host
+                .iter()
+                .filter(|s| s.correlation.is_none())
+                .filter(|s| s.start <= launch.start && s.end >= launch.end)
+                .max_by_key(|s| s.start);
+            let origin = KernelOrigin {
+                since_launch_ns: kernel - launch.start,
+                since_call_ns: thunk.map(|t| kernel - t.start),
+            };
+            out.insert((rank, kernel), origin);
+        }
+    }
+    Ok(out)
+}
+
+/// Reading what `xla_kernel_origins` needs from an XSpace.
+mod xla {
+    use clockmesh_proto::xplane::{XPlane, XSpace, XStat, x_event, x_stat};
+
+    /// A host event: its span (epoch ns) and the CUDA correlation id of a
+    /// launch.
+    pub struct Span {
+        pub start: i64,
+        pub end: i64,
+        pub correlation: Option<i64>,
+    }
+
+    fn stat(p: &XPlane, stats: &[XStat], name: &str) -> Option<i64> {
+        let s = stats.iter().find(|s| {
+            p.stat_metadata
+                .get(&s.metadata_id)
+                .is_some_and(|m| m.name == name)
+        })?;
+        match s.value.as_ref()? {
+            x_stat::Value::Int64Value(v) => Some(*v),
+            x_stat::Value::Uint64Value(v) => i64::try_from(*v).ok(),
+            _ => None,
+        }
+    }
+
+    pub fn profile_start(space: &XSpace) -> Option<i64> {
+        let env = space.planes.iter().find(|p| p.name == "Task Environment")?;
+        stat(env, &env.stats, "profile_start_time")
+    }
+
+    /// Every event of the planes `keep` accepts: (plane, name, span).
+    fn spans<'a>(
+        space: &'a XSpace,
+        start: i64,
+        keep: impl Fn(&str) -> bool + 'a,
+    ) -> impl Iterator<Item = (&'a XPlane, &'a str, Span)> + 'a {
+        space
+            .planes
+            .iter()
+            .filter(move |p| keep(&p.name))
+            .flat_map(move |p| {
+                p.lines.iter().flat_map(move |l| {
+                    l.events.iter().filter_map(move |e| {
+                        let Some(x_event::Data::OffsetPs(off)) = e.data else {
+                            return None;
+                        };
+                        let begin = start + l.timestamp_ns + off.div_euclid(1000);
+                        let span = Span {
+                            start: begin,
+                            end: begin + e.duration_ps.div_euclid(1000),
+                            correlation: stat(p, &e.stats, "correlation_id"),
+                        };
+                        let name = p.event_metadata.get(&e.metadata_id)?.name.as_str();
+                        Some((p, name, span))
+                    })
+                })
+            })
+    }
+
+    pub fn host_spans(space: &XSpace, start: i64) -> Vec<Span> {
+        spans(space, start, |n| n == "/host:CPU")
+            .map(|(_, _, s)| s)
+            .collect()
+    }
+
+    /// (correlation id, start) of each NCCL kernel on the GPU planes.
+    pub fn nccl_kernels(space: &XSpace, start: i64) -> Vec<(i64, i64)> {
+        spans(space, start, |n| n.starts_with("/device:GPU:"))
+            .filter(|(_, name, _)| name.starts_with("ncclDevKernel"))
+            .filter_map(|(_, _, s)| Some((s.correlation?, s.start)))
+            .collect()
+    }
 }
 
 /// Where rank `h`'s kernel that started at `start` came from (±2 ns: the
@@ -806,7 +916,7 @@ fn print_figures(figures: &[JobFigures], json: bool) -> anyhow::Result<()> {
         );
         if f.launch_term_p50_ns.is_some() {
             println!(
-                "  launch term (straggler's launch latency − the other's) p50 {} max {}; vs the calls as recorded (record_param_comms, skew undone) p50 {} max {}",
+                "  launch term (straggler's launch latency − the other's) p50 {} max {}; vs the calls as recorded (record_param_comms / XLA's host op, skew undone) p50 {} max {}",
                 ns(f.launch_term_p50_ns),
                 ns(f.launch_term_max_ns),
                 ns(f.lateness_vs_recorded_calls_p50_ns),
@@ -827,4 +937,30 @@ fn print_figures(figures: &[JobFigures], json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On a real JAX GPU trace every NCCL kernel is traced back to its
+    /// launch and to the collective op that made it, in that order.
+    #[test]
+    fn xla_kernels_are_traced_to_their_launch_and_op() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../trace/tests/data/gpu/jax/process1.vm.xplane.pb");
+        let origins = xla_kernel_origins(&[fixture]).unwrap();
+        // Process 1 traced steps 4–8: an all-reduce and an all-gather each.
+        assert_eq!(origins.len(), 10);
+        for o in origins.values() {
+            let call = o.since_call_ns.expect("each launch sits in its op");
+            let launch = o.since_launch_ns;
+            assert!(0 < launch && launch < call, "{launch}, {call}");
+            // A kernel not queued behind another was made by its op, not by
+            // the step around it (hundreds of µs earlier).
+            if launch < 1_000_000 {
+                assert!(call < 200_000, "{launch}, {call}");
+            }
+        }
+    }
 }
