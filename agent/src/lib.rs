@@ -13,6 +13,8 @@ pub mod probe;
 /// `clockmesh-offsets` (what a reader depends on); re-exported here.
 pub use clockmesh_offsets as publish;
 pub mod runtime;
-pub mod wander;
+/// The seeded frequency walk of `--inject-skew` lives in `clockmesh-sim`;
+/// re-exported here.
+pub use clockmesh_sim::wander;
 /// Trace alignment and merge live in `clockmesh-trace`; re-exported here.
 pub use clockmesh_trace as trace;

@@ -15,6 +15,8 @@ mod protocol;
 mod recovery;
 mod report;
 mod scenario;
+pub mod skew;
+pub mod wander;
 
 use std::time::Instant;
 

@@ -1,9 +1,10 @@
 //! `cargo xtask lint` checks the crate layering the architecture promises:
-//! the pure libraries never pull in the agent's I/O stack, and what a reader
-//! of the offsets file builds stays small. Read from `cargo tree` (the
-//! committed lock file; nothing is built).
+//! the pure libraries and the analysis front ends never pull in the agent's
+//! I/O stack (nor the agent), no crate depends on one of a higher layer, and
+//! what a reader of the offsets file builds stays small. Read from `cargo
+//! tree` (the committed lock file; nothing is built).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Context as _, bail};
 
@@ -11,8 +12,34 @@ use super::{cargo, describe};
 
 /// Crates that only the agent (I/O) may depend on.
 const AGENT_ONLY: &[&str] = &["aya", "tokio", "kube", "etcd-client", "cudarc", "clockmesh"];
-/// The libraries that must stay free of them.
-const PURE_LIBRARIES: &[&str] = &["clockmesh-core", "clockmesh-offsets", "clockmesh-trace"];
+/// The libraries that must stay free of them: the pure ones, the simulator
+/// and the analysis front ends (the report) built on them.
+const PURE_LIBRARIES: &[&str] = &[
+    "clockmesh-core",
+    "clockmesh-offsets",
+    "clockmesh-trace",
+    "clockmesh-sim",
+    "clockmesh-report",
+];
+/// The workspace's crates in layers, bottom up: none depends on a crate of a
+/// higher layer. The analysis front ends read what the pure libraries
+/// define; the node agent (whose CLI calls the front ends) sits on both.
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "pure libraries",
+        &[
+            "clockmesh-common",
+            "clockmesh-proto",
+            "clockmesh-estimator",
+            "clockmesh-offsets",
+            "clockmesh-core",
+            "clockmesh-trace",
+            "clockmesh-sim",
+        ],
+    ),
+    ("analysis front ends", &["clockmesh-report"]),
+    ("node agent", &["clockmesh"]),
+];
 /// What a program that only reads the offsets file may build, at most.
 const OFFSETS_MAX_CRATES: usize = 25;
 
@@ -38,8 +65,17 @@ fn normal_dependencies(package: &str) -> anyhow::Result<BTreeSet<String>> {
 }
 
 pub fn check_layering() -> anyhow::Result<()> {
+    let mut deps_of = BTreeMap::new();
+    for (_, crates) in LAYERS {
+        for krate in *crates {
+            deps_of.insert(*krate, normal_dependencies(krate)?);
+        }
+    }
     for library in PURE_LIBRARIES {
-        let deps = normal_dependencies(library)?;
+        let deps = match deps_of.get(library) {
+            Some(deps) => deps,
+            None => &normal_dependencies(library)?,
+        };
         let forbidden: Vec<&str> = AGENT_ONLY
             .iter()
             .copied()
@@ -61,6 +97,30 @@ pub fn check_layering() -> anyhow::Result<()> {
             "xtask: layering: {library} builds {} crates, none of {}",
             deps.len(),
             AGENT_ONLY.join(", ")
+        );
+    }
+    check_layers(&deps_of)
+}
+
+/// No crate of a layer depends on a crate of a higher one.
+fn check_layers(deps_of: &BTreeMap<&str, BTreeSet<String>>) -> anyhow::Result<()> {
+    for (i, (layer, crates)) in LAYERS.iter().enumerate() {
+        for krate in *crates {
+            let above = LAYERS[i + 1..].iter().flat_map(|(name, higher)| {
+                higher
+                    .iter()
+                    .filter(|h| deps_of[krate].contains(**h))
+                    .map(move |h| (*name, *h))
+            });
+            if let Some((higher_layer, higher)) = above.into_iter().next() {
+                bail!(
+                    "{krate} ({layer}) depends on {higher} ({higher_layer}): a crate depends only on its own layer and those below"
+                );
+            }
+        }
+        eprintln!(
+            "xtask: layering: {layer} ({}): no dependency on a higher layer",
+            crates.join(", ")
         );
     }
     Ok(())

@@ -1,24 +1,9 @@
-//! `clockmesh report`: one self-contained HTML page from the agent's JSONL
-//! history — offset ± bound and drift per node, min RTT and pure ratio
-//! per edge, the probe graph, GPU device maps, and, given the injected
-//! truth, estimated − true; with a trace merge's summary and a collectives
-//! analysis, what the merge did per host and who arrived last at each
-//! collective. Reading and writing files happens here; the page itself is
-//! built without I/O (`report::html`).
-use std::path::{Path, PathBuf};
-
-use anyhow::Context as _;
+//! `clockmesh report`: the flags, and the page written to `--output`. The
+//! report itself — reading the history, truth, merge summary and
+//! collectives files, and building the page — is `clockmesh_report`.
+use std::path::PathBuf;
 
 use super::files;
-
-mod collectives;
-mod html;
-mod lines;
-mod svg;
-mod truth;
-
-use lines::History;
-use truth::Truth;
 
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
@@ -55,8 +40,12 @@ pub struct ReportArgs {
 
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     files::refuse_overwrite(&args.output, args.force, "--output")?;
-    let history = read_history(&args.history)?;
-    let truth = args.truth.as_deref().map(read_truth).transpose()?;
+    let history = clockmesh_report::read::history(&args.history)?;
+    let truth = args
+        .truth
+        .as_deref()
+        .map(clockmesh_report::read::truth)
+        .transpose()?;
     let files: Vec<String> = args
         .history
         .iter()
@@ -66,16 +55,16 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let merge = args
         .merge_summary
         .as_deref()
-        .map(read_merge_summary)
+        .map(clockmesh_report::read::merge_summary)
         .transpose()?;
     let merge_name = args.merge_summary.as_ref().map(|p| p.display().to_string());
     let analysis = args
         .collectives
         .as_deref()
-        .map(read_collectives)
+        .map(clockmesh_report::read::collectives)
         .transpose()?;
     let collectives_name = args.collectives.as_ref().map(|p| p.display().to_string());
-    let page = html::render(&html::Inputs {
+    let page = clockmesh_report::render(&clockmesh_report::Inputs {
         history: &history,
         files: &files,
         truth: truth_name.as_deref().zip(truth.as_ref()),
@@ -85,44 +74,4 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     files::write_atomically(&args.output, page.as_bytes(), args.force, "--output")?;
     crate::outln!("report: {}", args.output.display())?;
     Ok(())
-}
-
-fn read_history(paths: &[PathBuf]) -> anyhow::Result<History> {
-    let mut history = History::default();
-    for path in paths {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading history {}", path.display()))?;
-        history.add_file(&path.display().to_string(), &text)?;
-    }
-    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-    history.check_reportable(&names.join(", "))?;
-    Ok(history)
-}
-
-fn read_merge_summary(path: &Path) -> anyhow::Result<clockmesh::trace::MergeSummary> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading merge summary {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{}: not a `clockmesh trace merge --summary` file",
-            path.display()
-        )
-    })
-}
-
-fn read_collectives(path: &Path) -> anyhow::Result<clockmesh::trace::collectives::Analysis> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading collectives {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{}: not a `clockmesh trace collectives --json` file",
-            path.display()
-        )
-    })
-}
-
-fn read_truth(path: &Path) -> anyhow::Result<Truth> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading truth {}", path.display()))?;
-    Ok(Truth::parse(&path.display().to_string(), &text)?)
 }

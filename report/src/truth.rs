@@ -17,8 +17,8 @@
 
 use std::collections::BTreeMap;
 
-use clockmesh::config::InjectedSkew;
-use clockmesh::publish::history::HistoryEntry;
+use clockmesh_offsets::history::HistoryEntry;
+use clockmesh_sim::skew::InjectedSkew;
 use serde::Deserialize;
 
 use super::lines::HandOver;

@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use clockmesh::publish::history::{DeviceHistoryEntry, HistoryEntry};
-use clockmesh::trace::MergeSummary;
-use clockmesh::trace::collectives::Analysis;
+use clockmesh_offsets::history::{DeviceHistoryEntry, HistoryEntry};
+use clockmesh_trace::MergeSummary;
+use clockmesh_trace::collectives::Analysis;
 
 use super::lines::{Edge, History};
 use super::svg::{Chart, Scale, colour, escape, si};
@@ -794,7 +794,7 @@ mod tests {
 
     #[test]
     fn a_merge_summary_is_a_row_per_host_with_its_values() {
-        use clockmesh::trace::summary::{DevicePlaneSummary, HostSummary};
+        use clockmesh_trace::summary::{DevicePlaneSummary, HostSummary};
         let host = |name: &str, bound: Option<u64>| HostSummary {
             host: name.into(),
             source: "history".into(),

@@ -4,9 +4,9 @@
 //! (`clockmesh_core::timeline::HandOverLine`). No I/O: the caller reads
 //! the files.
 
-use clockmesh::publish::history::{DeviceHistoryEntry, HistoryEntry};
 pub use clockmesh_core::report::EdgeLine as Edge;
 pub use clockmesh_core::timeline::HandOverLine as HandOver;
+use clockmesh_offsets::history::{DeviceHistoryEntry, HistoryEntry};
 use serde::Deserialize;
 
 /// Every line of one or more history files, in file order.
@@ -124,9 +124,9 @@ impl LineError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clockmesh::publish::history::NodeLine;
     use clockmesh_core::report::{EdgeLine, FitLine};
     use clockmesh_core::timeline::{Carry, HandOverLine};
+    use clockmesh_offsets::history::NodeLine;
 
     fn edge_line() -> EdgeLine {
         EdgeLine {

@@ -7,8 +7,8 @@
 
 use std::fmt::Write as _;
 
-use clockmesh::trace::collectives::analyse::Instance;
-use clockmesh::trace::collectives::{Analysis, InstanceKey};
+use clockmesh_trace::collectives::analyse::Instance;
+use clockmesh_trace::collectives::{Analysis, InstanceKey};
 use serde::Serialize;
 
 use super::svg::{Bars, Chart, Scale, escape, si};
@@ -101,7 +101,7 @@ fn lateness(i: &Instance) -> String {
 fn summary(name: &str, a: &Analysis) -> String {
     let s = &a.summary;
     let r = &s.unmatched_by_reason;
-    let reasons = clockmesh::trace::collectives::render::unmatched_reasons(r);
+    let reasons = clockmesh_trace::collectives::render::unmatched_reasons(r);
     let (clocks, clocks_text) = if a.aligned {
         (
             "aligned",
@@ -545,7 +545,7 @@ fn violation_table(a: &Analysis) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clockmesh::trace::collectives::{
+    use clockmesh_trace::collectives::{
         AnalysisOptions, CollectiveCall, CollectiveKind, Framework, MatchedBy, Participant,
         Preceding, analyse,
     };

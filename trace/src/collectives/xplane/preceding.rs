@@ -1,0 +1,102 @@
+//! What each call followed: the work event on its line that ended last at or before its enter.
+
+use super::event::{Ev, parse_event, span};
+use super::plane::PlaneHead;
+use super::source::Src;
+use super::walk::{Item, walk_line};
+use crate::TraceError;
+use crate::collectives::model::{CollectiveCall, Interner, Preceding};
+use crate::collectives::{Timed, preceding_before};
+
+/// A work event that may have preceded calls: `seq` is its place on the line.
+#[derive(Clone, Copy)]
+struct Cand {
+    seq: u64,
+    meta: i64,
+    start: i64,
+    end: i64,
+}
+
+/// Whether `a` is what preceded rather than `b`: the later end, then the
+/// earlier start (the enclosing op), then the earlier on the line.
+fn better(a: Cand, b: Option<Cand>) -> bool {
+    use std::cmp::Reverse;
+    b.is_none_or(|b| {
+        (a.end, Reverse(a.start), Reverse(a.seq)) > (b.end, Reverse(b.start), Reverse(b.seq))
+    })
+}
+
+/// Fills in what each of a line's calls followed: the work event that
+/// ended last at or before its enter (as [`crate::collectives::preceding_before`]).
+/// Each event goes to the first call entered at or after its end, where
+/// only the best of each call's events is kept: memory of the calls only.
+pub(super) fn preceding_pass<R: Src>(
+    r: &mut R,
+    head: &PlaneHead,
+    (pos, len): (u64, u64),
+    line_start: i64,
+    calls: &mut [CollectiveCall],
+    scratch: &mut Vec<u8>,
+    names: &mut Interner,
+) -> Result<(), TraceError> {
+    let mut enters: Vec<i64> = calls.iter().map(|c| c.enter_ns).collect();
+    enters.sort_unstable();
+    let mut best: Vec<Option<Cand>> = vec![None; enters.len()];
+    let (mut seq, mut hint) = (0u64, 0usize);
+    walk_line(r, (pos, len), scratch, |item| {
+        let Item::Event(c) = item else {
+            return Ok(());
+        };
+        let mut ev = Ev::new();
+        parse_event(c, None, &mut ev)?;
+        seq += 1;
+        let Some(off) = ev.offset_ps else {
+            return Ok(());
+        };
+        let (start, end) = span(line_start, off, ev.duration_ps);
+        if end <= start || head.events.get(ev.meta).is_some_and(|m| m.marker) {
+            return Ok(());
+        }
+        // Lines are mostly in time order: the last event's bucket first.
+        let fits = |i: usize| {
+            i.checked_sub(1).is_none_or(|p| enters[p] < end)
+                && enters.get(i).is_none_or(|&t| t >= end)
+        };
+        if !fits(hint) {
+            hint = enters.partition_point(|&t| t < end);
+        }
+        let i = hint;
+        if let Some(slot) = best.get_mut(i) {
+            let c = Cand {
+                seq,
+                meta: ev.meta,
+                start,
+                end,
+            };
+            if better(c, *slot) {
+                *slot = Some(c);
+            }
+        }
+        Ok(())
+    })?;
+    // The buckets' winners: for a call, those of its own and earlier
+    // buckets are exactly the ones that ended by its enter.
+    let mut winners: Vec<Timed<(u64, i64)>> = best
+        .into_iter()
+        .flatten()
+        .map(|c| Timed {
+            name: (c.seq, c.meta),
+            start_ns: c.start,
+            end_ns: c.end,
+        })
+        .collect();
+    winners.sort_by_key(|t| (t.end_ns, t.start_ns, t.name.0));
+    for c in calls.iter_mut() {
+        c.preceding = preceding_before(&winners, c.enter_ns).map(|t| Preceding {
+            name: names.name(head.event_name(t.name.1)),
+            start_ns: t.start_ns,
+            end_ns: t.end_ns,
+        });
+    }
+    Ok(())
+}
