@@ -41,4 +41,5 @@ gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$CLOCKMESH_SKEW_SHIM" tests/skew
 "$venv/bin/python" -P python/tests/test_reader_v2.py
 "$venv/bin/python" -P python/tests/test_jax_two_hosts.py
 "$venv/bin/python" -P python/tests/test_torch_two_ranks.py
+"$venv/bin/python" -P python/tests/test_critical_path.py
 echo "python/test.sh: ok"

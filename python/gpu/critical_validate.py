@@ -1,0 +1,196 @@
+"""Validates `clockmesh trace critical-path` against jobs whose answer is
+known (issue 35): each run draws a rank, an op and some steps at random
+(seeded), runs critical_job.py with that op slowed on that rank in those
+steps, then re-runs the same job without the delay. The analysis sees only
+the traces. Scored:
+
+- top: the planted rank and op top the step's critical path (its longest
+  segment is that op's work on that rank), per planted step;
+- what-if: `--what-if RANK:OP` (the op at its median) predicts each
+  planted step's time; the re-run measures it. Error = |predicted −
+  re-run| / re-run, per planted step.
+
+All ranks run on this host (one clock: the merge is given offset 0), as
+processes of one host, named `<host>.r<rank>.pt.trace.json`.
+
+usage: critical_validate.py --clockmesh BIN [--device cpu|cuda] [--runs 20]
+       [--seed 1] [--world 2] [--plant-ms 15] [--out DIR] [--json FILE]
+Exit status 0 when every run produced an analysis; the figures are printed
+(and written as JSON); judging them is the caller's.
+"""
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OPS = ("forward", "backward", "optimizer")
+STEPS = 12
+HOST = "vm"
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clockmesh", required=True, help="the clockmesh binary")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--plant-ms", type=float, default=15.0)
+    ap.add_argument("--out", default="", help="keep traces here (default: a temporary dir)")
+    ap.add_argument("--json", default="", help="write the figures here")
+    return ap.parse_args()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(a, out_dir, plant):
+    """Runs every rank of one job; returns the trace paths by rank."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    init = f"tcp://127.0.0.1:{free_port()}"
+    traces, procs = [], []
+    for rank in range(a.world):
+        trace = out_dir / f"{HOST}.r{rank}.pt.trace.json"
+        cmd = [sys.executable, str(HERE / "critical_job.py"), "--rank", str(rank),
+               "--world", str(a.world), "--init", init, "--out", str(trace),
+               "--device", a.device, "--steps", str(STEPS)]
+        if plant:
+            cmd += ["--plant-rank", str(plant["rank"]), "--plant-op", plant["op"],
+                    "--plant-ms", str(a.plant_ms),
+                    "--plant-steps", ",".join(map(str, plant["steps"]))]
+        env = dict(os.environ)
+        if a.device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = str(rank)
+            env["NCCL_NVLS_ENABLE"] = "0"  # NVLink multicast stays off
+        procs.append(subprocess.Popen(cmd, env=env))
+        traces.append(trace)
+    for p in procs:
+        if p.wait(timeout=300) != 0:
+            raise SystemExit(f"critical_job.py exited {p.returncode}")
+    return traces
+
+
+def analyse(a, traces, what_if=None):
+    cmd = [a.clockmesh, "trace", "critical-path", "--json", "--offset", f"{HOST}=0"]
+    if what_if:
+        cmd += ["--what-if", what_if]
+    cmd += [str(t) for t in traces]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def participant_rank(paths):
+    """The trace's rank of each participant index."""
+    return [p.get("rank") for p in paths["participants"]]
+
+
+def top_of(step, ranks):
+    seg = step["segments"][step["top"]] if step.get("top") is not None else None
+    if seg is None:
+        return None
+    return ranks[seg["participant"]], seg["kind"], seg["op"]
+
+
+def one_run(a, rng, index, root):
+    rank = rng.randrange(a.world)
+    op = rng.choice(OPS)
+    # The profiled steps are 2 .. STEPS-1 (schedule: skip 1, warm up 1).
+    steps = sorted(rng.sample(range(3, STEPS - 1), 3))
+    plant = {"rank": rank, "op": op, "steps": steps}
+    planted = analyse(a, run_job(a, root / f"run{index}/planted", plant), f"{rank}:{op}")
+    rerun = analyse(a, run_job(a, root / f"run{index}/rerun", None))
+    ranks = participant_rank(planted)
+    by_step = {s["step"]: s for s in planted["steps"]}
+    rerun_ns = {s["step"]: s["duration_ns"] for s in rerun["steps"]}
+    predicted = {s["step"]: s["predicted_ns"] for s in planted["what_if"][0]["steps"]}
+    rows = []
+    for n in steps:
+        s = by_step.get(n)
+        top = top_of(s, ranks) if s else None
+        rows.append({
+            "step": n,
+            "top": top,
+            "hit": top == (rank, "work", op),
+            "measured_ns": s["duration_ns"] if s else None,
+            "predicted_ns": predicted.get(n),
+            "rerun_ns": rerun_ns.get(n),
+        })
+    return {"plant": plant, "steps": rows,
+            "unplanted_rerun_ratio": unplanted_ratio(by_step, rerun_ns, steps)}
+
+
+def unplanted_ratio(by_step, rerun_ns, planted):
+    """Median of (planted run / re-run) over the steps not planted: how alike
+    the two runs are where nothing differs (the noise floor of the what-if)."""
+    r = [by_step[n]["duration_ns"] / rerun_ns[n] for n in by_step
+         if n not in planted and n in rerun_ns and rerun_ns[n] > 0]
+    return statistics.median(r) if r else None
+
+
+def quantile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
+
+
+def figures(runs):
+    rows = [r for run in runs for r in run["steps"]]
+    errors = [abs(r["predicted_ns"] - r["rerun_ns"]) / r["rerun_ns"] for r in rows
+              if r["predicted_ns"] and r["rerun_ns"]]
+    return {
+        "runs": len(runs),
+        "planted_steps": len(rows),
+        "top_hits": sum(r["hit"] for r in rows),
+        "what_if_scored": len(errors),
+        "what_if_error_median": statistics.median(errors) if errors else None,
+        "what_if_error_p90": quantile(errors, 0.9),
+        "what_if_error_max": max(errors) if errors else None,
+        "noise_floor_median": statistics.median(
+            [abs(r["unplanted_rerun_ratio"] - 1) for r in runs if r["unplanted_rerun_ratio"]]
+        ) if runs else None,
+    }
+
+
+def pct(x):
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def main():
+    a = parse()
+    rng = random.Random(a.seed)
+    root = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="critical-"))
+    runs = []
+    for i in range(a.runs):
+        run = one_run(a, rng, i, root)
+        runs.append(run)
+        p = run["plant"]
+        hits = sum(r["hit"] for r in run["steps"])
+        errs = ", ".join(
+            pct(abs(r["predicted_ns"] - r["rerun_ns"]) / r["rerun_ns"])
+            if r["predicted_ns"] and r["rerun_ns"] else "-" for r in run["steps"])
+        print(f"run {i}: rank {p['rank']} {p['op']} steps {p['steps']}: top {hits}/{len(run['steps'])}, "
+              f"what-if error {errs}", flush=True)
+    f = figures(runs)
+    print(f"{a.device}: {f['runs']} runs, planted rank and op top the path in {f['top_hits']} of "
+          f"{f['planted_steps']} planted steps; what-if vs re-run error median "
+          f"{pct(f['what_if_error_median'])}, p90 {pct(f['what_if_error_p90'])}, max "
+          f"{pct(f['what_if_error_max'])} (n = {f['what_if_scored']}); unplanted steps, run vs "
+          f"re-run, median |ratio − 1| {pct(f['noise_floor_median'])}")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"figures": f, "runs": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
