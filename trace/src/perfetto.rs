@@ -6,9 +6,11 @@
 //! thread per line, `X` events with µs timestamps relative to the global
 //! origin; and flow arrows (`s`/`t`/`f`) linking each collective instance
 //! across ranks, from the first rank to enter to the last one, which every
-//! other rank waited for. Streams events and keeps one plane's event names
-//! in memory; the flows read each host's collectives
-//! ([`crate::collectives::inputs`]) one host at a time.
+//! other rank waited for; and each step's critical path (`trace
+//! critical-path`) as slices on a process of its own, pid 1, sorted first.
+//! Streams events and keeps one plane's event names in memory; the flows
+//! and paths read each host's collectives ([`crate::collectives::inputs`])
+//! one host at a time.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -16,6 +18,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::collectives::analyse::RankCall;
+use super::collectives::critical::{CriticalOptions, CriticalPaths, HopOrder, critical_paths};
 use super::collectives::{Analysis, AnalysisOptions, Framework, Track, analyse};
 use super::fields::{map_entry, xevent, xevent_metadata, xline, xplane, xspace};
 use super::plan::MergeError;
@@ -52,7 +55,7 @@ pub fn write_chrome_json(
     origin_ns: i64,
     json: &Path,
 ) -> Result<(), MergeError> {
-    let flows = collective_flows(inputs, origin_ns)?;
+    let (flows, paths) = collective_overlays(inputs, origin_ns)?;
     let tmp = json.with_extension(format!("tmp-{}", std::process::id()));
     let out_err = |error| MergeError::Output {
         path: json.display().to_string(),
@@ -82,6 +85,9 @@ pub fn write_chrome_json(
         }
         for flow in &flows {
             write_flow(&mut w, flow, &mut first).map_err(out_err)?;
+        }
+        if let Some(paths) = &paths {
+            write_critical_paths(&mut w, paths, origin_ns, &mut first).map_err(out_err)?;
         }
         w.write_all(b"\n]}\n").map_err(out_err)?;
         w.flush().map_err(out_err)
@@ -427,29 +433,108 @@ struct FlowPoint {
 }
 
 /// The flows of every collective instance the hosts' and ranks' merged
-/// traces share (as `trace collectives` matches them).
-fn collective_flows(hosts: &[PerfettoHost], origin_ns: i64) -> Result<Vec<FlowPoint>, MergeError> {
+/// traces share (as `trace collectives` matches them), and each step's
+/// critical path (as `trace critical-path` finds it; `None` without calls).
+fn collective_overlays(
+    hosts: &[PerfettoHost],
+    origin_ns: i64,
+) -> Result<(Vec<FlowPoint>, Option<CriticalPaths>), MergeError> {
     let mut participants = Vec::new();
     let mut calls = Vec::new();
+    let mut steps = Vec::new();
     for (index, h) in hosts.iter().enumerate() {
         let rank = crate::collectives::inputs::read_rank(&h.path, true)?;
         participants.push(rank.participant);
+        steps.push(rank.steps);
         calls.extend(rank.calls.into_iter().map(|mut c| {
             c.participant = index;
             c
         }));
     }
     if calls.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     let options = AnalysisOptions {
         aligned: true,
         top_preceding: 0,
     };
-    Ok(flow_points(
-        &analyse(&participants, calls, &options),
-        origin_ns,
-    ))
+    let analysis = analyse(&participants, calls.clone(), &options);
+    let paths = critical_paths(&analysis, &calls, &steps, &CriticalOptions::default());
+    Ok((flow_points(&analysis, origin_ns), Some(paths)))
+}
+
+/// The critical paths' process: sorted before every host's (pids ≥ 1000).
+const CRITICAL_PID: u64 = 1;
+
+/// Each step's critical path as `X` slices, one per segment, named by
+/// kind and op, with the rank, host and step in their args. Two threads,
+/// even and odd steps: a step may begin before the previous one ended on
+/// its last rank (carry-over), and slices of one thread must not overlap.
+fn write_critical_paths(
+    w: &mut impl Write,
+    paths: &CriticalPaths,
+    origin_ns: i64,
+    first: &mut bool,
+) -> std::io::Result<()> {
+    if paths.steps.is_empty() {
+        return Ok(());
+    }
+    sep(w, first)?;
+    write!(
+        w,
+        "{{\"ph\":\"M\",\"pid\":{CRITICAL_PID},\"name\":\"process_name\",\"args\":{{\"name\":\"Critical path of each step (clockmesh)\"}}}},\n{{\"ph\":\"M\",\"pid\":{CRITICAL_PID},\"name\":\"process_sort_index\",\"args\":{{\"sort_index\":0}}}}"
+    )?;
+    for (tid, label) in [(0, "even steps"), (1, "odd steps")] {
+        sep(w, first)?;
+        write!(
+            w,
+            "{{\"ph\":\"M\",\"pid\":{CRITICAL_PID},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":\"{label}\"}}}}"
+        )?;
+    }
+    let origin_ps = i128::from(origin_ns) * 1000;
+    for step in &paths.steps {
+        for (index, seg) in step.segments.iter().enumerate() {
+            let who = paths.participants.get(seg.participant);
+            let args = serde_json::json!({
+                "step": step.step,
+                "rank": who.and_then(|p| p.rank),
+                "host": who.map(|p| p.host.as_str()),
+                "kind": seg.kind,
+                "op": seg.op.as_ref(),
+                "top": step.top == Some(index),
+                "order_uncertain": seg.hop.as_ref().is_some_and(|h| matches!(h.order, HopOrder::Uncertain { .. })),
+            });
+            sep(w, first)?;
+            write!(
+                w,
+                "{{\"ph\":\"X\",\"cat\":\"critical_path\",\"pid\":{CRITICAL_PID},\"tid\":{},\"ts\":{},\"dur\":{},\"name\":{},\"args\":{args}}}",
+                step.step % 2,
+                ps_to_us(i128::from(seg.start_ns) * 1000 - origin_ps),
+                ps_to_us(i128::from(seg.duration_ns) * 1000),
+                json_str(&segment_name(seg, who))
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// `work aten::mm (rank 2)`: what the segment is and whose.
+fn segment_name(
+    seg: &crate::collectives::critical::Segment,
+    who: Option<&crate::collectives::Participant>,
+) -> String {
+    let kind = serde_json::to_value(seg.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let whose = match who {
+        Some(p) => match p.rank {
+            Some(r) => format!("rank {r}, {}", p.host),
+            None => p.host.clone(),
+        },
+        None => "?".into(),
+    };
+    format!("{kind} {} ({whose})", seg.op.as_ref())
 }
 
 /// One flow per instance whose calls all have a place and a length: the

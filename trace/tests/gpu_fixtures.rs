@@ -5,6 +5,7 @@
 //! and 6. Both processes of each job ran on one host, so their raw clocks
 //! are the truth.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 mod common;
@@ -182,9 +183,16 @@ fn real_nccl_ranks_are_in_the_chrome_json_with_their_collective_flows() {
     let events = v["traceEvents"].as_array().unwrap();
     assert_eq!(
         names,
-        ["rank0 rank0.pt.trace.json", "rank1 rank1.pt.trace.json"]
+        [
+            "rank0 rank0.pt.trace.json",
+            "rank1 rank1.pt.trace.json",
+            "Critical path of each step (clockmesh)"
+        ]
     );
-    let slices: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    let slices: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] != "critical_path")
+        .collect();
     let timed_in = |f: &PathBuf| {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
         let n = v["traceEvents"].as_array().unwrap().iter();
@@ -221,7 +229,50 @@ fn real_nccl_ranks_are_in_the_chrome_json_with_their_collective_flows() {
             .unwrap();
         assert_eq!(end["pid"], 2000);
     }
+    critical_path_slices_tile_each_step_and_top_it_on_the_straggler(events);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The critical path's slices (pid 1): each step's segments follow one
+/// another without a hole, and the top of steps 5 and 6 is rank 1's 20 ms.
+fn critical_path_slices_tile_each_step_and_top_it_on_the_straggler(events: &[serde_json::Value]) {
+    let path: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["cat"] == "critical_path")
+        .collect();
+    assert!(events.iter().any(|e| {
+        e["pid"] == 1
+            && e["name"] == "process_name"
+            && e["args"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("Critical path"))
+    }));
+    let mut by_step: BTreeMap<u64, Vec<&serde_json::Value>> = BTreeMap::new();
+    for e in &path {
+        assert_eq!(e["pid"], 1);
+        by_step
+            .entry(e["args"]["step"].as_u64().unwrap())
+            .or_default()
+            .push(e);
+    }
+    assert!(by_step.len() >= 6, "{:?}", by_step.keys());
+    let us = |v: &serde_json::Value| v.as_f64().unwrap();
+    for (step, segs) in &by_step {
+        for pair in segs.windows(2) {
+            let end = us(&pair[0]["ts"]) + us(&pair[0]["dur"]);
+            assert!(
+                (us(&pair[1]["ts"]) - end).abs() < 0.01,
+                "step {step}: {pair:?}"
+            );
+        }
+        assert_eq!(segs[0]["tid"], step % 2);
+        let tops: Vec<_> = segs.iter().filter(|e| e["args"]["top"] == true).collect();
+        assert_eq!(tops.len(), 1, "step {step}");
+        if matches!(step, 5 | 6) {
+            assert_eq!(tops[0]["args"]["host"], "rank1", "{}", tops[0]);
+            assert!(us(&tops[0]["dur"]) > 19_000.0, "{}", tops[0]);
+        }
+    }
 }
 
 /// The critical path of steps 5 and 6 goes through rank 1's 20 ms before
