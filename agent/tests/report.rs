@@ -545,31 +545,40 @@ fn analyse_job(dir: &Path) -> (PathBuf, serde_json::Value) {
 }
 
 #[test]
-fn a_bad_collectives_file_is_refused_in_one_line() {
+fn a_bad_collectives_or_critical_path_file_is_refused_in_one_line() {
     let w = write_histories("coll-errors");
     let out = w.dir.join("r.html");
     let missing = w.dir.join("missing.json").display().to_string();
-    let r = report(&w, &out, &["--collectives", &missing]);
-    assert_eq!(r.status.code(), Some(1));
-    let err = text(&r.stderr);
-    assert!(
-        err.contains(&format!("reading collectives {missing}")),
-        "{err}"
-    );
-    for bad in ["{\"aligned\": true}", "[1, 2", "{}"] {
-        let path = w.dir.join("bad.json");
-        std::fs::write(&path, bad).unwrap();
-        let p = path.display().to_string();
-        let r = report(&w, &out, &["--collectives", &p]);
+    let inputs = [
+        (
+            "--collectives",
+            "collectives",
+            "clockmesh trace collectives --json",
+        ),
+        (
+            "--critical-path",
+            "critical paths",
+            "clockmesh trace critical-path --json",
+        ),
+    ];
+    for (flag, what, producer) in inputs {
+        let r = report(&w, &out, &[flag, &missing]);
         assert_eq!(r.status.code(), Some(1));
         let err = text(&r.stderr);
-        assert!(
-            err.starts_with(&format!(
-                "clockmesh: error: {p}: not a `clockmesh trace collectives --json` file: "
-            )),
-            "{err}"
-        );
-        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("reading {what} {missing}")), "{err}");
+        for bad in ["{\"aligned\": true}", "[1, 2", "{}"] {
+            let path = w.dir.join("bad.json");
+            std::fs::write(&path, bad).unwrap();
+            let p = path.display().to_string();
+            let r = report(&w, &out, &[flag, &p]);
+            assert_eq!(r.status.code(), Some(1));
+            let err = text(&r.stderr);
+            assert!(
+                err.starts_with(&format!("clockmesh: error: {p}: not a `{producer}` file: ")),
+                "{err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
     }
     assert!(!out.exists(), "nothing written on errors");
     std::fs::remove_dir_all(&w.dir).unwrap();

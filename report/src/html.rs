@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use clockmesh_offsets::history::{DeviceHistoryEntry, HistoryEntry};
 use clockmesh_trace::MergeSummary;
 use clockmesh_trace::collectives::Analysis;
+use clockmesh_trace::collectives::critical::CriticalPaths;
 
 use super::lines::{Edge, History};
 use super::svg::{Chart, Scale, colour, escape, si};
@@ -24,6 +25,8 @@ pub struct Inputs<'a> {
     pub merge: Option<(&'a str, &'a MergeSummary)>,
     /// A `trace collectives --json` file: (its name, its content).
     pub collectives: Option<(&'a str, &'a Analysis)>,
+    /// A `trace critical-path --json` file: (its name, its content).
+    pub critical: Option<(&'a str, &'a CriticalPaths)>,
 }
 
 /// Shared by the sections: nodes in name order (their colours) and the
@@ -114,6 +117,9 @@ pub fn render(inp: &Inputs) -> String {
     }
     if let Some((name, analysis)) = inp.collectives {
         page.push_str(&super::collectives::section(name, analysis));
+    }
+    if let Some((name, paths)) = inp.critical {
+        page.push_str(&super::critical::section(name, paths));
     }
     page.push_str("</body>\n</html>\n");
     page
@@ -789,6 +795,7 @@ mod tests {
             truth,
             merge: None,
             collectives: None,
+            critical: None,
         })
     }
 
@@ -828,6 +835,7 @@ mod tests {
             truth: None,
             merge: Some(("m.json", &m)),
             collectives: None,
+            critical: None,
         });
         assert!(html.contains("<h2>Trace merge</h2>"));
         assert!(html.contains(r#"data-host="n1" data-offset-ns="-123906768" data-drift-ppb="-50003.4" data-bound-ns="2002""#), "{html}");

@@ -3,7 +3,7 @@
 //! pure ratio per edge, the probe graph, GPU device maps, and, given the
 //! injected truth, estimated − true; with a trace merge's summary and a
 //! collectives analysis, what the merge did per host and who arrived last
-//! at each collective. The input files are read in [`read`]; the page
+//! at each collective; with critical paths, what bounded each step. The input files are read in [`read`]; the page
 //! itself is built without I/O ([`render`]). The `clockmesh` binary's
 //! `report` subcommand parses the flags and writes the page.
 //!
@@ -12,6 +12,7 @@
 //! on the agent.
 
 mod collectives;
+mod critical;
 mod html;
 mod lines;
 pub mod read;

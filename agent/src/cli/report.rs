@@ -1,6 +1,6 @@
 //! `clockmesh report`: the flags, and the page written to `--output`. The
-//! report itself — reading the history, truth, merge summary and
-//! collectives files, and building the page — is `clockmesh_report`.
+//! report itself — reading the history, truth, merge summary,
+//! collectives and critical-path files, and building the page — is `clockmesh_report`.
 use std::path::PathBuf;
 
 use super::files;
@@ -36,6 +36,12 @@ pub struct ReportArgs {
     /// ± the combined bound, the wait it caused, and the causality check.
     #[arg(long, value_name = "FILE")]
     collectives: Option<PathBuf>,
+    /// What `clockmesh trace critical-path --json` printed for the job:
+    /// adds what topped each step's critical path, the slowest steps, each
+    /// rank's time (work, gaps, waiting, exposed communication) and the
+    /// what-ifs.
+    #[arg(long, value_name = "FILE")]
+    critical_path: Option<PathBuf>,
 }
 
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
@@ -64,12 +70,19 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         .map(clockmesh_report::read::collectives)
         .transpose()?;
     let collectives_name = args.collectives.as_ref().map(|p| p.display().to_string());
+    let critical = args
+        .critical_path
+        .as_deref()
+        .map(clockmesh_report::read::critical_paths)
+        .transpose()?;
+    let critical_name = args.critical_path.as_ref().map(|p| p.display().to_string());
     let page = clockmesh_report::render(&clockmesh_report::Inputs {
         history: &history,
         files: &files,
         truth: truth_name.as_deref().zip(truth.as_ref()),
         merge: merge_name.as_deref().zip(merge.as_ref()),
         collectives: collectives_name.as_deref().zip(analysis.as_ref()),
+        critical: critical_name.as_deref().zip(critical.as_ref()),
     });
     files::write_atomically(&args.output, page.as_bytes(), args.force, "--output")?;
     crate::outln!("report: {}", args.output.display())?;
