@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use clockmesh_trace::collectives::critical::{CriticalOptions, critical_paths};
 use clockmesh_trace::collectives::inputs::read_job;
 use clockmesh_trace::collectives::{AnalysisOptions, analyse};
 
@@ -275,21 +276,27 @@ fn inputs(mb: u64, steps: u64) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Child mode: read the job and analyse it in a fresh process, so its
-/// peak memory is its own.
-fn child(files: &[PathBuf]) {
-    measure_job(files, 0.0);
+/// Child mode: read the job and analyse it (and, `critical`, find its
+/// critical paths) in a fresh process, so its peak memory is its own.
+fn child(files: &[PathBuf], critical: bool) {
+    measure_job(files, 0.0, critical);
 }
 
 /// Reads and analyses the job, printing what the parent parses back: times,
 /// CPU seconds since `cpu0`, peak memory after reading and in all, and what
 /// the analysis found.
-fn measure_job(files: &[PathBuf], cpu0: f64) {
+fn measure_job(files: &[PathBuf], cpu0: f64, critical: bool) {
     let t = Instant::now();
     let job = read_job(files, false).unwrap();
     let read_s = t.elapsed().as_secs_f64();
     println!("read_peak_rss_kib={}", peak_rss_kib());
     let calls = job.calls.len();
+    // critical-path keeps the calls beside the analysis, as the CLI does.
+    let kept = if critical {
+        job.calls.clone()
+    } else {
+        Vec::new()
+    };
     let a = analyse(
         &job.participants,
         job.calls,
@@ -298,6 +305,20 @@ fn measure_job(files: &[PathBuf], cpu0: f64) {
             top_preceding: 5,
         },
     );
+    if critical {
+        let paths = critical_paths(&a, &kept, &job.steps, &CriticalOptions::default());
+        let topped_by_straggler = paths
+            .steps
+            .iter()
+            .filter(|s| {
+                s.top
+                    .and_then(|i| s.segments.get(i))
+                    .is_some_and(|g| a.participants[g.participant].rank == Some(STRAGGLER as u64))
+            })
+            .count();
+        println!("critical_steps={}", paths.steps.len());
+        println!("critical_topped_by_straggler={topped_by_straggler}");
+    }
     let secs = t.elapsed().as_secs_f64();
     let bytes: u64 = files
         .iter()
@@ -352,11 +373,49 @@ fn check(tool: &str, out: &str, shape: &Shape) {
     );
 }
 
+/// `trace critical-path` on the same job in its own child, beside
+/// `trace collectives`' figures (`rs` s, `rcpu` CPU-s, `rmem` KiB): one
+/// path per step, and the same analysis underneath.
+fn critical_beside(
+    files: &[PathBuf],
+    shape: &Shape,
+    rs: f64,
+    rcpu: f64,
+    rmem: f64,
+    mbps: impl Fn(f64) -> f64,
+) {
+    let args = std::iter::once(PathBuf::from("--critical-child")).chain(files.iter().cloned());
+    let out = run_child(args);
+    check("rust critical-path", &out, shape);
+    assert_eq!(
+        parse(&out, "critical_steps"),
+        shape.steps as f64,
+        "a path per step\n{out}"
+    );
+    let (cs, ccpu, cmem) = (
+        parse(&out, "seconds"),
+        parse(&out, "cpu_seconds"),
+        parse(&out, "peak_rss_kib"),
+    );
+    println!(
+        "trace critical-path (rust): {cs:.3} s = {:.0} MB/s, {ccpu:.2} CPU-s, peak RSS {:.0} MiB; {} steps, {} topped by the late rank; vs collectives {:.2}x the time, {:.2}x the CPU, {:.2}x the peak RSS",
+        mbps(cs),
+        cmem / 1024.0,
+        parse(&out, "critical_steps"),
+        parse(&out, "critical_topped_by_straggler"),
+        cs / rs,
+        ccpu / rcpu,
+        cmem / rmem
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--collectives-child") {
+    if let Some(mode @ ("--collectives-child" | "--critical-child")) =
+        args.get(1).map(String::as_str)
+    {
         let files: Vec<PathBuf> = args[2..].iter().map(PathBuf::from).collect();
-        return child(&files);
+        return child(&files, mode == "--critical-child");
     }
     let mb: u64 = std::env::var("CLOCKMESH_BENCH_MB")
         .ok()
@@ -394,6 +453,8 @@ fn main() {
         parse(&rust, "calls"),
         parse(&rust, "matched"),
     );
+
+    critical_beside(&files, &shape, rs, rcpu, rmem, mbps);
 
     let python = python();
     let script =
@@ -876,5 +937,5 @@ fn xplane_child(files: &[PathBuf]) {
     }
     println!("parse_seconds={:.3}", t.elapsed().as_secs_f64());
     println!("parse_peak_rss_kib={}", peak_rss_kib());
-    measure_job(files, cpu_seconds());
+    measure_job(files, cpu_seconds(), false);
 }
