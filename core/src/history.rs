@@ -22,6 +22,9 @@
 //! bound also makes holdover last; on a fast-wandering clock 16 s would do
 //! better: docs/estimator.md). Both are times, not window counts, so a
 //! shorter window brings results more often from as many pairs. A NIC fit
+//! starved of pure pairs (busy queues leave a few in 2 s) grows its span,
+//! one span at a time up to 8 s, while it is still starved
+//! ([`crate::settings::NIC_STARVED_HISTORY_NS`]). A NIC fit
 //! takes its drift from a longer span (3 s) when that span agrees too
 //! ([`StampClass::drift_history_windows`]): a reader extrapolates each
 //! result with it, and a 2 s slope is noisier than a 3 s one lags.
@@ -35,7 +38,9 @@ use std::collections::VecDeque;
 
 use clockmesh_estimator::{EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, estimate_edge};
 
-use crate::settings::{LONG_SILENCE_NS, PATH_JUDGED_NS, StampClass, windows_covering};
+use crate::settings::{
+    LONG_SILENCE_NS, NIC_STARVED_POINTS, PATH_JUDGED_NS, StampClass, windows_covering,
+};
 
 /// Windows of raw probes kept per out-edge (32 s at the shipped 1 s
 /// windows): the longest span of any class of stamps.
@@ -196,11 +201,14 @@ impl EdgeHistory {
             return (None, None);
         };
         let longest = newest_stamps.max_history_windows(window_ns);
-        let spans = SPANS
-            .iter()
-            .filter(|&&s| self.spannable(s, longest, newest_stamps));
+        // Grows past the class's longest span one span at a time while
+        // each fit holds too few pure points, up to the starved limit.
+        let mut limit = longest;
         let mut faster_since = None;
-        for &span in spans {
+        for &span in &SPANS {
+            if !self.spannable(span, limit, newest_stamps) {
+                break;
+            }
             if self.thin_after_silence(span, window_ns) {
                 // Longer spans bridge the same silence with the same few pairs.
                 break;
@@ -224,6 +232,10 @@ impl EdgeHistory {
                 // longer span whose older windows include fast ones may
                 // still be on the newest path.
                 continue;
+            }
+            if span >= longest && starved(fit) {
+                let starved_limit = newest_stamps.starved_history_windows(window_ns);
+                limit = limit.max((2 * span).min(starved_limit));
             }
             accepted.push(fit.clone());
             chosen = Some(HistoryFit::spanning(outcome, span, stamps));
@@ -434,6 +446,12 @@ fn fit_probes(probes: &EdgeProbes, stamps: StampClass, cfg: &EstimatorConfig) ->
     let mut purity = cfg.purity.clone();
     purity.tolerance_ns = stamps.purity_tolerance_ns();
     estimate_edge(probes, &purity, &fit_cfg)
+}
+
+/// Whether `fit` stands on too few pure points in a direction to pin its
+/// line ([`NIC_STARVED_POINTS`]).
+fn starved(fit: &EdgeFit) -> bool {
+    fit.forward_points.min(fit.backward_points) < NIC_STARVED_POINTS
 }
 
 /// Whether two fits' offsets at the shorter one's epoch are within the sum
@@ -676,6 +694,39 @@ mod tests {
             }
             let fit = h.fit(&cfg(), len_ns).unwrap();
             assert_eq!(fit.windows, windows, "{len_ns} ns windows");
+        }
+    }
+
+    /// Busy queues: only one pair in `keep` crossed unqueued both ways (the
+    /// second packet of every other pair 500 ns later than its first).
+    fn starved(mut p: EdgeProbes, keep: u64) -> EdgeProbes {
+        for probe in p.forward.iter_mut().chain(p.backward.iter_mut()) {
+            if probe.pair_index == 1 && probe.seq % keep != 0 {
+                probe.rx_ns += 500;
+            }
+        }
+        p
+    }
+
+    /// A NIC fit of 2 s whose busy queues left it fewer than
+    /// NIC_STARVED_POINTS pure pairs a direction grows its span, one span
+    /// at a time, until it holds enough (2 a second here: 4 s), and no
+    /// further; a fed one keeps 2 s (`nic_stamps_keep_a_short_history`).
+    #[test]
+    fn a_starved_nic_fit_grows_its_span_until_it_holds_enough_pure_pairs() {
+        const S: i64 = 1_000_000_000;
+        for (keep, windows) in [(5, 4), (10, 8), (1, 2)] {
+            let mut h = EdgeHistory::default();
+            for w in 0..MAX_WINDOWS as i64 {
+                h.push(
+                    starved(window_of(S, w, |_| 1_000, 0), keep),
+                    StampClass::Nic,
+                );
+            }
+            let fit = h.fit(&cfg(), S).unwrap();
+            assert_eq!(fit.windows, windows, "one pair in {keep} pure");
+            let f = fit.outcome.fit.unwrap();
+            assert!((f.offset_at(f.epoch_ns).0 - 1_000).abs() < 50, "{f:?}");
         }
     }
 

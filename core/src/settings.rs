@@ -29,6 +29,26 @@ pub const NIC_HISTORY_NS: i64 = 2_000_000_000;
 /// 13.5 ns, 1.39 × the at-anchor p99 (docs/estimator.md §8).
 pub const NIC_DRIFT_HISTORY_NS: i64 = 3_000_000_000;
 
+/// Longest time a starved NIC-stamp fit spans (8 s): one whose
+/// [`NIC_HISTORY_NS`] span holds fewer than [`NIC_STARVED_POINTS`] pure
+/// points in a direction grows, one span at a time, while each longer fit
+/// is still starved and agrees with the shorter ones. A NIC pair is pure
+/// only when both its packets crossed unqueued: with queues busy two
+/// thirds of the time that is about one pair in nine, two or three per
+/// direction in 2 s at the shipped 10 pairs/s, and the line stood on them
+/// (the family's busy-queue NIC members: p99 60–1,700 ns). The bound
+/// grows with the span by the wander the estimator assumes, as every
+/// span's does. Family seed 1, the 120 NIC members: p99 at the result per
+/// class p90 140–469 → 57–308 ns, max 337–1,669 → 84–807 ns, medians
+/// equal or better, coverage 1.0 (docs/estimator.md §8).
+pub const NIC_STARVED_HISTORY_NS: i64 = 8_000_000_000;
+
+/// Pure points per direction below which a NIC fit is starved
+/// ([`NIC_STARVED_HISTORY_NS`]). At 8 the medians of three NIC classes got
+/// worse (a 4 s span where 2 s held 6–7 points, bent by the wander); at 5
+/// none did, and 71 of the 120 NIC members meet 20 ns (62 before).
+pub const NIC_STARVED_POINTS: usize = 5;
+
 /// Software stamps: a pair is pure when its gaps agree within this.
 pub const SOFTWARE_PURITY_NS: i64 = 10_000;
 /// NIC stamps on both sides: a few clock ticks plus serialisation jitter
@@ -65,6 +85,17 @@ impl StampClass {
             StampClass::Software => SOFTWARE_HISTORY_NS,
         };
         windows_within(history_ns, window_ns)
+    }
+
+    /// Most windows of `window_ns` an edge's fit may span when its fit over
+    /// [`StampClass::max_history_windows`] is starved of pure points
+    /// ([`NIC_STARVED_HISTORY_NS`]; software spans already grow to their
+    /// longest while they agree).
+    pub fn starved_history_windows(self, window_ns: i64) -> usize {
+        match self {
+            StampClass::Nic => windows_within(NIC_STARVED_HISTORY_NS, window_ns),
+            StampClass::Software => self.max_history_windows(window_ns),
+        }
     }
 
     /// Most windows of `window_ns` the drift of an edge's fit may span
