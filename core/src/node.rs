@@ -58,7 +58,7 @@ use crate::publication::{self, Publication};
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
 use crate::succession::{LeaderChange, Silence, Succession};
 use crate::tally::{DropReason, NodeCounters, StampTally};
-use crate::timeline::{Carry, HandOverLine};
+use crate::timeline::{Continuation, HandOverLine, OwnMarks};
 use clockmesh_offsets::history::AnchorKind;
 
 /// Bounds on per-packet state (a flood cannot grow memory past these).
@@ -189,7 +189,7 @@ enum LeaderTimeline {
     /// Its own clock: nothing to carry (the first leader, or a carry too old).
     Own,
     /// The timeline so far, continued through its own last result.
-    Carried(Carry),
+    Carried(Continuation),
 }
 
 /// Errors that end a node.
@@ -240,6 +240,8 @@ pub struct Node {
     reports_sent_through: i64,
     /// This node's last published result (what it carries if it becomes leader).
     own_result: Option<pb::NodeOffset>,
+    /// Its published results of the last minutes: the carried drift's chord.
+    own_marks: OwnMarks,
     /// As leader: the timeline it continues, decided at its first solve.
     timeline: LeaderTimeline,
     /// Static membership: who leads is decided here, from the leader's
@@ -273,6 +275,7 @@ impl Node {
             pending_reports: BTreeMap::new(),
             reports_sent_through: i64::MIN,
             own_result: None,
+            own_marks: OwnMarks::default(),
             timeline: LeaderTimeline::Undecided,
             succession: None,
             work_clock: cfg.work_clock,
@@ -945,17 +948,18 @@ impl Node {
             return Vec::new();
         }
         let now = self.windows.end_ns(k);
-        let carry = self
+        let wander_ppb = self.est_cfg.holdover_wander_ppb;
+        let continuation = self
             .own_result
             .as_ref()
-            .and_then(|r| Carry::from_result(r, now));
-        let line = HandOverLine::new(k, &self.me.name, carry.as_ref());
-        *if carry.is_some() {
+            .and_then(|r| Continuation::take(r, self.own_marks.chord_to(r), now, wander_ppb));
+        let line = HandOverLine::new(k, &self.me.name, continuation.as_ref().map(|c| &c.carry));
+        *if continuation.is_some() {
             &mut self.counters.timelines_continued
         } else {
             &mut self.counters.timelines_started
         } += 1;
-        self.timeline = carry.map_or(LeaderTimeline::Own, LeaderTimeline::Carried);
+        self.timeline = continuation.map_or(LeaderTimeline::Own, LeaderTimeline::Carried);
         vec![Action::HandOver(line)]
     }
 
@@ -992,8 +996,8 @@ impl Node {
 
     /// A result solved against this node's clock, onto the timeline it continues.
     fn onto_timeline(&self, r: &mut pb::NodeOffset, epoch_ns: i64) {
-        if let LeaderTimeline::Carried(carry) = &self.timeline {
-            carry.apply(r, epoch_ns);
+        if let LeaderTimeline::Carried(continuation) = &self.timeline {
+            continuation.apply(r, epoch_ns);
         }
     }
 
@@ -1063,6 +1067,7 @@ impl Node {
             return Vec::new();
         }
         self.counters.results_published += 1;
+        self.own_marks.record(&r);
         self.own_result = Some(r.clone());
         vec![Action::Publish(Publication::of(r, window_ns))]
     }
@@ -1505,6 +1510,65 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(hand_over_of(&mut other).unwrap().carried_offset_ns, None);
+    }
+
+    /// The results a node publishes while ticking every 100 ms for
+    /// `seconds` from `T0`.
+    fn published_over(n: &mut Node, seconds: i64) -> Vec<pb::NodeOffset> {
+        (0..seconds * 10)
+            .flat_map(|i| n.handle_tick(LocalNs(T0 + i * 100_000_000)))
+            .filter_map(|a| match a {
+                Action::Publish(p) => Some(p.result),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_new_reference_s_bound_covers_its_carry_and_grows_with_the_time_since() {
+        let mut n = Node::new(NodeConfig {
+            me: member(2),
+            settings: Settings::default(),
+            key: None,
+            exchange: Exchange::Relay,
+            nonce_base: 1,
+            work_clock: no_work_clock,
+        });
+        // The last member left: it leads alone, its own result solved as 0.
+        n.handle_members(vec![member(2)], LocalNs(T0)).unwrap();
+        n.resume_from(pb::NodeOffset {
+            node: "n2".into(),
+            node_id: 2,
+            reference_id: 1,
+            reference_node: "n1".into(),
+            anchor_ns: T0,
+            offset_ns: 4_000,
+            drift_ppb: 2.0,
+            bound_ns: 300,
+            drift_bound_ppb: 5.0,
+            bound_growth_ppb: 25.0,
+            ..Default::default()
+        });
+        n.handle_leader(Some("n2".into()));
+        let published = published_over(&mut n, 120);
+        assert!(published.len() > 100, "{} results", published.len());
+        let wander = n.estimator_config().holdover_wander_ppb;
+        let growth = 5.0 + wander;
+        for r in &published {
+            // The carry's bound at the anchor: never less than the
+            // carried bound grown from the carried result's anchor.
+            let since_s = (r.anchor_ns - T0) as f64 / 1e9;
+            assert!(
+                r.bound_ns as f64 >= 300.0 + growth * since_s - 1.0,
+                "window {}: bound {} after {since_s} s",
+                r.window,
+                r.bound_ns
+            );
+            assert!(r.bound_growth_ppb >= growth, "{}", r.bound_growth_ppb);
+            assert_eq!(r.reference_id, 2);
+        }
+        let last = published.last().unwrap();
+        assert!(last.bound_ns > 300 + 100 * 25, "bound {}", last.bound_ns);
     }
 
     #[test]

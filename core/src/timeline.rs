@@ -4,6 +4,19 @@
 //! leader carries its own last published offset and drift (against the
 //! timeline so far) and adds them to everything it solves: the timeline
 //! continues, running at the rate it ran at the hand-over. Pure: no I/O.
+//!
+//! A carry is an estimate: the continued timeline sits up to the carried
+//! bound from the old one at the hand-over and moves away from it at up to
+//! the carried drift's uncertainty plus the wander allowance after it
+//! ([`Continuation`]). Every result published on the continued timeline
+//! has that distance added to its bound, so a reader's bound covers its
+//! distance to the timeline as it was before the hand-over, not only to
+//! the one continued. The carried drift is the better of the node's own
+//! last fit and the chord through its own results over up to
+//! [`MAX_CARRY_AGE_NS`] ([`OwnMarks`]): minutes of results pin the rate far
+//! better than a fit over one history span.
+
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -60,6 +73,167 @@ impl Carry {
         r.offset_ns = r.offset_ns.saturating_add(self.offset_at(epoch_ns));
         // First order: the rates add (drifts are parts per billion).
         r.drift_ppb += self.drift_ppb;
+    }
+}
+
+/// Shortest chord through a node's own results that may set the carried
+/// drift: shorter, the results' bounds divided by the span say little.
+pub const MIN_CHORD_SPAN_NS: i64 = 10_000_000_000;
+
+/// Most of a node's own results kept for the chord (a span of
+/// [`MAX_CARRY_AGE_NS`] at 0.25 s windows); older ones are dropped first.
+const MAX_MARKS: usize = 2_400;
+
+/// One of this node's published results, as the chord needs it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Mark {
+    anchor_ns: i64,
+    offset_ns: i64,
+    bound_ns: u64,
+    reference_id: u32,
+}
+
+/// This node's own published results of the last [`MAX_CARRY_AGE_NS`]:
+/// the chord from an old one to the latest gives the node's mean rate
+/// against the timeline, with an honest bound (the two results' bounds
+/// over the span, whatever their errors were).
+#[derive(Clone, Debug, Default)]
+pub struct OwnMarks {
+    marks: VecDeque<Mark>,
+}
+
+/// A drift (ppb) and how far it may be from the truth (ppb).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rate {
+    pub drift_ppb: f64,
+    pub bound_ppb: f64,
+}
+
+impl OwnMarks {
+    /// Records a published result; forgets those older than
+    /// [`MAX_CARRY_AGE_NS`] before it.
+    pub fn record(&mut self, r: &pb::NodeOffset) {
+        self.marks.push_back(Mark {
+            anchor_ns: r.anchor_ns,
+            offset_ns: r.offset_ns,
+            bound_ns: r.bound_ns,
+            reference_id: r.reference_id,
+        });
+        let oldest = r.anchor_ns.saturating_sub(MAX_CARRY_AGE_NS);
+        while self
+            .marks
+            .front()
+            .is_some_and(|m| m.anchor_ns < oldest || self.marks.len() > MAX_MARKS)
+        {
+            self.marks.pop_front();
+        }
+    }
+
+    /// The tightest chord ending at `latest`, from a result under the same
+    /// reference at least [`MIN_CHORD_SPAN_NS`] before it.
+    pub fn chord_to(&self, latest: &pb::NodeOffset) -> Option<Rate> {
+        self.marks
+            .iter()
+            .filter(|m| m.reference_id == latest.reference_id)
+            .filter_map(|m| {
+                let span = latest.anchor_ns.checked_sub(m.anchor_ns)?;
+                (span >= MIN_CHORD_SPAN_NS).then(|| {
+                    let span = span as f64;
+                    Rate {
+                        drift_ppb: (latest.offset_ns - m.offset_ns) as f64 / span * 1e9,
+                        bound_ppb: (latest.bound_ns + m.bound_ns) as f64 / span * 1e9,
+                    }
+                })
+            })
+            .min_by(|a, b| a.bound_ppb.total_cmp(&b.bound_ppb))
+    }
+}
+
+/// The drift a result's own fit gives, with its uncertainty: the published
+/// drift bound, or the bound's growth less the wander allowance where that
+/// is larger (a result read back from the offsets file carries no drift
+/// bound of its own).
+pub fn fitted_rate(own: &pb::NodeOffset, wander_ppb: f64) -> Rate {
+    Rate {
+        drift_ppb: own.drift_ppb,
+        bound_ppb: own
+            .drift_bound_ppb
+            .max(own.bound_growth_ppb - wander_ppb)
+            .max(0.0),
+    }
+}
+
+/// A carry and how far the continued timeline may sit from the old one
+/// as time goes on: what every result on the continued timeline adds to
+/// its bound.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Continuation {
+    /// `carry.bound_ns` holds at `handed_over_ns`.
+    pub carry: Carry,
+    /// Local time of the hand-over.
+    pub handed_over_ns: i64,
+    /// The carried drift's uncertainty, ppb.
+    pub drift_bound_ppb: f64,
+    /// How fast the continued timeline may move from the old one after the
+    /// hand-over: the carried drift's uncertainty plus the estimator's
+    /// wander allowance (the old reference's rate against this node's may
+    /// change after the carried drift was measured), ppb.
+    pub growth_ppb: f64,
+}
+
+impl Continuation {
+    /// The continuation of this node's last result `own` at local time
+    /// `now_ns` (None: too old, or from the future), its drift the tighter
+    /// of its own fit's and the chord `chord` through its recent results.
+    pub fn take(
+        own: &pb::NodeOffset,
+        chord: Option<Rate>,
+        now_ns: i64,
+        wander_ppb: f64,
+    ) -> Option<Continuation> {
+        let age = now_ns.saturating_sub(own.anchor_ns);
+        if !(0..=MAX_CARRY_AGE_NS).contains(&age) {
+            return None;
+        }
+        let fitted = fitted_rate(own, wander_ppb);
+        let rate = match chord {
+            Some(c) if c.bound_ppb < fitted.bound_ppb => c,
+            _ => fitted,
+        };
+        let growth_ppb = rate.bound_ppb + wander_ppb.max(0.0);
+        let grown = growth_ppb * age as f64 / 1e9;
+        Some(Continuation {
+            carry: Carry {
+                anchor_ns: own.anchor_ns,
+                offset_ns: own.offset_ns,
+                drift_ppb: rate.drift_ppb,
+                bound_ns: own.bound_ns.saturating_add(grown.ceil() as u64),
+                from: own.reference_node.clone(),
+            },
+            handed_over_ns: now_ns,
+            drift_bound_ppb: rate.bound_ppb,
+            growth_ppb,
+        })
+    }
+
+    /// How far the continued timeline may be from the old one at local
+    /// time `t_ns` (at least the carried bound).
+    pub fn bound_at(&self, t_ns: i64) -> f64 {
+        let since_s = t_ns.saturating_sub(self.handed_over_ns).max(0) as f64 / 1e9;
+        self.carry.bound_ns as f64 + self.growth_ppb * since_s
+    }
+
+    /// `r` (solved against this node's clock at local epoch `epoch_ns`)
+    /// moved onto the continued timeline, its bound covering its distance
+    /// to the old one: the carry's bound at the epoch is added, and the
+    /// carry's growth to the rate its bound grows at as readers age it.
+    pub fn apply(&self, r: &mut pb::NodeOffset, epoch_ns: i64) {
+        self.carry.apply(r, epoch_ns);
+        r.bound_ns = r
+            .bound_ns
+            .saturating_add(self.bound_at(epoch_ns).ceil() as u64);
+        r.bound_growth_ppb += self.growth_ppb;
+        r.drift_bound_ppb += self.growth_ppb;
     }
 }
 
@@ -145,6 +319,98 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<HandOverLine>(&json).unwrap(), line);
         assert_eq!(HandOverLine::new(3, "new", None).carry(), None);
+    }
+
+    /// A result of a node with drift `drift_ppb` against the timeline, each
+    /// off by `error_ns` (within its bound of 20 ns).
+    fn on_timeline(anchor_s: i64, drift_ppb: f64, error_ns: i64) -> pb::NodeOffset {
+        pb::NodeOffset {
+            anchor_ns: anchor_s * 1_000_000_000,
+            offset_ns: (drift_ppb * anchor_s as f64).round() as i64 + error_ns,
+            drift_ppb: drift_ppb + 3.0, // the fit's drift, 3 ppb off
+            drift_bound_ppb: 4.0,
+            bound_ns: 20,
+            bound_growth_ppb: 24.0,
+            reference_id: 1,
+            reference_node: "n1".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_chord_through_minutes_of_results_pins_the_carried_drift() {
+        let mut marks = OwnMarks::default();
+        for s in 0..=300 {
+            marks.record(&on_timeline(s, 7.0, if s % 2 == 0 { 19 } else { -19 }));
+        }
+        let latest = on_timeline(300, 7.0, 19);
+        let chord = marks.chord_to(&latest).expect("a chord over 300 s");
+        assert!((chord.bound_ppb - 40.0 / 300.0).abs() < 1e-9, "{chord:?}");
+        let c = Continuation::take(&latest, Some(chord), 305_000_000_000, 20.0).unwrap();
+        assert!(
+            (c.carry.drift_ppb - 7.0).abs() <= c.drift_bound_ppb,
+            "chord drift {} ± {} against 7 ppb",
+            c.carry.drift_ppb,
+            c.drift_bound_ppb
+        );
+        assert_eq!(c.growth_ppb, c.drift_bound_ppb + 20.0);
+        // Results under another reference do not make a chord; nor do
+        // recent ones alone.
+        let mut other = latest.clone();
+        other.reference_id = 2;
+        assert_eq!(marks.chord_to(&other), None);
+        let mut young = OwnMarks::default();
+        young.record(&on_timeline(295, 7.0, 0));
+        assert_eq!(young.chord_to(&latest), None);
+        // Without a chord the fit's drift and its bound are carried.
+        let fitted = Continuation::take(&latest, None, 305_000_000_000, 20.0).unwrap();
+        assert_eq!(
+            (fitted.carry.drift_ppb, fitted.drift_bound_ppb),
+            (10.0, 4.0)
+        );
+    }
+
+    #[test]
+    fn marks_older_than_the_longest_carry_are_forgotten() {
+        let mut marks = OwnMarks::default();
+        let step = 10;
+        for s in (0..=2 * MAX_CARRY_AGE_NS / 1_000_000_000).step_by(step) {
+            marks.record(&on_timeline(s, 0.0, 0));
+        }
+        let oldest = marks.marks.front().unwrap().anchor_ns;
+        let newest = marks.marks.back().unwrap().anchor_ns;
+        assert!(newest - oldest <= MAX_CARRY_AGE_NS);
+    }
+
+    #[test]
+    fn every_result_on_a_continued_timeline_carries_the_carry_s_bound_and_growth() {
+        let own = on_timeline(100, 7.0, 0);
+        let handed_over = 104_000_000_000;
+        let c = Continuation::take(&own, None, handed_over, 20.0).unwrap();
+        // 4 s from the anchor to the hand-over at 4 + 20 ppb.
+        assert_eq!(c.carry.bound_ns, 20 + 96);
+        let solved = || pb::NodeOffset {
+            offset_ns: -300,
+            drift_ppb: 1.0,
+            bound_ns: 15,
+            bound_growth_ppb: 21.0,
+            drift_bound_ppb: 1.0,
+            ..Default::default()
+        };
+        let mut at_hand_over = solved();
+        c.apply(&mut at_hand_over, handed_over);
+        assert_eq!(at_hand_over.bound_ns, 15 + 116);
+        let mut later = solved();
+        c.apply(&mut later, handed_over + 600_000_000_000);
+        // 600 s at 24 ppb more: the carried drift's bound and the wander.
+        assert_eq!(later.bound_ns, 15 + 116 + 14_400);
+        assert_eq!(later.bound_growth_ppb, 21.0 + 24.0);
+        assert_eq!(later.drift_bound_ppb, 1.0 + 24.0);
+        assert_eq!(later.drift_ppb, 1.0 + 10.0);
+        assert_eq!(
+            later.offset_ns,
+            -300 + c.carry.offset_at(handed_over + 600_000_000_000)
+        );
     }
 
     #[test]

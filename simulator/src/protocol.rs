@@ -111,6 +111,13 @@ pub struct ProtocolReport {
     /// Fraction of results whose true error lies inside the published bound.
     pub coverage: f64,
     pub median_bound_ns: f64,
+    /// Results on a continued timeline (after a hand-over), judged against
+    /// the original one (the first reference's clock): how many, and the
+    /// fraction within their published bound of it, at the anchor.
+    #[serde(default)]
+    pub continued_results: usize,
+    #[serde(default)]
+    pub coverage_vs_original: f64,
     /// |error| when the result was published (what a reader sees first:
     /// the result is anchored at its window's end and published later).
     pub published_abs_error_ns: Quantiles,
@@ -254,6 +261,10 @@ struct Scores {
     covered: usize,
     aged_errors: Vec<f64>,
     aged_covered: usize,
+    /// Results on a continued timeline, and those within their bound of
+    /// the original timeline.
+    continued: usize,
+    continued_covered: usize,
     published_errors: Vec<f64>,
     drift_errors: Vec<f64>,
     /// Per window: each result's host, |error| and |drift error| (ppb).
@@ -720,6 +731,7 @@ impl<'a> Sim<'a> {
         self.scores.errors.push(err.abs());
         self.scores.bounds.push(bound);
         self.scores.covered += usize::from(err.abs() <= bound);
+        self.score_against_the_original(i, &r);
         // The same results at their anchors and aged: a result of the
         // warm-up windows is scored neither way.
         if let Some(old) = aged.filter(|old| self.is_scored(old)) {
@@ -727,6 +739,25 @@ impl<'a> Sim<'a> {
             self.scores.aged_errors.push(err.abs());
             self.scores.aged_covered += usize::from(err.abs() <= bound);
         }
+    }
+
+    /// A result on a continued timeline, at its anchor, against the
+    /// timeline as it was before any hand-over: the first reference's
+    /// clock. Its bound must cover that distance too.
+    fn score_against_the_original(&mut self, i: usize, r: &pb::NodeOffset) {
+        if self.timeline_of_reference(r.reference_id).carry.is_none() {
+            return;
+        }
+        let original = TimelineDef {
+            node: self.s.reference,
+            carry: None,
+        };
+        let reading = (r.anchor_ns - READING_BASE_NS) as f64;
+        let t = self.clocks.true_time_of(i as NodeId, reading);
+        let truth = self.timeline_value(&original, t) - self.clocks.reading(i as NodeId, t);
+        let err = r.offset_ns as f64 - truth;
+        self.scores.continued += 1;
+        self.scores.continued_covered += usize::from(err.abs() <= r.bound_ns as f64);
     }
 
     /// Whether `r` was scored at its anchor when it was published.
@@ -849,6 +880,8 @@ impl<'a> Sim<'a> {
             nodes_without_result: without,
             coverage: ratio(self.scores.covered, results),
             median_bound_ns: Quantiles::of(&mut self.scores.bounds).p50,
+            continued_results: self.scores.continued,
+            coverage_vs_original: ratio(self.scores.continued_covered, self.scores.continued),
             abs_error_ns: Quantiles::of(&mut self.scores.errors),
             aged_coverage: ratio(self.scores.aged_covered, aged),
             aged_abs_error_ns: Quantiles::of(&mut self.scores.aged_errors),

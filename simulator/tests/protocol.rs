@@ -117,6 +117,26 @@ fn a_new_leader_continues_the_global_timeline() {
     assert_eq!(r.counters["timelines_continued"], 1, "{:#?}", r.counters);
 }
 
+/// A minute after a hand-over, every result is still within its bound of
+/// the timeline as it was before it (the first leader's clock, which
+/// wanders on): the carry's bound and growth are in every bound.
+#[test]
+fn after_a_hand_over_every_bound_covers_the_original_timeline() {
+    let s = Scenario {
+        leader_change: Some(clockmesh_sim::LeaderChange {
+            after_window: 20,
+            to: 2,
+        }),
+        windows: 80,
+        ..scenario(4, Exchange::Relay)
+    };
+    let r = run_protocol(&s).unwrap();
+    assert_like_the_cluster_tests(&r);
+    assert_eq!(r.hand_overs.len(), 1, "{:#?}", r.hand_overs);
+    assert!(r.continued_results >= 3 * 50, "{r:#?}");
+    assert_eq!(r.coverage_vs_original, 1.0, "{r:#?}");
+}
+
 /// Two of 12 nodes lose every link for 40 windows (longer than the 15 s
 /// after which a silent peer is handshaken again), with both exchanges.
 fn isolated(exchange: Exchange) -> ProtocolReport {

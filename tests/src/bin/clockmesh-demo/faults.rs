@@ -43,6 +43,15 @@
 //! 32 s, a software fit's whole span), so each fault meets a settled system
 //! rather than the previous fault's windows.
 //!
+//! clockmesh is scored twice: against the timeline each answer claims
+//! (after a hand-over the new reference's clock plus what it carried), and
+//! against the original timeline, host 0's clock, whatever it claims
+//! (`cm·orig`, [`Row::clockmesh_vs_original`]): after the reference is lost
+//! for good a reader's bound must cover its distance to the timeline as it
+//! was before the hand-over. Each hand-over's line gives how fast the
+//! continued timeline moved from host 0's clock (ns per 10 minutes);
+//! `--reference-lost-s 600` runs ten minutes of it.
+//!
 //! Recovery ("back at the no-fault level within 2 windows"): per host, the
 //! time from a fault's end until every later answer of its "after" is
 //! within the tool's own baseline p99. The same rule on the last 8 s of
@@ -89,6 +98,11 @@ pub struct FaultsArgs {
     /// (5 s) and the 8 s after each fault do not scale.
     #[arg(long, default_value_t = 60)]
     phase_s: u64,
+    /// Seconds of `reference_lost` (the reference's agent lost for good),
+    /// if not `--phase-s`: 600 judges ten minutes of the continued
+    /// timeline against the original one.
+    #[arg(long)]
+    reference_lost_s: Option<u64>,
     /// Seconds both tools run before the first phase.
     #[arg(long, default_value_t = 40)]
     warmup: u64,
@@ -170,8 +184,9 @@ impl Phase {
     }
 }
 
-fn plan(phase_s: u64) -> Vec<Phase> {
+fn plan(phase_s: u64, reference_lost_s: Option<u64>) -> Vec<Phase> {
     let p = Duration::from_secs(phase_s);
+    let lost = Duration::from_secs(reference_lost_s.unwrap_or(phase_s));
     let phase = |name, fault, during, after| Phase {
         name,
         fault,
@@ -184,7 +199,7 @@ fn plan(phase_s: u64) -> Vec<Phase> {
         phase("loss30", Fault::Loss30, p, true),
         phase("link_down", Fault::LinkDown, p / 2, true),
         phase("agent_restart", Fault::AgentRestart, RESTART_AFTER, true),
-        phase("reference_lost", Fault::ReferenceLost, p, false),
+        phase("reference_lost", Fault::ReferenceLost, lost, false),
     ]
 }
 
@@ -249,8 +264,9 @@ struct Sample {
     error_ns: Option<f64>,
     /// The tool's own bound, ns.
     bound_ns: Option<f64>,
-    /// clockmesh: the error against host 0's clock, where it differs
-    /// (the timeline was continued by another reference).
+    /// clockmesh: the error against host 0's clock — the original
+    /// timeline — where it differs (the timeline was continued by another
+    /// reference).
     #[serde(skip_serializing_if = "Option::is_none")]
     error_vs_host0_ns: Option<f64>,
     /// clockmesh: CLOCK_REALTIME of the read, the record's window and
@@ -570,6 +586,10 @@ pub struct Row {
     pub seconds: f64,
     pub chrony: Figures,
     pub clockmesh: Figures,
+    /// clockmesh judged against the original timeline (host 0's clock)
+    /// whatever timeline its answers claim: after a hand-over, the bound
+    /// must cover the continued timeline's distance to it too.
+    pub clockmesh_vs_original: Figures,
     pub ptp4l: Figures,
     /// clockmesh p99 / chrony p99 (< 1: clockmesh is closer).
     pub p99_ratio: f64,
@@ -693,7 +713,7 @@ pub fn run(args: FaultsArgs) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    let phases = plan(args.phase_s);
+    let phases = plan(args.phase_s, args.reference_lost_s);
     let settle = Duration::from_secs(args.settle_s);
     let total: Duration = phases
         .iter()
@@ -1031,6 +1051,9 @@ pub struct HandOverStep {
     /// under it, and the largest |difference| over the reads under it.
     pub first_ns: Option<f64>,
     pub max_abs_ns: Option<f64>,
+    /// How fast the continued timeline moved from host 0's clock between
+    /// the first and the last read under it, ns per 10 minutes.
+    pub distance_per_10min_ns: Option<f64>,
     /// Reads that claimed this timeline.
     pub reads: usize,
 }
@@ -1091,21 +1114,32 @@ impl Timelines {
         let mut out = Vec::new();
         for (_, host, lines) in &self.hosts {
             for h in lines {
-                let under: Vec<f64> = samples
+                let reads: Vec<(i64, u64, u64)> = samples
                     .iter()
                     .filter_map(|s| s.read)
                     .filter(|&(_, window, reference)| {
                         self.hand_over(reference, window)
                             .is_some_and(|(r, x)| r == *host && x.window == h.window)
                     })
-                    .map(|read| self.timeline_vs_host0(read))
                     .collect();
+                let under: Vec<f64> = reads
+                    .iter()
+                    .map(|&read| self.timeline_vs_host0(read))
+                    .collect();
+                let distance_per_10min_ns = match (reads.first(), reads.last()) {
+                    (Some(a), Some(b)) if b.0 > a.0 => {
+                        let moved = under[under.len() - 1] - under[0];
+                        Some(moved / ((b.0 - a.0) as f64 / 1e9) * 600.0)
+                    }
+                    _ => None,
+                };
                 out.push(HandOverStep {
                     reference: h.reference.clone(),
                     window: h.window,
                     carried_bound_ns: h.carried_bound_ns,
                     first_ns: under.first().copied(),
                     max_abs_ns: under.iter().map(|x| x.abs()).reduce(f64::max),
+                    distance_per_10min_ns,
                     reads: under.len(),
                 });
             }
@@ -1419,6 +1453,15 @@ fn baseline_p99(samples: &[Sample], tool: Tool) -> f64 {
     .p99_ns
 }
 
+/// A clockmesh sample judged against the original timeline (host 0's
+/// clock) rather than the one its answer claims.
+fn against_original(s: &Sample) -> Sample {
+    Sample {
+        error_ns: s.error_vs_host0_ns.or(s.error_ns),
+        ..s.clone()
+    }
+}
+
 /// The table's rows: every phase's parts in order, warm-up left out;
 /// `levels`: each tool's no-fault level ([`baseline_p99`]).
 fn rows(phases: &[Phase], samples: &[Sample], levels: &[(Tool, f64)]) -> Vec<Row> {
@@ -1436,15 +1479,27 @@ fn rows(phases: &[Phase], samples: &[Sample], levels: &[(Tool, f64)]) -> Vec<Row
                         && host.is_none_or(|h| s.host == h)
                 }))
             };
+            let vs_original = |host: Option<usize>| {
+                let judged: Vec<Sample> = samples
+                    .iter()
+                    .filter(|s| {
+                        s.phase == p.name
+                            && s.part == part
+                            && s.tool == Tool::Clockmesh
+                            && host.is_none_or(|h| s.host == h)
+                    })
+                    .map(against_original)
+                    .collect();
+                figures(judged.iter())
+            };
             let (chrony, clockmesh) = (of(Tool::Chrony, None), of(Tool::Clockmesh, None));
             let ptp4l = of(Tool::Ptp4l, None);
             let per_host = [1, 2]
                 .into_iter()
                 .map(|h| {
-                    (
-                        h,
-                        BTreeMap::from(Tool::ALL.map(|t| (t.name(), of(t, Some(h))))),
-                    )
+                    let mut tools = BTreeMap::from(Tool::ALL.map(|t| (t.name(), of(t, Some(h)))));
+                    tools.insert("clockmesh_vs_original", vs_original(Some(h)));
+                    (h, tools)
                 })
                 .collect();
             let recovery = (part == Part::After).then(|| {
@@ -1462,6 +1517,7 @@ fn rows(phases: &[Phase], samples: &[Sample], levels: &[(Tool, f64)]) -> Vec<Row
                 recovery,
                 chrony,
                 clockmesh,
+                clockmesh_vs_original: vs_original(None),
                 ptp4l,
                 per_host,
             });
@@ -1474,7 +1530,8 @@ fn print_tables(runs: &[BackendRun]) {
     println!(
         "bench-faults: 3 netns hosts on a bridge, one kernel clock (true offset 0); hosts 1 and 2 \
          sampled every {} ms; errors against the timeline each answer claims (host 0's clock; \
-         after a hand-over the new reference's plus what it carried, listed below); CPU {}",
+         after a hand-over the new reference's plus what it carried, listed below); cm·orig: \
+         clockmesh against the original timeline (host 0's clock) whatever its answers claim; CPU {}",
         SAMPLE_EVERY.as_millis(),
         cpu_name()
     );
@@ -1535,13 +1592,15 @@ fn print_tables(runs: &[BackendRun]) {
         for h in &n.hand_overs {
             println!(
                 "hand-over to {} at window {}: carried bound {} ns; the continued timeline \
-                 minus host 0's clock {} ns at the first read, |max| {} ns over {} reads",
+                 minus host 0's clock {} ns at the first read, |max| {} ns over {} reads, \
+                 moving {} ns per 10 min",
                 h.reference,
                 h.window,
                 opt(h.carried_bound_ns),
                 h.first_ns.map_or("—".into(), ns),
                 h.max_abs_ns.map_or("—".into(), ns),
-                h.reads
+                h.reads,
+                h.distance_per_10min_ns.map_or("—".into(), ns)
             );
         }
     }
@@ -1553,6 +1612,7 @@ fn print_row(row: &Row) {
         ("chrony", &row.chrony),
         ("ptp4l", &row.ptp4l),
         ("clockmesh", &row.clockmesh),
+        ("cm·orig", &row.clockmesh_vs_original),
     ] {
         let first = tool == "chrony";
         println!(
@@ -1784,6 +1844,19 @@ mod tests {
         assert_eq!(steps.len(), 1);
         assert_eq!((steps[0].reads, steps[0].max_abs_ns), (1, Some(120.0)));
         assert_eq!(steps[0].carried_bound_ns, Some(5_000));
+        // Judged against the original timeline, the answer under n1 is
+        // 150 ns off: outside its 50 ns bound, though within it of n1's.
+        let original: Vec<Sample> = v.iter().map(against_original).collect();
+        assert_eq!(original[1].error_ns, Some(150.0));
+        assert_eq!(original[0].error_ns, Some(40.0));
+        let covered = |v: &[Sample]| figures(v.iter()).coverage_pct;
+        assert!((covered(&v) - 200.0 / 3.0).abs() < 1e-9);
+        assert!((covered(&original) - 100.0 / 3.0).abs() < 1e-9);
+        // Two reads 60 s apart under n1's carry: 10 ppb is 6,000 ns per 10 min.
+        let later = sample((63_000_000_000, 70, 1), 0.0);
+        let steps = timelines.steps(&[v[1].clone(), later]);
+        let per_10min = steps[0].distance_per_10min_ns.unwrap();
+        assert!((per_10min - 6_000.0).abs() < 1.0, "{per_10min}");
     }
 
     /// The control applies the recovery rule to the last 8 s of each settle
@@ -1853,6 +1926,7 @@ mod tests {
             seconds: 8.0,
             chrony: figures(std::iter::empty()),
             clockmesh: figures(std::iter::empty()),
+            clockmesh_vs_original: figures(std::iter::empty()),
             ptp4l: figures(std::iter::empty()),
             p99_ratio: f64::NAN,
             p99_ratio_ptp4l: f64::NAN,
