@@ -373,6 +373,15 @@ fn check(tool: &str, out: &str, shape: &Shape) {
     );
 }
 
+/// A child's wall seconds, CPU seconds and peak RSS (KiB).
+fn time_cpu_rss(out: &str) -> (f64, f64, f64) {
+    (
+        parse(out, "seconds"),
+        parse(out, "cpu_seconds"),
+        parse(out, "peak_rss_kib"),
+    )
+}
+
 /// `trace critical-path` on the same job in its own child, beside
 /// `trace collectives`' figures (`rs` s, `rcpu` CPU-s, `rmem` KiB): one
 /// path per step, and the same analysis underneath.
@@ -392,11 +401,7 @@ fn critical_beside(
         shape.steps as f64,
         "a path per step\n{out}"
     );
-    let (cs, ccpu, cmem) = (
-        parse(&out, "seconds"),
-        parse(&out, "cpu_seconds"),
-        parse(&out, "peak_rss_kib"),
-    );
+    let (cs, ccpu, cmem) = time_cpu_rss(&out);
     println!(
         "trace critical-path (rust): {cs:.3} s = {:.0} MB/s, {ccpu:.2} CPU-s, peak RSS {:.0} MiB; {} steps, {} topped by the late rank; vs collectives {:.2}x the time, {:.2}x the CPU, {:.2}x the peak RSS",
         mbps(cs),
@@ -440,11 +445,7 @@ fn main() {
     let child_args = std::iter::once(PathBuf::from("--collectives-child")).chain(files.clone());
     let rust = run_child(child_args);
     check("rust", &rust, &shape);
-    let (rs, rcpu, rmem) = (
-        parse(&rust, "seconds"),
-        parse(&rust, "cpu_seconds"),
-        parse(&rust, "peak_rss_kib"),
-    );
+    let (rs, rcpu, rmem) = time_cpu_rss(&rust);
     println!(
         "trace collectives (rust): {bytes} bytes in {rs:.3} s (read {:.3} s) = {:.0} MB/s, {rcpu:.2} CPU-s, peak RSS {:.0} MiB; {} calls, {} instances matched",
         parse(&rust, "read_seconds"),
@@ -463,11 +464,7 @@ fn main() {
         Ok(o) if o.status.success() => {
             let py = String::from_utf8_lossy(&o.stdout).to_string();
             check("python", &py, &shape);
-            let (ps, pcpu, pmem) = (
-                parse(&py, "seconds"),
-                parse(&py, "cpu_seconds"),
-                parse(&py, "peak_rss_kib"),
-            );
+            let (ps, pcpu, pmem) = time_cpu_rss(&py);
             println!(
                 "python json baseline: {ps:.3} s = {:.0} MB/s, {pcpu:.2} CPU-s, peak RSS {:.0} MiB; {} calls, {} instances matched",
                 mbps(ps),
@@ -903,11 +900,8 @@ fn xplane_bench(mb: u64) -> Option<()> {
         parse(&rust, "parse_peak_rss_kib") / 1024.0,
         parse(&rust, "read_peak_rss_kib") / 1024.0,
     );
-    let (secs, cpu, rss_mib) = (
-        parse(&rust, "seconds"),
-        parse(&rust, "cpu_seconds"),
-        parse(&rust, "peak_rss_kib") / 1024.0,
-    );
+    let (secs, cpu, rss_kib) = time_cpu_rss(&rust);
+    let rss_mib = rss_kib / 1024.0;
     let speed = bytes as f64 / secs / 1e6;
     println!(
         "trace collectives (xplane): {bytes} bytes in {secs:.3} s (read {:.3} s) = {speed:.0} MB/s, {cpu:.2} CPU-s, peak RSS {rss_mib:.0} MiB; {} calls, {} instances matched",
