@@ -1,7 +1,7 @@
 //! `clockmesh report`: the flags, and the page written to `--output`. The
 //! report itself — reading the history, truth, merge summary,
 //! collectives and critical-path files, and building the page — is `clockmesh_report`.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::files;
 
@@ -45,46 +45,40 @@ pub struct ReportArgs {
 }
 
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    use clockmesh_report::read;
     files::refuse_overwrite(&args.output, args.force, "--output")?;
-    let history = clockmesh_report::read::history(&args.history)?;
-    let truth = args
-        .truth
-        .as_deref()
-        .map(clockmesh_report::read::truth)
-        .transpose()?;
+    let history = read::history(&args.history)?;
     let files: Vec<String> = args
         .history
         .iter()
         .map(|p| p.display().to_string())
         .collect();
-    let truth_name = args.truth.as_ref().map(|p| p.display().to_string());
-    let merge = args
-        .merge_summary
-        .as_deref()
-        .map(clockmesh_report::read::merge_summary)
-        .transpose()?;
-    let merge_name = args.merge_summary.as_ref().map(|p| p.display().to_string());
-    let analysis = args
-        .collectives
-        .as_deref()
-        .map(clockmesh_report::read::collectives)
-        .transpose()?;
-    let collectives_name = args.collectives.as_ref().map(|p| p.display().to_string());
-    let critical = args
-        .critical_path
-        .as_deref()
-        .map(clockmesh_report::read::critical_paths)
-        .transpose()?;
-    let critical_name = args.critical_path.as_ref().map(|p| p.display().to_string());
+    let truth = named(args.truth.as_deref(), read::truth)?;
+    let merge = named(args.merge_summary.as_deref(), read::merge_summary)?;
+    let collectives = named(args.collectives.as_deref(), read::collectives)?;
+    let critical = named(args.critical_path.as_deref(), read::critical_paths)?;
     let page = clockmesh_report::render(&clockmesh_report::Inputs {
         history: &history,
         files: &files,
-        truth: truth_name.as_deref().zip(truth.as_ref()),
-        merge: merge_name.as_deref().zip(merge.as_ref()),
-        collectives: collectives_name.as_deref().zip(analysis.as_ref()),
-        critical: critical_name.as_deref().zip(critical.as_ref()),
+        truth: as_input(&truth),
+        merge: as_input(&merge),
+        collectives: as_input(&collectives),
+        critical: as_input(&critical),
     });
     files::write_atomically(&args.output, page.as_bytes(), args.force, "--output")?;
     crate::outln!("report: {}", args.output.display())?;
     Ok(())
+}
+
+/// An optional input file read, with the name the page gives it.
+fn named<T>(
+    path: Option<&Path>,
+    read: fn(&Path) -> Result<T, clockmesh_report::read::ReadError>,
+) -> anyhow::Result<Option<(String, T)>> {
+    let Some(path) = path else { return Ok(None) };
+    Ok(Some((path.display().to_string(), read(path)?)))
+}
+
+fn as_input<T>(named: &Option<(String, T)>) -> Option<(&str, &T)> {
+    named.as_ref().map(|(name, v)| (name.as_str(), v))
 }
