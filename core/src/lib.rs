@@ -32,6 +32,7 @@ pub mod pairs;
 pub mod peers;
 pub mod publication;
 pub mod report;
+pub mod setting;
 pub mod settings;
 pub mod stamps;
 pub mod succession;
