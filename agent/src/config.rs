@@ -13,7 +13,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use clockmesh_core::settings;
+use clockmesh_core::{
+    setting::{self, Setting, SettingValue, SettingsError},
+    settings::Settings,
+};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -65,6 +68,9 @@ pub enum ConfigError {
     },
     #[error("--set expects KEY=VALUE, got {0:?}")]
     BadSet(String),
+    /// The protocol settings as core validates them.
+    #[error("invalid protocol settings: {0}")]
+    Settings(SettingsError),
 }
 
 /// One configuration key, as [`config_keys!`] defines it.
@@ -77,6 +83,9 @@ pub struct Key {
     /// The default as the text a file, variable or flag would carry
     /// (computed from the typed default where one is defined in code).
     pub default: Option<fn() -> String>,
+    /// The allowed range as text (`min–max`), for a protocol setting,
+    /// whose range is defined once in `clockmesh_core::setting`.
+    pub range: Option<fn() -> String>,
     /// What the flag's value looks like in `--help`.
     pub value_name: &'static str,
     /// The flag's value may start with `-` (a negative number).
@@ -100,15 +109,38 @@ impl Key {
     pub fn default_text(&self) -> Option<String> {
         self.default.map(|f| f())
     }
+
+    /// The allowed range's text, if the key is a protocol setting.
+    pub fn range_text(&self) -> Option<String> {
+        self.range.map(|f| f())
+    }
 }
 
-/// A key's default, as text: none, or a typed value's `Display`.
+/// A key's default, as text: none, a protocol setting's (`setting
+/// DESCRIPTOR`: its default, if it has one), or a typed value's `Display`.
 macro_rules! key_default {
     () => {
         None
     };
+    (setting $setting:path) => {
+        match $setting.default {
+            Some(_) => Some(|| $setting.default.map_or_else(String::new, |d| d.to_string())),
+            None => None,
+        }
+    };
     ($value:expr) => {
         Some(|| ToString::to_string(&$value))
+    };
+}
+
+/// A key's range, as text: a protocol setting's (`setting DESCRIPTOR`),
+/// else none (the key's parser holds its rule).
+macro_rules! key_range {
+    (setting $setting:path) => {
+        Some(|| $setting.range_text())
+    };
+    ($($other:tt)*) => {
+        None
     };
 }
 
@@ -138,9 +170,12 @@ macro_rules! key_value {
 /// Every configuration key, each defined once: its typed field in
 /// [`AgentConfig`] and whether it must have a value, the parser that
 /// checks it, its environment variables, file aliases, default, the
-/// flag's value name and the help text. [`KEYS`] (files, environment,
-/// `--set`, the flags of `clockmesh agent` and `clockmesh config`, and the
-/// docs test) and [`AgentConfig::from_layers`] come from this one list.
+/// flag's value name and the help text. A protocol setting's default,
+/// range and help come from its one definition in
+/// `clockmesh_core::setting` (`default: [setting DESCRIPTOR]`, parsed by
+/// [`setting_in`]), not from here. [`KEYS`] (files, environment, `--set`,
+/// the flags of `clockmesh agent` and `clockmesh config`, and the docs
+/// test) and [`AgentConfig::from_layers`] come from this one list.
 macro_rules! config_keys {
     ($(
         $field:ident: $ty:ty = $presence:ident($parse:expr) {
@@ -149,7 +184,7 @@ macro_rules! config_keys {
             default: [$($default:tt)*],
             value: $value_name:literal,
             $(hyphen_values: $hyphen:literal,)?
-            help: $help:literal $(,)?
+            help: $help:expr $(,)?
         }
     ),* $(,)?) => {
         /// All keys, in the order `clockmesh config` prints them.
@@ -159,6 +194,7 @@ macro_rules! config_keys {
                 env: &[$($env),*],
                 file_aliases: &[$($alias),*],
                 default: key_default!($($default)*),
+                range: key_range!($($default)*),
                 value_name: $value_name,
                 hyphen_values: false $(|| $hyphen)?,
                 help: $help,
@@ -213,33 +249,33 @@ config_keys! {
         value: "PORT",
         help: "UDP port this agent owns for probes",
     },
-    probe_cadence_us: u64 = required(int_in(50u64, 10_000_000)) {
+    probe_cadence_us: u64 = required(setting_in(&setting::PROBE_CADENCE_US)) {
         env: ["CLOCKMESH_PROBE_CADENCE_US", "XLA_PROBE_CADENCE_US"],
         aliases: [],
-        default: [settings::DEFAULT_PROBE_CADENCE_US],
+        default: [setting setting::PROBE_CADENCE_US],
         value: "US",
-        help: "interval between coded pairs on one edge, µs",
+        help: setting::PROBE_CADENCE_US.doc,
     },
-    packet_spacing_us: u64 = required(int_in(1u64, 100_000)) {
+    packet_spacing_us: u64 = required(setting_in(&setting::PACKET_SPACING_US)) {
         env: ["CLOCKMESH_PACKET_SPACING_US", "XLA_PACKET_SPACING_US"],
         aliases: [],
-        default: [settings::DEFAULT_PACKET_SPACING_US],
+        default: [setting setting::PACKET_SPACING_US],
         value: "US",
-        help: "spacing between the two probes of a pair, µs",
+        help: setting::PACKET_SPACING_US.doc,
     },
-    probe_window_s: u64 = required(int_in(1u64, 3600)) {
+    probe_window_s: u64 = required(setting_in(&setting::PROBE_WINDOW_S)) {
         env: ["CLOCKMESH_PROBE_WINDOW_S", "XLA_PROBE_WINDOW_S"],
         aliases: [],
-        default: [settings::DEFAULT_PROBE_WINDOW_S],
+        default: [setting setting::PROBE_WINDOW_S],
         value: "S",
-        help: "estimation window, s",
+        help: setting::PROBE_WINDOW_S.doc,
     },
-    degree: usize = required(int_in(1usize, crate::probe::graph::MAX_DEGREE)) {
+    degree: usize = required(setting_in(&setting::DEGREE)) {
         env: ["CLOCKMESH_DEGREE"],
         aliases: ["k", "out_degree"],
-        default: [settings::DEFAULT_DEGREE],
+        default: [setting setting::DEGREE],
         value: "N",
-        help: "out-neighbours each node probes (1-20)",
+        help: setting::DEGREE.doc,
     },
     tracepoint_stamps: TracepointStamps = required(tracepoint_stamps) {
         env: ["CLOCKMESH_TRACEPOINT_STAMPS"],
@@ -248,12 +284,12 @@ config_keys! {
         value: "auto|on|off",
         help: "tp_btf stamp programs, which run for every packet on the host: `auto` (attached only once the socket's kernel stamps turn out to be missing), `on`, `off`",
     },
-    max_path_asymmetry_ns: u64 = optional(int_in(0u64, 1_000_000_000)) {
+    max_path_asymmetry_ns: u64 = optional(setting_in(&setting::MAX_PATH_ASYMMETRY_NS)) {
         env: ["CLOCKMESH_MAX_PATH_ASYMMETRY_NS"],
         aliases: [],
-        default: [],
+        default: [setting setting::MAX_PATH_ASYMMETRY_NS],
         value: "NS",
-        help: "known limit on the difference between the two directions' minimum one-way delays, ns; replaces the ½-RTT asymmetry allowance in each edge's bound (unset: unknown; a wrong value makes every bound lie)",
+        help: setting::MAX_PATH_ASYMMETRY_NS.doc,
     },
     output_dir: PathBuf = required(path) {
         env: ["CLOCKMESH_OUTPUT_DIR", "XLA_DIST_PROF_OUTPUT_DIR"],
@@ -269,12 +305,12 @@ config_keys! {
         value: "FILE",
         help: "the published offsets file",
     },
-    holdover_max_bound_ns: u64 = required(int_in(0u64, 1_000_000_000)) {
+    holdover_max_bound_ns: u64 = required(setting_in(&setting::HOLDOVER_MAX_BOUND_NS)) {
         env: ["CLOCKMESH_HOLDOVER_MAX_BOUND_NS"],
         aliases: [],
-        default: [settings::DEFAULT_HOLDOVER_MAX_BOUND_NS],
+        default: [setting setting::HOLDOVER_MAX_BOUND_NS],
         value: "NS",
-        help: "holdover ceiling written into every offsets record, ns: past a result's validity readers keep answering (state holdover) while its bound, grown at the published rate, stays at most this; then stale. 0: stale right past the validity",
+        help: setting::HOLDOVER_MAX_BOUND_NS.doc,
     },
     metrics_addr: SocketAddr = required(socket_addr) {
         env: ["CLOCKMESH_METRICS_ADDR"],
@@ -736,6 +772,14 @@ fn int_in<T: std::str::FromStr + PartialOrd + fmt::Display + Copy>(
     }
 }
 
+/// A protocol setting's parser: a whole number within its range.
+fn setting_in<T>(s: &Setting<T>) -> impl Fn(&str) -> Result<T, String> + use<T>
+where
+    T: SettingValue + std::str::FromStr,
+{
+    int_in(s.min, s.max)
+}
+
 fn boolean(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
@@ -800,20 +844,39 @@ impl AgentConfig {
         Ok(cfg)
     }
 
-    /// Cross-key rules: a pair must fit in its cadence.
+    /// The protocol settings of this configuration.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            probe_cadence_us: self.probe_cadence_us.value,
+            packet_spacing_us: self.packet_spacing_us.value,
+            probe_window_s: self.probe_window_s.value,
+            degree: self.degree.value,
+            max_path_asymmetry_ns: self.max_path_asymmetry_ns.as_ref().map(|s| s.value),
+            holdover_max_bound_ns: self.holdover_max_bound_ns.value,
+        }
+    }
+
+    /// Cross-key rules: the protocol settings as core validates them (each
+    /// key's range was already checked by its parser; a pair must fit in
+    /// its cadence), reported with the values' sources.
     fn check_consistency(&self) -> Result<(), ConfigError> {
-        if self.packet_spacing_us.value >= self.probe_cadence_us.value {
-            return Err(ConfigError::Invalid {
-                key: "packet_spacing_us",
+        match self.settings().validate() {
+            Ok(()) => Ok(()),
+            Err(SettingsError::SpacingNotBelowCadence { .. }) => Err(ConfigError::Invalid {
+                key: setting::PACKET_SPACING_US.key,
                 value: self.packet_spacing_us.value.to_string(),
                 origin: self.packet_spacing_us.source.clone(),
                 reason: format!(
-                    "must be less than probe_cadence_us ({}, from {})",
-                    self.probe_cadence_us.value, self.probe_cadence_us.source
+                    "must be less than {} ({}, from {})",
+                    setting::PROBE_CADENCE_US.key,
+                    self.probe_cadence_us.value,
+                    self.probe_cadence_us.source
                 ),
-            });
+            }),
+            // Each key's parser checked its range already; kept for
+            // whatever rule core adds.
+            Err(e @ SettingsError::OutOfRange { .. }) => Err(ConfigError::Settings(e)),
         }
-        Ok(())
     }
 }
 
@@ -836,28 +899,78 @@ mod tests {
     /// aliases, default (`–` in the table: none), meaning.
     type DocRow = (String, Vec<String>, Vec<String>, Option<String>, String);
 
+    const CONFIGURATION_MD: &str = include_str!("../../docs/configuration.md");
+
+    /// The cells of each row of the docs table whose header starts with
+    /// `header`, trimmed (the row's leading and trailing `|` left out).
+    fn doc_table(header: &str) -> Vec<Vec<String>> {
+        CONFIGURATION_MD
+            .lines()
+            .skip_while(|l| !l.starts_with(header))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let inner = &cells[1..cells.len().saturating_sub(1)];
+                inner.iter().map(|c| c.to_string()).collect()
+            })
+            .collect()
+    }
+
     fn doc_rows() -> Vec<DocRow> {
-        let text = include_str!("../../docs/configuration.md");
         let names = |cell: &str| -> Vec<String> {
             cell.split(',')
                 .map(|c| c.trim().trim_matches('`').to_string())
                 .filter(|c| !c.is_empty() && c != "–")
                 .collect()
         };
-        text.lines()
-            .filter(|l| l.starts_with("| `"))
-            .map(|l| {
-                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-                let default = cells[4].trim_matches('`');
+        doc_table("| key |")
+            .iter()
+            .map(|cells| {
+                let default = cells[3].trim_matches('`');
                 (
-                    cells[1].trim_matches('`').to_string(),
-                    names(cells[2]),
-                    names(cells[3]),
+                    cells[0].trim_matches('`').to_string(),
+                    names(&cells[1]),
+                    names(&cells[2]),
                     (default != "–").then(|| default.to_string()),
-                    cells[5].to_string(),
+                    cells[4].clone(),
                 )
             })
             .collect()
+    }
+
+    /// docs/configuration.md's protocol-settings table gives each
+    /// setting's unit and range as `clockmesh_core::setting` defines them,
+    /// and every setting is a key whose default and help are the
+    /// definition's.
+    #[test]
+    fn the_configuration_docs_match_the_protocol_settings() {
+        let rows = doc_table("| setting |");
+        let settings = setting::all();
+        assert_eq!(
+            rows.len(),
+            settings.len(),
+            "docs/configuration.md: one row per setting"
+        );
+        for s in &settings {
+            let row = rows.iter().find(|r| r[0].trim_matches('`') == s.key);
+            let got = row.map(|r| (r[1].as_str(), r[2].as_str()));
+            assert_eq!(
+                got,
+                Some((s.unit.symbol(), s.range.as_str())),
+                "docs/configuration.md, setting {}: unit and range",
+                s.key
+            );
+            let k = key(s.key).unwrap_or_else(|| panic!("setting {} is no key", s.key));
+            assert_eq!(k.default_text(), s.default, "key {}: default", s.key);
+            assert_eq!(
+                k.range_text().as_deref(),
+                Some(s.range.as_str()),
+                "key {}",
+                s.key
+            );
+            assert_eq!(k.help, s.doc, "key {}: help", s.key);
+        }
     }
 
     /// docs/configuration.md lists every key as KEYS defines it: name,

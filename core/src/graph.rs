@@ -15,9 +15,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Largest supported out-degree.
 pub const MAX_DEGREE: usize = 20;
-/// Default out-degree (Huygens used 10-20 on large clusters; 4 is plenty for
-/// small ones and keeps probe traffic low).
-pub const DEFAULT_DEGREE: usize = 4;
 
 /// SplitMix64 finaliser: a fixed, portable 64-bit mix (the graph must be the
 /// same on every agent and every build).

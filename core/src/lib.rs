@@ -11,6 +11,8 @@
 //! - [`codec`]: edge fits and node results to and from protobuf;
 //! - [`stamps`]: clock domains, MONOTONIC/PHC → REALTIME maps, each event's
 //!   stamps and their source;
+//! - [`setting`]: each protocol setting's one definition (key, unit,
+//!   default, range, doc), read by config, core and the simulator;
 //! - [`settings`]: the agent's protocol settings and the one function that
 //!   turns them into the estimator's configuration;
 //! - [`report`]: what a node reports (edge status, edge lines, timings);
@@ -32,6 +34,7 @@ pub mod pairs;
 pub mod peers;
 pub mod publication;
 pub mod report;
+pub mod setting;
 pub mod settings;
 pub mod stamps;
 pub mod succession;

@@ -7,6 +7,9 @@
 use clockmesh_estimator::{EstimatorConfig, FitConfig, PurityConfig};
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use crate::setting;
+
 /// Longest time a software-stamp fit spans (32 s: 32 windows of the
 /// shipped 1 s). Their noise needs the long span, and its tight drift
 /// bound is what makes holdover last; on a fast-wandering clock a shorter
@@ -156,26 +159,29 @@ impl StampClass {
 /// the TX stamps; purity compares it with the RX gap).
 pub const MIN_SPACING_ERROR_NS: i64 = 20_000;
 
-/// What shapes probing and estimation. Defaults are the agent's shipped
-/// defaults (`clockmesh agent --help` lists the same values).
+/// What shapes probing and estimation. Each field's key, unit, default,
+/// range and doc are defined once, in [`crate::setting`]: `Default` and
+/// [`Settings::validate`] come from there, as do the agent's
+/// configuration keys, so the simulator runs what ships.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
-    /// Interval between coded pairs on one edge, µs ([`DEFAULT_PROBE_CADENCE_US`]).
+    /// Interval between coded pairs on one edge, µs ([`setting::PROBE_CADENCE_US`]).
     pub probe_cadence_us: u64,
-    /// Spacing between the two probes of a pair, µs ([`DEFAULT_PACKET_SPACING_US`]).
+    /// Spacing between the two probes of a pair, µs ([`setting::PACKET_SPACING_US`]).
     pub packet_spacing_us: u64,
-    /// Estimation window, s ([`DEFAULT_PROBE_WINDOW_S`]).
+    /// Estimation window, s ([`setting::PROBE_WINDOW_S`]).
     pub probe_window_s: u64,
-    /// Out-neighbours each node probes ([`DEFAULT_DEGREE`]).
+    /// Out-neighbours each node probes ([`setting::DEGREE`]).
     pub degree: usize,
     /// Operator knowledge: the paths' minimum one-way delays differ by at
     /// most this, ns. Replaces the ½-RTT asymmetry allowance in each edge's
-    /// bound (unset by default; a wrong value makes every bound lie).
+    /// bound (unset by default; a wrong value makes every bound lie;
+    /// [`setting::MAX_PATH_ASYMMETRY_NS`]).
     pub max_path_asymmetry_ns: Option<u64>,
     /// Past a result's validity, readers keep answering while its bound,
     /// grown at the published rate, is at most this, ns
-    /// ([`DEFAULT_HOLDOVER_MAX_BOUND_NS`]; 0: never). Written into every
+    /// ([`setting::HOLDOVER_MAX_BOUND_NS`]; 0: never). Written into every
     /// record; the node also keeps a held result only while it answers.
     pub holdover_max_bound_ns: u64,
 }
@@ -209,27 +215,6 @@ pub fn windows_covering(span_ns: i64, window_ns: i64) -> usize {
     let window_ns = window_ns.max(1);
     let windows = span_ns.saturating_add(window_ns - 1) / window_ns;
     usize::try_from(windows).map_or(1, |w| w.max(1))
-}
-
-/// The shipped defaults: the agent's configuration keys take theirs from
-/// here (agent/src/config.rs), so the simulator runs what ships.
-pub const DEFAULT_PROBE_CADENCE_US: u64 = 100_000;
-pub const DEFAULT_PACKET_SPACING_US: u64 = 100;
-pub const DEFAULT_PROBE_WINDOW_S: u64 = 1;
-pub const DEFAULT_DEGREE: usize = 4;
-pub const DEFAULT_HOLDOVER_MAX_BOUND_NS: u64 = 10_000;
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            probe_cadence_us: DEFAULT_PROBE_CADENCE_US,
-            packet_spacing_us: DEFAULT_PACKET_SPACING_US,
-            probe_window_s: DEFAULT_PROBE_WINDOW_S,
-            degree: DEFAULT_DEGREE,
-            max_path_asymmetry_ns: None,
-            holdover_max_bound_ns: DEFAULT_HOLDOVER_MAX_BOUND_NS,
-        }
-    }
 }
 
 impl Settings {

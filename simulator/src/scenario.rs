@@ -1,6 +1,7 @@
 //! Scenario description (TOML) with defaults for every field.
 use clockmesh_core::{
     node::Exchange,
+    setting::{self, SettingsError},
     settings::{Settings, StampClass, estimator_config_for},
 };
 use clockmesh_estimator::EstimatorConfig;
@@ -255,27 +256,31 @@ impl Scenario {
         config
     }
 
-    /// The agent's own limits on its settings, plus a size the machine can hold.
+    /// The agent's own limits on its settings (their ranges, defined once
+    /// in `clockmesh_core::setting`), plus a size the machine can hold.
     fn validate_agent(&self) -> Result<(), SimError> {
         let bad = |m: &str| Err(SimError::Invalid(m.to_string()));
-        let a = &self.agent;
-        if !(50..=10_000_000).contains(&a.probe_cadence_us) {
-            return bad("agent.probe_cadence_us must be in 50..=10000000");
-        }
-        if !(1..=100_000).contains(&a.packet_spacing_us) {
-            return bad("agent.packet_spacing_us must be in 1..=100000");
-        }
-        if !(1..=3600).contains(&a.probe_window_s) {
-            return bad("agent.probe_window_s must be in 1..=3600");
-        }
-        if !(1..=clockmesh_core::graph::MAX_DEGREE).contains(&a.degree) {
-            return bad("agent.degree must be in 1..=20");
-        }
+        self.check_agent_ranges()
+            .map_err(|e| SimError::Invalid(format!("agent.{e}")))?;
         if self.nodes > 5_000 {
             return bad(
                 "protocol mode holds every node's state: at most 5000 nodes (use mode = \"estimator\" beyond)",
             );
         }
+        Ok(())
+    }
+
+    /// The ranges of the settings scenarios have always been held to. The
+    /// holdover ceiling, the asymmetry limit and the spacing-below-cadence
+    /// rule, which [`Settings::validate`] also checks, are left out: a
+    /// scenario never had them checked, and one that sets them outside the
+    /// agent's limits still runs.
+    fn check_agent_ranges(&self) -> Result<(), SettingsError> {
+        let a = &self.agent;
+        setting::PROBE_CADENCE_US.check(a.probe_cadence_us)?;
+        setting::PACKET_SPACING_US.check(a.packet_spacing_us)?;
+        setting::PROBE_WINDOW_S.check(a.probe_window_s)?;
+        setting::DEGREE.check(a.degree)?;
         Ok(())
     }
 

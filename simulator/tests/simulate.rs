@@ -155,6 +155,26 @@ fn bad_scenarios_are_clear_errors() {
     ));
 }
 
+/// In protocol mode the agent's settings are held to their ranges as core
+/// defines them, and the error names the key, value, unit and range. The
+/// settings a scenario never had checked (the holdover ceiling here) still
+/// run.
+#[test]
+fn agent_settings_are_held_to_their_ranges() {
+    let parse = |t: &str| Scenario::from_toml_str(t);
+    let err = parse("mode = \"protocol\"\n[agent]\nprobe_cadence_us = 20").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid scenario: agent.probe_cadence_us = 20 µs is outside its range 50..=10000000 µs"
+    );
+    let err = parse("mode = \"protocol\"\n[agent]\ndegree = 21").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid scenario: agent.degree = 21 is outside its range 1..=20"
+    );
+    assert!(parse("mode = \"protocol\"\n[agent]\nholdover_max_bound_ns = 2000000000").is_ok());
+}
+
 #[test]
 fn bad_isolations_are_clear_errors() {
     let parse = |iso: &str| {

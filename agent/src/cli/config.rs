@@ -23,6 +23,9 @@ fn key_arg(k: &config::Key) -> clap::Arg {
     let mut help = k.help.to_owned();
     let env = k.env.join(", ");
     help.push_str(&format!(" [env: {env}]"));
+    if let Some(r) = k.range_text() {
+        help.push_str(&format!(" [range: {r}]"));
+    }
     if let Some(d) = k.default_text() {
         help.push_str(&format!(" [default: {d}]"));
     }

@@ -14,7 +14,6 @@ use clockmesh_common::{ProbeEvent, kind};
 use clockmesh_core::{
     node::{Action, LocalNs, Node, NodeConfig, TICK_NS, WindowIndex},
     publication::Publication,
-    settings::Settings,
     tally::StampTally,
 };
 use clockmesh_proto::clockmesh as pb;
@@ -115,18 +114,6 @@ pub async fn run<D: Discovery + Coordination>(
     result
 }
 
-/// The protocol settings of an agent configuration.
-pub fn settings(cfg: &AgentConfig) -> Settings {
-    Settings {
-        probe_cadence_us: cfg.probe_cadence_us.value,
-        packet_spacing_us: cfg.packet_spacing_us.value,
-        probe_window_s: cfg.probe_window_s.value,
-        degree: cfg.degree.value,
-        max_path_asymmetry_ns: cfg.max_path_asymmetry_ns.as_ref().map(|s| s.value),
-        holdover_max_bound_ns: cfg.holdover_max_bound_ns.value,
-    }
-}
-
 fn load_key(cfg: &AgentConfig) -> Result<Option<AuthKey>, RuntimeError> {
     match &cfg.auth_key_file {
         // The DaemonSet mounts an optional Secret: no file, no authentication.
@@ -212,7 +199,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         .map_err(io_err("starting the GPU clock thread"))?;
         let mut node = Node::new(NodeConfig {
             me,
-            settings: settings(&cfg),
+            settings: cfg.settings(),
             key,
             exchange: discovery.exchange(),
             nonce_base: (start_ns / 1_000) as u64,
@@ -942,7 +929,7 @@ fn config_summary(cfg: &AgentConfig) -> BTreeMap<String, String> {
 mod tests {
     use super::*;
     use crate::config::Layers;
-    use clockmesh_core::wire::StampSource;
+    use clockmesh_core::{settings::Settings, wire::StampSource};
 
     /// The simulator runs `Settings::default()`; it must be what the agent ships.
     #[test]
@@ -951,7 +938,7 @@ mod tests {
         l.apply_flag("interface", "eth0".into(), "--interface")
             .unwrap();
         let cfg = AgentConfig::from_layers(&l, "node-a").unwrap();
-        assert_eq!(settings(&cfg), Settings::default());
+        assert_eq!(cfg.settings(), Settings::default());
     }
 
     /// A tally of `n` settled stamps per (side, source).

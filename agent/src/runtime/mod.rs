@@ -24,7 +24,7 @@ use std::net::IpAddr;
 
 use thiserror::Error;
 
-pub use driver::{run, settings};
+pub use driver::run;
 
 #[derive(Debug, Error)]
 pub enum RuntimeError {

@@ -33,7 +33,7 @@ pub struct ClusterArgs {
     #[arg(long)]
     pub cadence_us: Option<u64>,
     /// Estimation window, s (default: the agent's default).
-    #[arg(long, default_value_t = clockmesh_core::settings::DEFAULT_PROBE_WINDOW_S)]
+    #[arg(long, default_value_t = clockmesh_core::settings::Settings::default().probe_window_s)]
     pub window_s: u64,
     /// Out-neighbours per node.
     #[arg(long, default_value_t = 4)]
@@ -119,7 +119,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
     };
     let cadence_us = args
         .cadence_us
-        .unwrap_or(clockmesh_core::settings::DEFAULT_PROBE_CADENCE_US);
+        .unwrap_or(clockmesh_core::settings::Settings::default().probe_cadence_us);
     let cfg = ClusterConfig {
         nodes: args.nodes,
         backend,
