@@ -566,6 +566,7 @@ fn check_perfetto_flows(json: &Path, aligned: &serde_json::Value) {
     let mut slices: HashMap<(u64, i64), Vec<(f64, f64)>> = HashMap::new();
     let mut process_host: HashMap<u64, String> = HashMap::new();
     let mut labelled = 0;
+    let mut critical_named = false;
     let mut flows: BTreeMap<u64, Vec<&serde_json::Value>> = BTreeMap::new();
     for e in events {
         let pid = e["pid"].as_u64().unwrap_or(0);
@@ -577,6 +578,8 @@ fn check_perfetto_flows(json: &Path, aligned: &serde_json::Value) {
                 .entry((pid, e["tid"].as_i64().unwrap_or(0)))
                 .or_default()
                 .push((us(e, "ts"), us(e, "ts") + us(e, "dur"))),
+            // The critical paths' own process (pid 1) is no host's.
+            ("M", "process_name") if pid == 1 => critical_named = true,
             ("M", "process_name") => {
                 let name = e["args"]["name"].as_str().unwrap();
                 process_host.insert(pid, name.split(' ').next().unwrap().to_string());
@@ -594,6 +597,8 @@ fn check_perfetto_flows(json: &Path, aligned: &serde_json::Value) {
         }
     }
     assert_eq!(labelled, process_host.len(), "every process labelled");
+    // Written only with steps, then with every step's segments.
+    assert_eq!(critical_named, slices.keys().any(|&(p, _)| p == 1));
     // Every matched instance, XLA and PyTorch alike, has its flow.
     let last_of: HashMap<String, String> = aligned["instances"]
         .as_array()
