@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use clockmesh_trace::collectives::analyse::Instance;
-use clockmesh_trace::collectives::{Analysis, InstanceKey};
+use clockmesh_trace::collectives::{Analysis, InstanceKey, Participant};
 use serde::Serialize;
 
 use super::svg::{Bars, Chart, Scale, escape, si};
@@ -40,7 +40,7 @@ pub fn section(name: &str, a: &Analysis) -> String {
 }
 
 /// How the JSON names an enum value (`all_reduce`, `pytorch`).
-fn json_name<T: Serialize>(v: &T) -> String {
+pub(crate) fn json_name<T: Serialize>(v: &T) -> String {
     match serde_json::to_value(v) {
         Ok(serde_json::Value::String(s)) => s,
         _ => "?".into(),
@@ -62,9 +62,15 @@ fn rank_of(a: &Analysis, p: usize) -> Option<u64> {
 /// `rank 2 · n2`, or `#2 · n2` when the trace names no rank (the
 /// participant index).
 fn who(a: &Analysis, p: usize) -> String {
-    match rank_of(a, p) {
-        Some(r) => format!("rank {r} · {}", host_of(a, p)),
-        None => format!("#{p} · {}", host_of(a, p)),
+    participant_name(&a.participants, p)
+}
+
+/// [`who`] from the participants alone (the critical-path section's).
+pub(crate) fn participant_name(participants: &[Participant], p: usize) -> String {
+    let host = participants.get(p).map_or("?", |x| x.host.as_str());
+    match participants.get(p).and_then(|x| x.rank) {
+        Some(r) => format!("rank {r} · {host}"),
+        None => format!("#{p} · {host}"),
     }
 }
 
@@ -72,7 +78,7 @@ fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(String::new, |v| v.to_string())
 }
 
-fn ns(v: u64) -> String {
+pub(crate) fn ns(v: u64) -> String {
     si(v as f64, "ns")
 }
 

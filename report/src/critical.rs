@@ -8,10 +8,11 @@ use std::fmt::Write as _;
 
 use clockmesh_trace::collectives::Participant;
 use clockmesh_trace::collectives::critical::{
-    CriticalPaths, RankTime, Segment, SegmentKind, StepPath, WhatIfDuration, WhatIfResult,
+    CriticalPaths, RankTime, Segment, StepPath, WhatIfDuration, WhatIfResult,
 };
 
-use super::svg::{escape, si};
+use super::collectives::{json_name, ns, participant_name as who};
+use super::svg::escape;
 
 /// Rows of the step table (the JSON has all).
 const TABLE_ROWS: usize = 20;
@@ -25,27 +26,6 @@ pub fn section(name: &str, p: &CriticalPaths) -> String {
     s.push_str(&ranks_table(p));
     s.push_str(&what_if_tables(p));
     s
-}
-
-fn ns(v: u64) -> String {
-    si(v as f64, "ns")
-}
-
-/// `rank 2 · n2`, or `#2 · n2` when the trace names no rank.
-fn who(participants: &[Participant], p: usize) -> String {
-    let host = participants.get(p).map_or("?", |x| x.host.as_str());
-    match participants.get(p).and_then(|x| x.rank) {
-        Some(r) => format!("rank {r} · {host}"),
-        None => format!("#{p} · {host}"),
-    }
-}
-
-/// How the JSON names a segment kind (`work`, `late_start`).
-fn kind_name(k: SegmentKind) -> String {
-    match serde_json::to_value(k) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => "?".into(),
-    }
 }
 
 fn summary(name: &str, p: &CriticalPaths) -> String {
@@ -78,11 +58,11 @@ fn tops_table(p: &CriticalPaths) -> String {
             "<tr data-participant=\"{}\" data-kind=\"{}\" data-steps=\"{}\" data-total-ns=\"{}\">\
              <td class=\"name\">{}</td><td class=\"name\">{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td></tr>",
             t.participant,
-            kind_name(t.kind),
+            json_name(&t.kind),
             t.steps,
             t.total_ns,
             escape(&who(&p.participants, t.participant)),
-            kind_name(t.kind),
+            json_name(&t.kind),
             escape(&t.op),
             t.steps,
             ns(t.total_ns)
@@ -115,7 +95,7 @@ fn steps_table(p: &CriticalPaths) -> String {
                 format!(
                     "{} {} {} ({})",
                     escape(&who(&p.participants, g.participant)),
-                    kind_name(g.kind),
+                    json_name(&g.kind),
                     escape(&g.op),
                     ns(g.duration_ns)
                 )
