@@ -699,7 +699,7 @@ mod tests {
 
     /// Busy queues: only one pair in `keep` crossed unqueued both ways (the
     /// second packet of every other pair 500 ns later than its first).
-    fn starved(mut p: EdgeProbes, keep: u64) -> EdgeProbes {
+    fn queued_but_one_in(mut p: EdgeProbes, keep: u64) -> EdgeProbes {
         for probe in p.forward.iter_mut().chain(p.backward.iter_mut()) {
             if probe.pair_index == 1 && probe.seq % keep != 0 {
                 probe.rx_ns += 500;
@@ -719,7 +719,7 @@ mod tests {
             let mut h = EdgeHistory::default();
             for w in 0..MAX_WINDOWS as i64 {
                 h.push(
-                    starved(window_of(S, w, |_| 1_000, 0), keep),
+                    queued_but_one_in(window_of(S, w, |_| 1_000, 0), keep),
                     StampClass::Nic,
                 );
             }

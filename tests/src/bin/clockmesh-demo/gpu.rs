@@ -795,12 +795,12 @@ mod xla {
         stat(env, &env.stats, "profile_start_time")
     }
 
-    /// Every event of the planes `keep` accepts: (plane, name, span).
+    /// Every event of the planes `keep` accepts: (name, span).
     fn spans<'a>(
         space: &'a XSpace,
         start: i64,
         keep: impl Fn(&str) -> bool + 'a,
-    ) -> impl Iterator<Item = (&'a XPlane, &'a str, Span)> + 'a {
+    ) -> impl Iterator<Item = (&'a str, Span)> + 'a {
         space
             .planes
             .iter()
@@ -818,7 +818,7 @@ mod xla {
                             correlation: stat(p, &e.stats, "correlation_id"),
                         };
                         let name = p.event_metadata.get(&e.metadata_id)?.name.as_str();
-                        Some((p, name, span))
+                        Some((name, span))
                     })
                 })
             })
@@ -826,15 +826,15 @@ mod xla {
 
     pub fn host_spans(space: &XSpace, start: i64) -> Vec<Span> {
         spans(space, start, |n| n == "/host:CPU")
-            .map(|(_, _, s)| s)
+            .map(|(_, s)| s)
             .collect()
     }
 
     /// (correlation id, start) of each NCCL kernel on the GPU planes.
     pub fn nccl_kernels(space: &XSpace, start: i64) -> Vec<(i64, i64)> {
         spans(space, start, |n| n.starts_with("/device:GPU:"))
-            .filter(|(_, name, _)| name.starts_with("ncclDevKernel"))
-            .filter_map(|(_, _, s)| Some((s.correlation?, s.start)))
+            .filter(|(name, _)| name.starts_with("ncclDevKernel"))
+            .filter_map(|(_, s)| Some((s.correlation?, s.start)))
             .collect()
     }
 }
