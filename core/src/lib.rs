@@ -8,7 +8,12 @@
 //!   pairs, the best stamp per packet, the bounded pair book per edge;
 //! - [`history`]: each out-edge's fit over the longest history its data allow;
 //! - [`peers`]: per-peer handshake state and backoff;
-//! - [`codec`]: edge fits and node results to and from protobuf;
+//! - [`codec`]: edge fits and node results to and from protobuf (the only
+//!   module that knows the wire's types), and a result read back from the
+//!   offsets file;
+//! - [`time`]: instants of a node's clock and window indices as types;
+//! - [`result`]: a node's result, the domain type everything publishes;
+//! - [`fits`]: the edge fits each node shares with the solver per window;
 //! - [`stamps`]: clock domains, MONOTONIC/PHC → REALTIME maps, each event's
 //!   stamps and their source;
 //! - [`setting`]: each protocol setting's one definition (key, unit,
@@ -18,8 +23,9 @@
 //! - [`report`]: what a node reports (edge status, edge lines, timings);
 //! - [`window_clock`]: when each window phase is due on the local clock;
 //! - [`node`]: one node's protocol as a state machine that returns actions;
-//! - [`publication`]: what a node publishes for a result (the history line
-//!   and its validity rule).
+//! - [`publication`]: what a node publishes for a result, whole: the
+//!   offsets record as readers see it, the history line and the `/status`
+//!   view.
 //!
 //! The agent (`agent/`) does the I/O around these; the estimator
 //! (`clockmesh-estimator`) does the maths.
@@ -27,6 +33,7 @@
 
 pub mod codec;
 pub mod collector;
+pub mod fits;
 pub mod graph;
 pub mod history;
 pub mod node;
@@ -34,11 +41,13 @@ pub mod pairs;
 pub mod peers;
 pub mod publication;
 pub mod report;
+pub mod result;
 pub mod setting;
 pub mod settings;
 pub mod stamps;
 pub mod succession;
 pub mod tally;
+pub mod time;
 pub mod timeline;
 pub mod window_clock;
 pub mod wire;

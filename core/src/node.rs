@@ -23,8 +23,9 @@ use std::{
 };
 
 use clockmesh_common::{PROBE_VERSION, ProbeHeader, kind};
-use clockmesh_estimator::{AnchorKind as SolveAnchor, Estimator, EstimatorConfig, NodeId};
-use clockmesh_proto::{clockmesh as pb, prost::Message as _};
+use clockmesh_estimator::{
+    AnchorKind as SolveAnchor, EdgeMeasurement, Estimator, EstimatorConfig, NodeId,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -54,10 +55,13 @@ pub const SETTLE_NS: i64 = 150_000_000;
 /// per tick. Whatever waits is sent once a window's last pairs have settled
 /// too ([`SETTLE_NS`] after its end), before the peers fit it.
 pub const REPORT_DELAY_NS: i64 = 1_000_000_000;
+use crate::fits::{SharedFit, WindowFits};
 use crate::publication::{self, Publication};
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
+use crate::result::NodeResult;
 use crate::succession::{LeaderChange, Silence, Succession};
 use crate::tally::{DropReason, NodeCounters, StampTally};
+pub use crate::time::{LocalNs, WindowIndex};
 use crate::timeline::{Continuation, HandOverLine, OwnMarks};
 use clockmesh_offsets::history::AnchorKind;
 
@@ -130,22 +134,6 @@ pub struct Target {
     pub warmup: bool,
 }
 
-/// An instant of this node's own CLOCK_REALTIME (local time, not the
-/// global timeline), ns: the driver's "now" for every input.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LocalNs(pub i64);
-
-/// A window's index: window `k` covers `[k·W, (k+1)·W)` of the local
-/// clock, `W` the window length.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct WindowIndex(pub u64);
-
-impl std::fmt::Display for WindowIndex {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
 /// What the caller must do.
 #[derive(Clone, Debug, PartialEq)]
 #[must_use = "an action not performed is a message not sent or a result not published"]
@@ -160,14 +148,14 @@ pub enum Action {
     /// Probe exactly these peers from now on.
     SetTargets(Vec<Target>),
     /// Store exchange: replace this node's fits in the store.
-    PutFits(pb::Snapshot),
+    PutFits(WindowFits),
     /// Store exchange (leader): read every node's fits and pass them to
     /// [`Node::solve_snapshots`] for `window`.
     FetchFits { window: WindowIndex },
     /// Store exchange (leader): write the solve's results.
     PutResults {
         window: WindowIndex,
-        results: Vec<pb::NodeOffset>,
+        results: Vec<NodeResult>,
     },
     /// Store exchange: read this node's result and pass it to
     /// [`Node::handle_result`].
@@ -203,8 +191,8 @@ pub enum NodeError {
 #[derive(Default)]
 struct Relay {
     /// Latest fit per directed edge (bounded: edges between members only).
-    edges: BTreeMap<(NodeId, NodeId), pb::EdgeFit>,
-    result: Option<pb::NodeOffset>,
+    edges: BTreeMap<(NodeId, NodeId), SharedFit>,
+    result: Option<NodeResult>,
 }
 
 /// One node's protocol state.
@@ -228,7 +216,7 @@ pub struct Node {
     replay: ReplayWindow,
     windows: WindowClock,
     relay: Relay,
-    last_results: Vec<pb::NodeOffset>,
+    last_results: Vec<NodeResult>,
     timings: Timings,
     counters: NodeCounters,
     dropped: BTreeMap<&'static str, u64>,
@@ -239,7 +227,7 @@ pub struct Node {
     /// The window whose reports were all sent, settled pairs included.
     reports_sent_through: i64,
     /// This node's last published result (what it carries if it becomes leader).
-    own_result: Option<pb::NodeOffset>,
+    own_result: Option<NodeResult>,
     /// Its published results of the last minutes: the carried drift's chord.
     own_marks: OwnMarks,
     /// As leader: the timeline it continues, decided at its first solve.
@@ -336,8 +324,8 @@ impl Node {
     /// its offsets file), which it carries if it leads before publishing
     /// again, so a returning leader continues the timeline instead of
     /// starting one of its own. Ignored if it is not this node's.
-    pub fn resume_from(&mut self, last: pb::NodeOffset) {
-        if last.node_id == self.me.id && self.own_result.is_none() {
+    pub fn resume_from(&mut self, last: NodeResult) {
+        if last.node == self.me.id && self.own_result.is_none() {
             self.own_result = Some(last);
         }
     }
@@ -467,27 +455,27 @@ impl Node {
     pub fn solve_snapshots<'a>(
         &mut self,
         window: WindowIndex,
-        snapshots: impl IntoIterator<Item = &'a pb::Snapshot>,
+        snapshots: impl IntoIterator<Item = &'a WindowFits>,
     ) -> Vec<Action> {
         let k = window.0;
-        let fits: Vec<pb::EdgeFit> = snapshots
+        let fits: Vec<SharedFit> = snapshots
             .into_iter()
-            .filter(|s| fresh_for_solve(k, s.window))
-            .flat_map(|s| s.edges.iter().cloned())
+            .filter(|s| fresh_for_solve(k, s.window.0))
+            .flat_map(|s| s.fits.iter().cloned())
             .collect();
         self.solve(k, &fits)
     }
 
     /// The leader's solve of window `k` from every node's fits (the store's,
     /// or those relayed to it).
-    fn solve(&mut self, k: u64, fits: &[pb::EdgeFit]) -> Vec<Action> {
+    fn solve(&mut self, k: u64, fits: &[SharedFit]) -> Vec<Action> {
         let Some(reference) = self.reference() else {
             return Vec::new();
         };
         let is_member = |id: NodeId| self.member_index.contains_key(&id);
         let measurements: Vec<_> = fits
             .iter()
-            .filter_map(codec::edge_from_pb)
+            .map(|f| f.measurement.clone())
             .filter(|m| is_member(m.from) && is_member(m.to))
             .collect();
         if self.est_cfg.net.reference != reference || self.estimator.is_none() {
@@ -510,7 +498,7 @@ impl Node {
         };
         self.timings.last_solve_us = self.work_us_since(started);
         self.timings.solves += 1;
-        let results: Vec<pb::NodeOffset> = solution
+        let results: Vec<NodeResult> = solution
             .nodes
             .iter()
             .filter(|n| {
@@ -526,11 +514,11 @@ impl Node {
 
     /// This node's latest result as the store holds it.
     #[must_use = "the actions are what the node asks its driver to do"]
-    pub fn handle_result(&mut self, result: Option<pb::NodeOffset>) -> Vec<Action> {
+    pub fn handle_result(&mut self, result: Option<NodeResult>) -> Vec<Action> {
         let Some(r) = result else {
             return Vec::new();
         };
-        if r.node_id != self.me.id {
+        if r.node != self.me.id {
             return self.drop_msg(DropReason::BadRecord);
         }
         self.publish_if_new(r)
@@ -593,7 +581,7 @@ impl Node {
     }
 
     /// The leader's last results, one per node.
-    pub fn last_results(&self) -> &[pb::NodeOffset] {
+    pub fn last_results(&self) -> &[NodeResult] {
         &self.last_results
     }
 
@@ -872,9 +860,12 @@ impl Node {
             let peer_name = self
                 .member(peer)
                 .map_or_else(|| peer.to_string(), |m| m.name.clone());
-            let fit = chosen.outcome.fit.as_ref().ok().map(|f| {
-                let share = chosen.history_share(self.settings.window_ns());
-                codec::edge_to_pb(k, (me.id, &me.name), (peer, &peer_name), f, share)
+            let fit = chosen.outcome.fit.as_ref().ok().map(|f| SharedFit {
+                window: WindowIndex(k),
+                from_name: me.name.clone(),
+                to_name: peer_name.clone(),
+                measurement: EdgeMeasurement::new(me.id, peer, f.clone())
+                    .with_history_share(chosen.history_share(self.settings.window_ns())),
             });
             self.windows
                 .record_edge(peer, edge_status(k, &chosen, fit.as_ref()));
@@ -893,13 +884,12 @@ impl Node {
         actions
     }
 
-    fn share_fits(&mut self, k: u64, fits: Vec<pb::EdgeFit>, now_ns: i64) -> Vec<Action> {
+    fn share_fits(&mut self, k: u64, fits: Vec<SharedFit>, now_ns: i64) -> Vec<Action> {
         if self.exchange == Exchange::Store {
-            return vec![Action::PutFits(pb::Snapshot {
-                window: k,
-                produced_at_ns: now_ns,
-                edges: fits,
-                nodes: Vec::new(),
+            return vec![Action::PutFits(WindowFits {
+                window: WindowIndex(k),
+                produced_at: LocalNs(now_ns),
+                fits,
             })];
         }
         let Some(leader) = self.reference() else {
@@ -908,10 +898,11 @@ impl Node {
         let mut actions = Vec::new();
         for (i, fit) in fits.into_iter().enumerate() {
             if leader == self.me.id {
-                self.relay.edges.insert((fit.from_id, fit.to_id), fit);
+                self.relay.edges.insert((fit.from(), fit.to()), fit);
             } else {
                 let seq = k.saturating_mul(64).saturating_add(i as u64);
-                actions.extend(self.send_record(kind::EDGE_FIT, leader, seq, fit.encode_to_vec()));
+                let payload = codec::encode_fit(&fit);
+                actions.extend(self.send_record(kind::EDGE_FIT, leader, seq, payload));
             }
         }
         actions
@@ -935,8 +926,10 @@ impl Node {
             });
             return actions;
         }
-        self.relay.edges.retain(|_, f| fresh_for_solve(k, f.window));
-        let fits: Vec<pb::EdgeFit> = self.relay.edges.values().cloned().collect();
+        self.relay
+            .edges
+            .retain(|_, f| fresh_for_solve(k, f.window.0));
+        let fits: Vec<SharedFit> = self.relay.edges.values().cloned().collect();
         actions.extend(self.solve(k, &fits));
         actions
     }
@@ -949,10 +942,19 @@ impl Node {
         }
         let now = self.windows.end_ns(k);
         let wander_ppb = self.est_cfg.holdover_wander_ppb;
-        let continuation = self
-            .own_result
-            .as_ref()
-            .and_then(|r| Continuation::take(r, self.own_marks.chord_to(r), now, wander_ppb));
+        let continuation = self.own_result.as_ref().and_then(|r| {
+            // A result read back after a restart knows its reference by id:
+            // the hand-over line names it.
+            let own = NodeResult {
+                reference_name: Some(
+                    r.reference_name
+                        .clone()
+                        .unwrap_or_else(|| self.name_of(r.reference)),
+                ),
+                ..r.clone()
+            };
+            Continuation::take(&own, self.own_marks.chord_to(r), now, wander_ppb)
+        });
         let line = HandOverLine::new(k, &self.me.name, continuation.as_ref().map(|c| &c.carry));
         *if continuation.is_some() {
             &mut self.counters.timelines_continued
@@ -969,33 +971,32 @@ impl Node {
         reference: NodeId,
         epoch: i64,
         n: &clockmesh_estimator::NodeEstimate,
-    ) -> pb::NodeOffset {
+    ) -> NodeResult {
         let off = n.offset_ns_rounded();
-        let anchor = epoch.saturating_add(off);
+        let anchor = LocalNs(epoch).plus_ns(off);
         let wander = self.est_cfg.holdover_wander_ppb * 1e-9;
-        let mut r = pb::NodeOffset {
-            node: self.name_of(n.node),
-            anchor_ns: anchor,
+        let mut r = NodeResult {
+            node: n.node,
+            node_name: self.name_of(n.node),
+            reference,
+            reference_name: Some(self.name_of(reference)),
+            window: WindowIndex(k),
+            anchor,
             offset_ns: -off,
             drift_ppb: -n.drift * 1e9,
             bound_ns: n.bound_ns.ceil() as u64,
-            reference_node: self.name_of(reference),
-            window: k,
-            valid_until_ns: anchor.saturating_add(self.est_cfg.max_age_ns) as u64,
-            devices: Vec::new(),
             bound_growth_ppb: (n.drift_bound + wander) * 1e9,
             drift_bound_ppb: n.drift_bound * 1e9,
             hops: n.hops,
-            node_id: n.node,
-            reference_id: reference,
-            anchor_kind: published_anchor_kind(n.anchor_kind).as_str().into(),
+            valid_until: anchor.plus_ns(self.est_cfg.max_age_ns),
+            anchor_kind: published_anchor_kind(n.anchor_kind),
         };
         self.onto_timeline(&mut r, epoch);
         r
     }
 
     /// A result solved against this node's clock, onto the timeline it continues.
-    fn onto_timeline(&self, r: &mut pb::NodeOffset, epoch_ns: i64) {
+    fn onto_timeline(&self, r: &mut NodeResult, epoch_ns: i64) {
         if let LeaderTimeline::Carried(continuation) = &self.timeline {
             continuation.apply(r, epoch_ns);
         }
@@ -1006,25 +1007,30 @@ impl Node {
             .map_or_else(|| id.to_string(), |m| m.name.clone())
     }
 
-    fn lone_result(&self, k: u64, me: NodeId) -> pb::NodeOffset {
-        let anchor = self.windows.end_ns(k);
-        let mut r = pb::NodeOffset {
-            node: self.me.name.clone(),
-            anchor_ns: anchor,
-            reference_node: self.me.name.clone(),
-            window: k,
-            valid_until_ns: anchor.saturating_add(self.est_cfg.max_age_ns) as u64,
-            node_id: me,
-            reference_id: me,
-            anchor_kind: AnchorKind::Reference.as_str().into(),
-            ..Default::default()
+    fn lone_result(&self, k: u64, me: NodeId) -> NodeResult {
+        let anchor = LocalNs(self.windows.end_ns(k));
+        let mut r = NodeResult {
+            node: me,
+            node_name: self.me.name.clone(),
+            reference: me,
+            reference_name: Some(self.me.name.clone()),
+            window: WindowIndex(k),
+            anchor,
+            offset_ns: 0,
+            drift_ppb: 0.0,
+            bound_ns: 0,
+            bound_growth_ppb: 0.0,
+            drift_bound_ppb: 0.0,
+            hops: 0,
+            valid_until: anchor.plus_ns(self.est_cfg.max_age_ns),
+            anchor_kind: AnchorKind::Reference,
         };
-        self.onto_timeline(&mut r, anchor);
+        self.onto_timeline(&mut r, anchor.0);
         r
     }
 
     /// Hands the leader's results to every node.
-    fn share_results(&mut self, k: u64, results: Vec<pb::NodeOffset>) -> Vec<Action> {
+    fn share_results(&mut self, k: u64, results: Vec<NodeResult>) -> Vec<Action> {
         self.last_results.clone_from(&results);
         if self.exchange == Exchange::Store {
             return vec![Action::PutResults {
@@ -1034,11 +1040,12 @@ impl Node {
         }
         let mut actions = Vec::new();
         for r in results {
-            if r.node_id == self.me.id {
+            if r.node == self.me.id {
                 self.relay.result = Some(r.clone());
                 actions.extend(self.publish_if_new(r));
             } else {
-                actions.extend(self.send_record(kind::RESULT, r.node_id, k, r.encode_to_vec()));
+                let payload = codec::encode_result(&r);
+                actions.extend(self.send_record(kind::RESULT, r.node, k, payload));
             }
         }
         actions
@@ -1054,14 +1061,12 @@ impl Node {
         }
     }
 
-    fn publish_if_new(&mut self, r: pb::NodeOffset) -> Vec<Action> {
-        if !self.windows.take_new_result(r.window, r.anchor_ns) {
+    fn publish_if_new(&mut self, r: NodeResult) -> Vec<Action> {
+        if !self.windows.take_new_result(r.window.0, r.anchor.0) {
             return Vec::new();
         }
-        let window_ns = self.settings.window_ns();
-        let ceiling = self.settings.holdover_max_bound_ns;
         if let Some(held) = &self.own_result
-            && publication::keeps_the_held(held, &r, window_ns, ceiling)
+            && publication::keeps_the_held(held, &r, &self.settings)
         {
             self.counters.results_withheld += 1;
             return Vec::new();
@@ -1069,24 +1074,27 @@ impl Node {
         self.counters.results_published += 1;
         self.own_marks.record(&r);
         self.own_result = Some(r.clone());
-        vec![Action::Publish(Publication::of(r, window_ns))]
+        vec![Action::Publish(Publication::of(r, &self.settings))]
     }
 
     // ---- relayed records ----
 
     /// A member's edge fit, for the solve (we are, or were, the leader).
     fn on_edge_fit(&mut self, header: ProbeHeader, payload: &[u8]) {
-        let Ok(fit) = pb::EdgeFit::decode(payload) else {
-            self.drop_msg(DropReason::Malformed);
-            return;
+        let fit = match codec::decode_fit(payload) {
+            Ok(fit) => fit,
+            Err(e) => {
+                self.drop_msg(record_drop(e));
+                return;
+            }
         };
         // A node reports only its own out-edges, between members.
-        if fit.from_id != header.sender || self.member(fit.to_id).is_none() {
+        if fit.from() != header.sender || self.member(fit.to()).is_none() {
             self.drop_msg(DropReason::BadRecord);
             return;
         }
         self.counters.edge_fits_received += 1;
-        self.relay.edges.insert((fit.from_id, fit.to_id), fit);
+        self.relay.edges.insert((fit.from(), fit.to()), fit);
     }
 
     /// Our result from the leader.
@@ -1094,11 +1102,12 @@ impl Node {
     /// publication is a second more that readers extrapolate with the
     /// drift (the fetch phase then finds it published already).
     fn on_result(&mut self, header: ProbeHeader, payload: &[u8], now_ns: i64) -> Vec<Action> {
-        let Ok(r) = pb::NodeOffset::decode(payload) else {
-            return self.drop_msg(DropReason::Malformed);
+        let r = match codec::decode_result(payload) {
+            Ok(r) => r,
+            Err(e) => return self.drop_msg(record_drop(e)),
         };
         // Its own result, solved against the sender's clock: the sender leads.
-        if r.node_id != self.me.id || r.reference_id != header.sender {
+        if r.node != self.me.id || r.reference != header.sender {
             return self.drop_msg(DropReason::BadRecord);
         }
         if !self.is_leader_heard(header.sender, now_ns) {
@@ -1190,13 +1199,14 @@ fn fresh_for_solve(k: u64, window: u64) -> bool {
     window + 1 >= k
 }
 
-fn edge_status(k: u64, h: &HistoryFit, fit: Option<&pb::EdgeFit>) -> EdgeStatus {
+fn edge_status(k: u64, h: &HistoryFit, shared: Option<&SharedFit>) -> EdgeStatus {
     let o = &h.outcome;
+    let fit = shared.map(|s| &s.measurement.fit);
     EdgeStatus {
         window: k,
-        offset_ns: fit.map(|f| f.offset_ns),
-        drift_ppb: fit.map(|f| f.drift_ppb),
-        bound_ns: fit.map(|f| f.bound_exact_ns),
+        offset_ns: fit.map(|f| f.offset_base_ns),
+        drift_ppb: fit.map(|f| f.drift * 1e9),
+        bound_ns: fit.map(|f| f.bound_ns),
         min_rtt_ns: fit.map(|f| f.min_rtt_ns),
         probes: (o.forward.probes + o.backward.probes) as u64,
         pure: (o.forward.pure + o.backward.pure) as u64,
@@ -1212,7 +1222,7 @@ fn edge_line(
     k: u64,
     (me, peer): (&str, &str),
     h: &HistoryFit,
-    fit: Option<&pb::EdgeFit>,
+    fit: Option<&SharedFit>,
 ) -> EdgeLine {
     let o = &h.outcome;
     EdgeLine {
@@ -1233,8 +1243,16 @@ fn edge_line(
         drift_windows: h.drift_windows,
         stamps: h.stamps.as_str().into(),
         purity_tolerance_ns: h.stamps.purity_tolerance_ns(),
-        fit: fit.map(FitLine::from),
+        fit: fit.map(|f| FitLine::from(&f.measurement)),
         error: o.fit.as_ref().err().map(|e| e.to_string()),
+    }
+}
+
+/// How a record the codec refused is counted.
+fn record_drop(e: codec::RecordError) -> DropReason {
+    match e {
+        codec::RecordError::Malformed => DropReason::Malformed,
+        codec::RecordError::Nonsense => DropReason::BadRecord,
     }
 }
 
@@ -1380,19 +1398,13 @@ mod tests {
     /// `from`'s result for node 3, solved against `from`'s clock; what
     /// node 3 does with it.
     fn result_from(n: &mut Node, from: u32, window: u64, now_ns: i64) -> Vec<Action> {
-        let r = pb::NodeOffset {
-            node: "n3".into(),
-            node_id: 3,
-            reference_id: from,
-            reference_node: format!("n{from}"),
-            window,
-            anchor_ns: now_ns,
-            valid_until_ns: (now_ns + 12_000_000_000) as u64,
-            ..Default::default()
+        let r = NodeResult {
+            window: WindowIndex(window),
+            ..result_for(3, from, now_ns)
         };
         let msg = Message::Result {
             header: control_header(kind::RESULT, from, 3, window),
-            payload: r.encode_to_vec(),
+            payload: codec::encode_result(&r),
         };
         n.handle_datagram(
             &msg.encode(None),
@@ -1402,11 +1414,31 @@ mod tests {
         )
     }
 
+    /// A result of node `node` against `reference`, anchored at `anchor_ns`.
+    fn result_for(node: u32, reference: u32, anchor_ns: i64) -> NodeResult {
+        NodeResult {
+            node,
+            node_name: format!("n{node}"),
+            reference,
+            reference_name: Some(format!("n{reference}")),
+            window: WindowIndex(0),
+            anchor: LocalNs(anchor_ns),
+            offset_ns: 0,
+            drift_ppb: 0.0,
+            bound_ns: 0,
+            bound_growth_ppb: 0.0,
+            drift_bound_ppb: 0.0,
+            hops: 1,
+            valid_until: LocalNs(anchor_ns + 12_000_000_000),
+            anchor_kind: AnchorKind::Reference,
+        }
+    }
+
     fn published_windows(actions: &[Action]) -> Vec<u64> {
         actions
             .iter()
             .filter_map(|a| match a {
-                Action::Publish(p) => Some(p.result.window),
+                Action::Publish(p) => Some(p.result.window.0),
                 _ => None,
             })
             .collect()
@@ -1483,17 +1515,12 @@ mod tests {
         assert_eq!(fresh.counters().timelines_started, 1);
 
         let mut resumed = node(2);
-        resumed.resume_from(pb::NodeOffset {
-            node: "n2".into(),
-            node_id: 2,
-            reference_id: 1,
-            reference_node: "n1".into(),
-            anchor_ns: T0,
+        resumed.resume_from(NodeResult {
             offset_ns: -5_000_000,
             drift_ppb: 20_000.0,
             bound_ns: 300,
             bound_growth_ppb: 10.0,
-            ..Default::default()
+            ..result_for(2, 1, T0)
         });
         let line = hand_over_of(&mut resumed).expect("a hand-over at the first solve");
         assert_eq!(line.previous_reference.as_deref(), Some("n1"));
@@ -1505,16 +1532,13 @@ mod tests {
         assert_eq!(resumed.counters().timelines_continued, 1);
         // Another node's result is not carried.
         let mut other = node(2);
-        other.resume_from(pb::NodeOffset {
-            node_id: 1,
-            ..Default::default()
-        });
+        other.resume_from(result_for(1, 0, T0));
         assert_eq!(hand_over_of(&mut other).unwrap().carried_offset_ns, None);
     }
 
     /// The results a node publishes while ticking every 100 ms for
     /// `seconds` from `T0`.
-    fn published_over(n: &mut Node, seconds: i64) -> Vec<pb::NodeOffset> {
+    fn published_over(n: &mut Node, seconds: i64) -> Vec<NodeResult> {
         (0..seconds * 10)
             .flat_map(|i| n.handle_tick(LocalNs(T0 + i * 100_000_000)))
             .filter_map(|a| match a {
@@ -1536,18 +1560,13 @@ mod tests {
         });
         // The last member left: it leads alone, its own result solved as 0.
         n.handle_members(vec![member(2)], LocalNs(T0)).unwrap();
-        n.resume_from(pb::NodeOffset {
-            node: "n2".into(),
-            node_id: 2,
-            reference_id: 1,
-            reference_node: "n1".into(),
-            anchor_ns: T0,
+        n.resume_from(NodeResult {
             offset_ns: 4_000,
             drift_ppb: 2.0,
             bound_ns: 300,
             drift_bound_ppb: 5.0,
             bound_growth_ppb: 25.0,
-            ..Default::default()
+            ..result_for(2, 1, T0)
         });
         n.handle_leader(Some("n2".into()));
         let published = published_over(&mut n, 120);
@@ -1557,7 +1576,7 @@ mod tests {
         for r in &published {
             // The carry's bound at the anchor: never less than the
             // carried bound grown from the carried result's anchor.
-            let since_s = (r.anchor_ns - T0) as f64 / 1e9;
+            let since_s = r.anchor.secs_since(LocalNs(T0));
             assert!(
                 r.bound_ns as f64 >= 300.0 + growth * since_s - 1.0,
                 "window {}: bound {} after {since_s} s",
@@ -1565,7 +1584,7 @@ mod tests {
                 r.bound_ns
             );
             assert!(r.bound_growth_ppb >= growth, "{}", r.bound_growth_ppb);
-            assert_eq!(r.reference_id, 2);
+            assert_eq!(r.reference, 2);
         }
         let last = published.last().unwrap();
         assert!(last.bound_ns > 300 + 100 * 25, "bound {}", last.bound_ns);

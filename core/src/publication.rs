@@ -1,105 +1,124 @@
-//! What a node publishes for each of its results, built here so that the
-//! driver only writes it and the simulator scores exactly what is
-//! published: the result (as the wire and `/status` carry it) and the
-//! history line, with its validity rule and typed anchor kind. Pure.
+//! What a node publishes for each of its results, built here whole so that
+//! the driver only writes it and the simulator scores exactly what is
+//! published: the offsets file's record as readers see it, the history
+//! line, and the `/status` view. The driver adds only what it alone knows:
+//! the write time, the kernel clock readings and the device maps. Pure.
+
+use serde::{Deserialize, Serialize};
 
 use clockmesh_offsets::history::{AnchorKind, HistoryEntry};
-use clockmesh_offsets::{NodeMap, Snapshot, flags};
-use clockmesh_proto::clockmesh as pb;
+use clockmesh_offsets::{ClockStatus, DeviceMap, KernelClocks, NodeMap, Record, Snapshot, flags};
+
+use crate::result::NodeResult;
+use crate::settings::Settings;
+use crate::time::LocalNs;
 
 /// One published result.
 #[derive(Clone, Debug, PartialEq)]
 #[must_use = "a publication is written by the driver (`Action::Publish`)"]
 pub struct Publication {
     /// The result as solved (global − local at its anchor).
-    pub result: pb::NodeOffset,
+    pub result: NodeResult,
     /// The line the history (JSONL) gets: what `trace merge` reads back.
     pub entry: HistoryEntry,
+    /// The result as `/status` shows it.
+    pub status: ResultStatus,
+    /// What the offsets file's readers see: flags (`VALID`, `HOLDOVER`,
+    /// `REFERENCE`), the end of its span, the node map, the holdover ceiling.
+    pub view: Snapshot,
 }
 
 impl Publication {
-    /// The publication of `result`, solved with windows of `window_ns`.
-    pub fn of(result: pb::NodeOffset, window_ns: i64) -> Self {
-        let entry = HistoryEntry {
-            host: result.node.clone(),
-            window: result.window,
-            anchor_ns: result.anchor_ns,
-            offset_ns: result.offset_ns,
-            drift_ppb: result.drift_ppb,
-            bound_ns: result.bound_ns,
-            valid_from_ns: Some(valid_from_ns(result.anchor_ns, window_ns)),
-            valid_until_ns: Some(result.valid_until_ns as i64),
-            reference: Some(result.reference_node.clone()),
-            node_id: Some(result.node_id),
-            bound_growth_ppb: result.bound_growth_ppb,
-            reference_id: Some(result.reference_id),
-            anchor_kind: AnchorKind::from_name(&result.anchor_kind),
-        };
-        Publication { result, entry }
-    }
-
-    /// This node is the timeline's reference.
-    pub fn is_reference(&self) -> bool {
-        self.result.node_id == self.result.reference_id
-    }
-
-    pub fn anchor_kind(&self) -> Option<AnchorKind> {
-        self.entry.anchor_kind
-    }
-
-    /// The offsets file's record as its readers see it: flags (`VALID`,
-    /// `HOLDOVER` for a result placed by the previous window's estimate,
-    /// `REFERENCE`), the end of its span, the node map, and the holdover
-    /// ceiling it is published with. The driver adds what only it knows
-    /// (epoch, write time, kernel clocks, device maps).
-    pub fn record_view(&self, holdover_max_bound_ns: u64) -> Snapshot {
-        let r = &self.result;
-        let mut view = reader_view(
-            r.anchor_kind == AnchorKind::Holdover.as_str(),
-            r.valid_until_ns as i64,
-            node_map(
-                r.anchor_ns,
-                r.offset_ns,
-                r.drift_ppb,
-                r.bound_ns,
-                r.bound_growth_ppb,
-            ),
-            holdover_max_bound_ns,
-        );
-        if self.is_reference() {
+    /// The publication of `result` under `settings` (window length and
+    /// holdover ceiling).
+    pub fn of(result: NodeResult, settings: &Settings) -> Self {
+        let entry = history_entry(&result, settings.window_ns());
+        let status = ResultStatus::of(&result, settings);
+        let mut view = reader_view(&result, settings.holdover_max_bound_ns);
+        if result.is_reference() {
             view.flags |= flags::REFERENCE;
         }
-        view
+        Publication {
+            result,
+            entry,
+            status,
+            view,
+        }
+    }
+
+    pub fn anchor_kind(&self) -> AnchorKind {
+        self.result.anchor_kind
+    }
+
+    /// The offsets file's record, with what only the writer knows: its
+    /// write time, the kernel clocks sampled with it and the device maps.
+    /// The writer sets the epoch.
+    pub fn record(
+        &self,
+        updated_at: LocalNs,
+        clocks: KernelClocks,
+        devices: Vec<DeviceMap>,
+    ) -> Record {
+        Record {
+            flags: self.view.flags,
+            epoch: 0,
+            window: self.result.window.0,
+            reference_id: u64::from(self.result.reference),
+            updated_at_ns: updated_at.0,
+            valid_until_ns: self.view.valid_until_ns,
+            node: self.view.node,
+            holdover_max_bound_ns: self.view.holdover_max_bound_ns,
+            clocks,
+            devices,
+        }
     }
 }
 
-/// A result as the offsets file's node map carries it (drift and bound
-/// growth in ps/s).
-pub fn node_map(
-    anchor_ns: i64,
-    offset_ns: i64,
-    drift_ppb: f64,
-    bound_ns: u64,
-    bound_growth_ppb: f64,
-) -> NodeMap {
-    NodeMap {
-        anchor_local_ns: anchor_ns,
-        offset_ns,
-        drift_ps_per_s: (drift_ppb * 1e3).round() as i64,
-        bound_ns,
-        // Rounded up: a bound must never be understated.
-        bound_growth_ps_per_s: (bound_growth_ppb * 1e3).ceil().max(0.0) as u64,
+/// The history line of `r`, solved with windows of `window_ns`.
+fn history_entry(r: &NodeResult, window_ns: i64) -> HistoryEntry {
+    HistoryEntry {
+        host: r.node_name.clone(),
+        window: r.window.0,
+        anchor_ns: r.anchor.0,
+        offset_ns: r.offset_ns,
+        drift_ppb: r.drift_ppb,
+        bound_ns: r.bound_ns,
+        valid_from_ns: Some(r.valid_from(window_ns).0),
+        valid_until_ns: Some(r.valid_until.0),
+        reference: Some(r.reference_label()),
+        node_id: Some(r.node),
+        bound_growth_ppb: r.bound_growth_ppb,
+        reference_id: Some(r.reference),
+        anchor_kind: Some(r.anchor_kind),
     }
 }
 
-/// What readers see of a result (without `REFERENCE`): `VALID`, and
-/// `HOLDOVER` when it was placed by a previous estimate.
-pub fn reader_view(
-    holdover: bool,
-    valid_until_ns: i64,
-    node: NodeMap,
-    holdover_max_bound_ns: u64,
-) -> Snapshot {
+/// What readers see of `r` (without `REFERENCE`).
+fn reader_view(r: &NodeResult, holdover_max_bound_ns: u64) -> Snapshot {
+    let map = NodeMap {
+        anchor_local_ns: r.anchor.0,
+        offset_ns: r.offset_ns,
+        drift_ps_per_s: ps_per_s(r.drift_ppb),
+        bound_ns: r.bound_ns,
+        bound_growth_ps_per_s: growth_ps_per_s(r.bound_growth_ppb),
+    };
+    view_of(r.is_holdover(), r.valid_until.0, map, holdover_max_bound_ns)
+}
+
+/// A rate in ppb as the node map carries it, ps/s.
+fn ps_per_s(ppb: f64) -> i64 {
+    (ppb * 1e3).round() as i64
+}
+
+/// A bound's growth in ppb as the node map carries it, ps/s: rounded up,
+/// a bound must never be understated.
+fn growth_ps_per_s(ppb: f64) -> u64 {
+    (ppb * 1e3).ceil().max(0.0) as u64
+}
+
+/// The readers' view of a node map: `VALID`, and `HOLDOVER` when it was
+/// placed by a previous estimate.
+fn view_of(holdover: bool, valid_until_ns: i64, node: NodeMap, ceiling_ns: u64) -> Snapshot {
     let mut f = flags::VALID;
     if holdover {
         f |= flags::HOLDOVER;
@@ -108,7 +127,122 @@ pub fn reader_view(
         flags: f,
         valid_until_ns,
         node,
-        holdover_max_bound_ns,
+        holdover_max_bound_ns: ceiling_ns,
+    }
+}
+
+/// A node's clock against the global timeline as `/status` serves it (read
+/// by `clockmesh status`), in the one convention of every clockmesh offset:
+/// `offset_ns` = global − local, what to add to this node's clock to read
+/// global time (positive: this clock is behind); `drift_ppb` is its rate.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ResultStatus {
+    pub node: String,
+    pub node_id: u32,
+    pub reference: String,
+    pub window: u64,
+    pub offset_ns: i64,
+    pub drift_ppb: f64,
+    pub bound_ns: u64,
+    /// Local clock at which `offset_ns` holds.
+    pub anchor_ns: i64,
+    /// The end of the result's span; past it readers hold over up to
+    /// `holdover_max_bound_ns`.
+    pub valid_until_ns: i64,
+    pub anchor_kind: AnchorKind,
+    /// The holdover ceiling published with the result (this agent's
+    /// `holdover_max_bound_ns`), ns; 0: none.
+    pub holdover_max_bound_ns: u64,
+    /// The result's state when `/status` was served, by the readers' rule
+    /// ([`ResultStatus::state_at`]); absent until then.
+    pub state: Option<ClockStatus>,
+    /// How fast the bound grows with the result's age (drift uncertainty
+    /// plus the assumed wander), ppb = ns per s.
+    pub bound_growth_ppb: f64,
+    /// Estimation window length: the update interval, ns.
+    pub window_ns: i64,
+    /// Bound on the drift estimate alone, ppb (without the assumed wander).
+    pub drift_bound_ppb: f64,
+    /// Probe-graph edges between this node and the reference.
+    pub hops: u32,
+    /// RMS of how far each result moved from the previous one carried to
+    /// its anchor (the driver's `UpdateRms`): what chronyc calls the RMS
+    /// offset, for a clock that is never steered.
+    pub rms_update_ns: Option<f64>,
+}
+
+impl Default for ResultStatus {
+    fn default() -> Self {
+        ResultStatus {
+            node: String::new(),
+            node_id: 0,
+            reference: String::new(),
+            window: 0,
+            offset_ns: 0,
+            drift_ppb: 0.0,
+            bound_ns: 0,
+            anchor_ns: 0,
+            valid_until_ns: 0,
+            anchor_kind: AnchorKind::Reference,
+            holdover_max_bound_ns: 0,
+            state: None,
+            bound_growth_ppb: 0.0,
+            window_ns: 0,
+            drift_bound_ppb: 0.0,
+            hops: 0,
+            rms_update_ns: None,
+        }
+    }
+}
+
+impl ResultStatus {
+    /// The status view of `r` under `settings`.
+    pub fn of(r: &NodeResult, settings: &Settings) -> Self {
+        ResultStatus {
+            node: r.node_name.clone(),
+            node_id: r.node,
+            reference: r.reference_label(),
+            window: r.window.0,
+            offset_ns: r.offset_ns,
+            drift_ppb: r.drift_ppb,
+            bound_ns: r.bound_ns,
+            anchor_ns: r.anchor.0,
+            valid_until_ns: r.valid_until.0,
+            anchor_kind: r.anchor_kind,
+            holdover_max_bound_ns: settings.holdover_max_bound_ns,
+            state: None,
+            bound_growth_ppb: r.bound_growth_ppb,
+            window_ns: settings.window_ns(),
+            drift_bound_ppb: r.drift_bound_ppb,
+            hops: r.hops,
+            rms_update_ns: None,
+        }
+    }
+
+    /// The result as the offsets file's readers see it (but `REFERENCE`):
+    /// the same view the publication's record is made of.
+    pub fn reader_view(&self) -> Snapshot {
+        let map = NodeMap {
+            anchor_local_ns: self.anchor_ns,
+            offset_ns: self.offset_ns,
+            drift_ps_per_s: ps_per_s(self.drift_ppb),
+            bound_ns: self.bound_ns,
+            bound_growth_ps_per_s: growth_ps_per_s(self.bound_growth_ppb),
+        };
+        let holdover = self.anchor_kind == AnchorKind::Holdover;
+        view_of(
+            holdover,
+            self.valid_until_ns,
+            map,
+            self.holdover_max_bound_ns,
+        )
+    }
+
+    /// The result's state at `now_ns`, by the rule every reader of the
+    /// offsets file applies ([`Snapshot::status`]).
+    pub fn state_at(&self, now_ns: i64) -> ClockStatus {
+        self.reader_view().status(now_ns)
     }
 }
 
@@ -117,144 +251,131 @@ pub fn reader_view(
 /// window past the new anchor (about when the next result replaces
 /// either) is the smaller, and the held one keeps answering for as long
 /// as the new one would be valid (within its own validity, or in holdover
-/// under the ceiling `holdover_max_bound_ns`). Both answers are honest;
-/// the reader gets the tighter. A young fit after an outage or a restart
-/// (a few pairs, a wide bound and an error to match) then does not replace
-/// a good record that is still close; the next result, with more data,
-/// does; and keeping the held one never leaves a reader without an answer
-/// that the new one would have given, should the next results not come.
-pub fn keeps_the_held(
-    held: &pb::NodeOffset,
-    new: &pb::NodeOffset,
-    window_ns: i64,
-    holdover_max_bound_ns: u64,
-) -> bool {
-    if held.reference_id != new.reference_id || held.node_id != new.node_id {
+/// under the holdover ceiling). Both answers are honest; the reader gets
+/// the tighter. A young fit after an outage or a restart (a few pairs, a
+/// wide bound and an error to match) then does not replace a good record
+/// that is still close; the next result, with more data, does; and keeping
+/// the held one never leaves a reader without an answer that the new one
+/// would have given, should the next results not come.
+pub fn keeps_the_held(held: &NodeResult, new: &NodeResult, settings: &Settings) -> bool {
+    if held.reference != new.reference || held.node != new.node {
         return false;
     }
     // Whether the held one still answers then: the readers' own rule on
     // the record it is published as.
-    let held_view = Publication::of(held.clone(), window_ns).record_view(holdover_max_bound_ns);
-    let answers_until = held_view.check_fresh(new.valid_until_ns as i64).is_ok();
-    let next = new.anchor_ns.saturating_add(window_ns);
-    answers_until && bound_at(held, next) < bound_at(new, next)
-}
-
-/// `r`'s bound at local time `t_ns`, grown at its published rate.
-fn bound_at(r: &pb::NodeOffset, t_ns: i64) -> f64 {
-    let age_s = t_ns.saturating_sub(r.anchor_ns).unsigned_abs() as f64 / 1e9;
-    r.bound_ns as f64 + r.bound_growth_ppb.max(0.0) * age_s
-}
-
-/// The start of the span a result describes: its fits cover the window
-/// that ends at the anchor and the one before it.
-pub fn valid_from_ns(anchor_ns: i64, window_ns: i64) -> i64 {
-    anchor_ns.saturating_sub(window_ns.saturating_mul(2))
+    let held_view = reader_view(held, settings.holdover_max_bound_ns);
+    let answers_until = held_view.check_fresh(new.valid_until.0).is_ok();
+    let next = new.anchor.plus_ns(settings.window_ns());
+    answers_until && held.bound_at(next) < new.bound_at(next)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::result::tests::sample;
+    use crate::time::WindowIndex;
+
+    fn settings(window_s: u64, holdover_max_bound_ns: u64) -> Settings {
+        Settings {
+            probe_window_s: window_s,
+            holdover_max_bound_ns,
+            ..Settings::default()
+        }
+    }
 
     #[test]
     fn the_history_line_carries_the_result_and_its_span() {
-        let r = pb::NodeOffset {
-            node: "n1".into(),
-            node_id: 1,
-            reference_node: "n0".into(),
-            reference_id: 0,
-            window: 7,
-            anchor_ns: 32_000_000_000,
+        let r = NodeResult {
+            window: WindowIndex(7),
+            anchor: LocalNs(32_000_000_000),
             offset_ns: -120,
             drift_ppb: 3.5,
             bound_ns: 40,
-            valid_until_ns: 40_000_000_000,
-            anchor_kind: AnchorKind::Substitute.as_str().into(),
-            ..Default::default()
+            valid_until: LocalNs(40_000_000_000),
+            anchor_kind: AnchorKind::Substitute,
+            ..sample(0, 0, 0.0)
         };
-        let p = Publication::of(r, 4_000_000_000);
+        let p = Publication::of(r, &settings(4, 0));
         assert_eq!(p.entry.valid_from_ns, Some(24_000_000_000));
         assert_eq!(p.entry.valid_until_ns, Some(40_000_000_000));
         assert_eq!(
             (p.entry.offset_ns, p.entry.bound_ns, p.entry.window),
             (-120, 40, 7)
         );
-        assert_eq!(p.anchor_kind(), Some(AnchorKind::Substitute));
+        assert_eq!(p.entry.anchor_kind, Some(AnchorKind::Substitute));
         assert_eq!(p.entry.reference.as_deref(), Some("n0"));
-        assert!(!p.is_reference());
+        assert_eq!(p.view.flags & flags::REFERENCE, 0);
+        assert_eq!(p.status.window_ns, 4_000_000_000);
     }
 
     #[test]
     fn the_record_is_what_readers_see_of_the_result() {
-        let r = pb::NodeOffset {
-            node_id: 3,
-            reference_id: 3,
-            anchor_ns: 8_000_000_000,
+        let r = NodeResult {
+            node: 3,
+            reference: 3,
+            window: WindowIndex(2),
+            anchor: LocalNs(8_000_000_000),
             offset_ns: 1_234,
             drift_ppb: -2.0004,
             bound_ns: 50,
             bound_growth_ppb: 10.0001,
-            valid_until_ns: 16_000_000_000,
-            anchor_kind: AnchorKind::Holdover.as_str().into(),
-            ..Default::default()
+            valid_until: LocalNs(16_000_000_000),
+            anchor_kind: AnchorKind::Holdover,
+            ..sample(0, 0, 0.0)
         };
-        let view = Publication::of(r, 4_000_000_000).record_view(10_000);
+        let p = Publication::of(r, &settings(4, 10_000));
+        let record = p.record(LocalNs(9_000_000_000), KernelClocks::default(), Vec::new());
         assert_eq!(
-            view.flags,
+            record.flags,
             flags::VALID | flags::HOLDOVER | flags::REFERENCE
         );
-        assert_eq!(view.valid_until_ns, 16_000_000_000);
-        assert_eq!(view.holdover_max_bound_ns, 10_000);
-        assert_eq!(view.node.drift_ps_per_s, -2_000);
+        assert_eq!((record.window, record.reference_id), (2, 3));
+        assert_eq!(record.updated_at_ns, 9_000_000_000);
+        assert_eq!(record.valid_until_ns, 16_000_000_000);
+        assert_eq!(record.holdover_max_bound_ns, 10_000);
+        assert_eq!(record.node.drift_ps_per_s, -2_000);
         // A bound's growth is rounded up, never understated.
-        assert_eq!(view.node.bound_growth_ps_per_s, 10_001);
-        assert_eq!((view.node.offset_ns, view.node.bound_ns), (1_234, 50));
-    }
-
-    fn result(anchor_s: i64, bound_ns: u64, growth_ppb: f64) -> pb::NodeOffset {
-        pb::NodeOffset {
-            node_id: 1,
-            reference_id: 0,
-            anchor_ns: anchor_s * 1_000_000_000,
-            valid_until_ns: (anchor_s as u64 + 12) * 1_000_000_000,
-            bound_ns,
-            bound_growth_ppb: growth_ppb,
-            ..Default::default()
-        }
+        assert_eq!(record.node.bound_growth_ps_per_s, 10_001);
+        assert_eq!((record.node.offset_ns, record.node.bound_ns), (1_234, 50));
+        // `/status` shows the same view readers get (but `REFERENCE`).
+        assert_eq!(
+            p.status.reader_view().flags | flags::REFERENCE,
+            record.flags
+        );
+        assert_eq!(p.status.reader_view().node, record.node);
+        assert_eq!(p.status.holdover_max_bound_ns, 10_000);
     }
 
     #[test]
     fn the_held_result_stays_while_it_answers_with_the_smaller_bound() {
-        let (w, ceiling) = (4_000_000_000, 10_000);
-        let keeps = |new: &pb::NodeOffset, ceiling| {
-            keeps_the_held(&result(0, 2_000, 100.0), new, w, ceiling)
+        let keeps = |new: &NodeResult, ceiling| {
+            keeps_the_held(&sample(0, 2_000, 100.0), new, &settings(4, ceiling))
         };
+        let ceiling = 10_000;
         // Held: 2 µs at 0 s, growing 100 ns/s, valid for 12 s; at 36 + 12 s
         // (the new one's validity): 6.8 µs, in holdover under the ceiling.
         // A thin window's result after an outage: 400 µs.
-        assert!(keeps(&result(36, 400_000, 100.0), ceiling));
+        assert!(keeps(&sample(36, 400_000, 100.0), ceiling));
         // A mature one: 2.5 µs.
-        assert!(!keeps(&result(36, 2_500, 100.0), ceiling));
+        assert!(!keeps(&sample(36, 2_500, 100.0), ceiling));
         // On another timeline, the new one is always published.
-        let other = pb::NodeOffset {
-            reference_id: 2,
-            ..result(36, 400_000, 100.0)
+        let other = NodeResult {
+            reference: 2,
+            ..sample(36, 400_000, 100.0)
         };
         assert!(!keeps(&other, ceiling));
         // The held one would pass the ceiling (10 µs at 80 s) before the
         // new one's validity ends: the new one is published.
-        assert!(!keeps(&result(70, 400_000, 100.0), ceiling));
-        assert!(!keeps(&result(36, 400_000, 100.0), 0));
+        assert!(!keeps(&sample(70, 400_000, 100.0), ceiling));
+        assert!(!keeps(&sample(36, 400_000, 100.0), 0));
         // Valid as long as the new one, it answers whatever the ceiling.
-        assert!(keeps(&result(0, 400_000, 100.0), 0));
+        assert!(keeps(&sample(0, 400_000, 100.0), 0));
         // A held one whose bound does not grow is stale past its validity
         // (the readers' rule: no growth, no holdover): the new one goes out.
-        let still = result(0, 2_000, 0.0);
         assert!(!keeps_the_held(
-            &still,
-            &result(36, 400_000, 100.0),
-            w,
-            ceiling
+            &sample(0, 2_000, 0.0),
+            &sample(36, 400_000, 100.0),
+            &settings(4, ceiling)
         ));
     }
 }

@@ -1,8 +1,7 @@
 //! What a node reports about its work: the last fit of each out-edge
 //! (`/status`), the JSONL edge line, and how long fits and solves took.
 
-use clockmesh_estimator::NodeId;
-use clockmesh_proto::clockmesh as pb;
+use clockmesh_estimator::{EdgeMeasurement, NodeId};
 use serde::{Deserialize, Serialize};
 
 /// The last window's fit of an out-edge (`clock_peer − clock_self`).
@@ -107,20 +106,21 @@ impl EdgeLine {
     }
 }
 
-impl From<&pb::EdgeFit> for FitLine {
-    fn from(f: &pb::EdgeFit) -> Self {
+impl From<&EdgeMeasurement> for FitLine {
+    fn from(m: &EdgeMeasurement) -> Self {
+        let f = &m.fit;
         FitLine {
-            anchor_ns: f.anchor_ns,
-            offset_ns: f.offset_ns,
-            offset_frac_ns: f.offset_frac_ns,
-            drift_ppb: f.drift_ppb,
-            bound_ns: f.bound_exact_ns,
-            drift_bound_ppb: f.drift_bound_ppb,
+            anchor_ns: f.epoch_ns,
+            offset_ns: f.offset_base_ns,
+            offset_frac_ns: f.offset_rel_ns,
+            drift_ppb: f.drift * 1e9,
+            bound_ns: f.bound_ns,
+            drift_bound_ppb: f.drift_bound * 1e9,
             margin_ns: f.margin_ns,
             min_rtt_ns: f.min_rtt_ns,
-            forward_points: f.forward_points,
-            backward_points: f.backward_points,
-            trimmed: f.trimmed,
+            forward_points: f.forward_points as u32,
+            backward_points: f.backward_points as u32,
+            trimmed: f.trimmed as u32,
             span_ns: f.span_ns,
         }
     }

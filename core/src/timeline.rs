@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use clockmesh_proto::clockmesh as pb;
+use crate::result::NodeResult;
 
 /// Longest a published result is carried across a hand-over. Older, the
 /// drift's error would dominate; the new leader then starts a timeline of
@@ -45,18 +45,18 @@ pub struct Carry {
 impl Carry {
     /// The carry from this node's own last result, if it is recent enough
     /// at local time `now_ns`.
-    pub fn from_result(own: &pb::NodeOffset, now_ns: i64) -> Option<Carry> {
-        let age = now_ns.saturating_sub(own.anchor_ns);
+    pub fn from_result(own: &NodeResult, now_ns: i64) -> Option<Carry> {
+        let age = now_ns.saturating_sub(own.anchor.0);
         if !(0..=MAX_CARRY_AGE_NS).contains(&age) {
             return None;
         }
         let growth = own.bound_growth_ppb.max(0.0) * age as f64 / 1e9;
         Some(Carry {
-            anchor_ns: own.anchor_ns,
+            anchor_ns: own.anchor.0,
             offset_ns: own.offset_ns,
             drift_ppb: own.drift_ppb,
             bound_ns: own.bound_ns.saturating_add(growth.ceil() as u64),
-            from: own.reference_node.clone(),
+            from: own.reference_label(),
         })
     }
 
@@ -69,7 +69,7 @@ impl Carry {
 
     /// `r` (solved against this node's clock, whose local time at the solve
     /// epoch is `epoch_ns`) moved onto the continued timeline.
-    pub fn apply(&self, r: &mut pb::NodeOffset, epoch_ns: i64) {
+    pub fn apply(&self, r: &mut NodeResult, epoch_ns: i64) {
         r.offset_ns = r.offset_ns.saturating_add(self.offset_at(epoch_ns));
         // First order: the rates add (drifts are parts per billion).
         r.drift_ppb += self.drift_ppb;
@@ -112,14 +112,14 @@ pub struct Rate {
 impl OwnMarks {
     /// Records a published result; forgets those older than
     /// [`MAX_CARRY_AGE_NS`] before it.
-    pub fn record(&mut self, r: &pb::NodeOffset) {
+    pub fn record(&mut self, r: &NodeResult) {
         self.marks.push_back(Mark {
-            anchor_ns: r.anchor_ns,
+            anchor_ns: r.anchor.0,
             offset_ns: r.offset_ns,
             bound_ns: r.bound_ns,
-            reference_id: r.reference_id,
+            reference_id: r.reference,
         });
-        let oldest = r.anchor_ns.saturating_sub(MAX_CARRY_AGE_NS);
+        let oldest = r.anchor.0.saturating_sub(MAX_CARRY_AGE_NS);
         while self
             .marks
             .front()
@@ -131,12 +131,12 @@ impl OwnMarks {
 
     /// The tightest chord ending at `latest`, from a result under the same
     /// reference at least [`MIN_CHORD_SPAN_NS`] before it.
-    pub fn chord_to(&self, latest: &pb::NodeOffset) -> Option<Rate> {
+    pub fn chord_to(&self, latest: &NodeResult) -> Option<Rate> {
         self.marks
             .iter()
-            .filter(|m| m.reference_id == latest.reference_id)
+            .filter(|m| m.reference_id == latest.reference)
             .filter_map(|m| {
-                let span = latest.anchor_ns.checked_sub(m.anchor_ns)?;
+                let span = latest.anchor.0.checked_sub(m.anchor_ns)?;
                 (span >= MIN_CHORD_SPAN_NS).then(|| {
                     let span = span as f64;
                     Rate {
@@ -153,7 +153,7 @@ impl OwnMarks {
 /// drift bound, or the bound's growth less the wander allowance where that
 /// is larger (a result read back from the offsets file carries no drift
 /// bound of its own).
-pub fn fitted_rate(own: &pb::NodeOffset, wander_ppb: f64) -> Rate {
+pub fn fitted_rate(own: &NodeResult, wander_ppb: f64) -> Rate {
     Rate {
         drift_ppb: own.drift_ppb,
         bound_ppb: own
@@ -186,12 +186,12 @@ impl Continuation {
     /// `now_ns` (None: too old, or from the future), its drift the tighter
     /// of its own fit's and the chord `chord` through its recent results.
     pub fn take(
-        own: &pb::NodeOffset,
+        own: &NodeResult,
         chord: Option<Rate>,
         now_ns: i64,
         wander_ppb: f64,
     ) -> Option<Continuation> {
-        let age = now_ns.saturating_sub(own.anchor_ns);
+        let age = now_ns.saturating_sub(own.anchor.0);
         if !(0..=MAX_CARRY_AGE_NS).contains(&age) {
             return None;
         }
@@ -204,11 +204,11 @@ impl Continuation {
         let grown = growth_ppb * age as f64 / 1e9;
         Some(Continuation {
             carry: Carry {
-                anchor_ns: own.anchor_ns,
+                anchor_ns: own.anchor.0,
                 offset_ns: own.offset_ns,
                 drift_ppb: rate.drift_ppb,
                 bound_ns: own.bound_ns.saturating_add(grown.ceil() as u64),
-                from: own.reference_node.clone(),
+                from: own.reference_label(),
             },
             handed_over_ns: now_ns,
             drift_bound_ppb: rate.bound_ppb,
@@ -227,7 +227,7 @@ impl Continuation {
     /// moved onto the continued timeline, its bound covering its distance
     /// to the old one: the carry's bound at the epoch is added, and the
     /// carry's growth to the rate its bound grows at as readers age it.
-    pub fn apply(&self, r: &mut pb::NodeOffset, epoch_ns: i64) {
+    pub fn apply(&self, r: &mut NodeResult, epoch_ns: i64) {
         self.carry.apply(r, epoch_ns);
         r.bound_ns = r
             .bound_ns
@@ -283,16 +283,27 @@ impl HandOverLine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::result::tests::sample;
+    use crate::time::LocalNs;
 
-    fn own(anchor_ns: i64, offset_ns: i64, drift_ppb: f64) -> pb::NodeOffset {
-        pb::NodeOffset {
-            anchor_ns,
+    fn own(anchor_ns: i64, offset_ns: i64, drift_ppb: f64) -> NodeResult {
+        NodeResult {
+            anchor: LocalNs(anchor_ns),
             offset_ns,
             drift_ppb,
             bound_ns: 100,
             bound_growth_ppb: 50.0,
-            reference_node: "old".into(),
-            ..Default::default()
+            reference_name: Some("old".into()),
+            ..sample(0, 0, 0.0)
+        }
+    }
+
+    /// A result solved against the new leader's clock, for a carry to move.
+    fn solved(offset_ns: i64, drift_ppb: f64) -> NodeResult {
+        NodeResult {
+            offset_ns,
+            drift_ppb,
+            ..sample(0, 0, 0.0)
         }
     }
 
@@ -302,11 +313,7 @@ mod tests {
         assert_eq!(c.offset_at(1_000), 5_000);
         assert_eq!(c.offset_at(1_000_001_000), 5_000 + 2_000);
         assert_eq!(c.bound_ns, 100 + 50, "bound grown by 50 ppb over 1 s");
-        let mut r = pb::NodeOffset {
-            offset_ns: -300,
-            drift_ppb: 10.0,
-            ..Default::default()
-        };
+        let mut r = solved(-300, 10.0);
         c.apply(&mut r, 1_000_001_000);
         assert_eq!(r.offset_ns, 7_000 - 300);
         assert_eq!(r.drift_ppb, 2_010.0);
@@ -323,17 +330,17 @@ mod tests {
 
     /// A result of a node with drift `drift_ppb` against the timeline, each
     /// off by `error_ns` (within its bound of 20 ns).
-    fn on_timeline(anchor_s: i64, drift_ppb: f64, error_ns: i64) -> pb::NodeOffset {
-        pb::NodeOffset {
-            anchor_ns: anchor_s * 1_000_000_000,
+    fn on_timeline(anchor_s: i64, drift_ppb: f64, error_ns: i64) -> NodeResult {
+        NodeResult {
+            anchor: LocalNs(anchor_s * 1_000_000_000),
             offset_ns: (drift_ppb * anchor_s as f64).round() as i64 + error_ns,
             drift_ppb: drift_ppb + 3.0, // the fit's drift, 3 ppb off
             drift_bound_ppb: 4.0,
             bound_ns: 20,
             bound_growth_ppb: 24.0,
-            reference_id: 1,
-            reference_node: "n1".into(),
-            ..Default::default()
+            reference: 1,
+            reference_name: Some("n1".into()),
+            ..sample(0, 0, 0.0)
         }
     }
 
@@ -357,7 +364,7 @@ mod tests {
         // Results under another reference do not make a chord; nor do
         // recent ones alone.
         let mut other = latest.clone();
-        other.reference_id = 2;
+        other.reference = 2;
         assert_eq!(marks.chord_to(&other), None);
         let mut young = OwnMarks::default();
         young.record(&on_timeline(295, 7.0, 0));
@@ -389,13 +396,11 @@ mod tests {
         let c = Continuation::take(&own, None, handed_over, 20.0).unwrap();
         // 4 s from the anchor to the hand-over at 4 + 20 ppb.
         assert_eq!(c.carry.bound_ns, 20 + 96);
-        let solved = || pb::NodeOffset {
-            offset_ns: -300,
-            drift_ppb: 1.0,
+        let solved = || NodeResult {
             bound_ns: 15,
             bound_growth_ppb: 21.0,
             drift_bound_ppb: 1.0,
-            ..Default::default()
+            ..solved(-300, 1.0)
         };
         let mut at_hand_over = solved();
         c.apply(&mut at_hand_over, handed_over);

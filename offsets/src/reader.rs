@@ -149,7 +149,8 @@ impl Snapshot {
 
 /// The clock's state, as ClockBound's and fbclock's; the same values as
 /// the C reader's `enum clockmesh_clock_status` and the Python reader's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 #[repr(i32)]
 pub enum ClockStatus {
     /// Nothing published yet: no interval.

@@ -15,13 +15,14 @@ use std::{
 
 use clockmesh_common::ProbeHeader;
 use clockmesh_core::{
+    codec,
     collector::{PairKey, Side},
     node::{Action, Exchange, LocalNs, Member, Node, NodeConfig, TICK_NS, Target},
+    result::NodeResult,
     timeline::{Carry, HandOverLine},
     wire::{Message, StampSource, WireStamp, kind},
 };
 use clockmesh_estimator::NodeId;
-use clockmesh_proto::{clockmesh as pb, prost::Message as _};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
@@ -242,15 +243,16 @@ struct Host {
     targets: Vec<Target>,
     rounds: usize,
     next_seq: u64,
-    last_result: Option<pb::NodeOffset>,
+    last_result: Option<NodeResult>,
     traffic: HostTraffic,
 }
 
 /// The modelled shared store (etcd exchange).
 #[derive(Default)]
 struct StoreModel {
-    edges: BTreeMap<String, pb::Snapshot>,
-    results: BTreeMap<String, pb::NodeOffset>,
+    /// As the agent's store keeps them: encoded by the codec.
+    edges: BTreeMap<String, Vec<u8>>,
+    results: BTreeMap<String, Vec<u8>>,
 }
 
 #[derive(Default)]
@@ -464,11 +466,11 @@ impl<'a> Sim<'a> {
 
     /// An isolated host's first result about a window after its links
     /// came back.
-    fn note_resumed(&mut self, i: usize, r: &pb::NodeOffset) {
+    fn note_resumed(&mut self, i: usize, r: &NodeResult) {
         let until = self.isolated_span.1;
         let window_ns = self.s.agent.window_ns();
         // Local clocks are within a few ms of true time; windows are seconds.
-        let about_after = r.anchor_ns - READING_BASE_NS > until + window_ns / 2;
+        let about_after = r.anchor.0 - READING_BASE_NS > until + window_ns / 2;
         if about_after {
             let since_end = (self.now - until) as f64 / window_ns as f64;
             self.recovery.resumed(i, since_end);
@@ -484,7 +486,7 @@ impl<'a> Sim<'a> {
         recovery.read_all(since_end, |i| {
             let r = self.hosts[i].last_result.as_ref()?;
             let (err, bound) = self.error_at(i, r, self.local_now(i));
-            let (at_anchor, _) = self.error_at(i, r, r.anchor_ns);
+            let (at_anchor, _) = self.error_at(i, r, r.anchor.0);
             Some(Answer {
                 error_ns: err.abs(),
                 bound_ns: bound,
@@ -666,37 +668,48 @@ impl<'a> Sim<'a> {
             Action::HandOver(line) => self.hand_over(i, &line),
             Action::Publish(p) => self.score(i, p.result),
             Action::PutFits(_) | Action::FetchResult if self.is_isolated(i) => {}
-            Action::PutFits(snapshot) => {
+            Action::PutFits(fits) => {
                 let name = self.hosts[i].node.me().name.clone();
+                let value = codec::encode_window_fits(&fits);
                 let t = &mut self.hosts[i].traffic;
-                t.coordination_out.add(snapshot.encoded_len() + name.len());
-                self.store.edges.insert(name, snapshot);
+                t.coordination_out.add(value.len() + name.len());
+                self.store.edges.insert(name, value);
             }
             Action::FetchFits { window } => {
-                let bytes: usize = self.store.edges.values().map(|s| s.encoded_len()).sum();
+                let bytes: usize = self.store.edges.values().map(Vec::len).sum();
                 let t = &mut self.hosts[i].traffic;
                 t.coordination_out.add(0);
                 t.coordination_in.add(bytes);
-                return self.hosts[i]
-                    .node
-                    .solve_snapshots(window, self.store.edges.values());
+                let stored: Vec<_> = self
+                    .store
+                    .edges
+                    .values()
+                    .filter_map(|v| codec::decode_window_fits(v).ok())
+                    .collect();
+                return self.hosts[i].node.solve_snapshots(window, &stored);
             }
             Action::PutResults { results, .. } => {
                 for chunk in results.chunks(128) {
-                    let bytes: usize = chunk.iter().map(|r| r.encoded_len() + r.node.len()).sum();
+                    let bytes: usize = chunk
+                        .iter()
+                        .map(|r| codec::encode_result(r).len() + r.node_name.len())
+                        .sum();
                     self.hosts[i].traffic.coordination_out.add(bytes);
                 }
                 for r in results {
-                    self.store.results.insert(r.node.clone(), r);
+                    self.store
+                        .results
+                        .insert(r.node_name.clone(), codec::encode_result(&r));
                 }
             }
             Action::FetchResult => {
                 let name = self.hosts[i].node.me().name.clone();
-                let r = self.store.results.get(&name).cloned();
+                let stored = self.store.results.get(&name);
+                let bytes = stored.map_or(0, Vec::len);
+                let r = stored.and_then(|v| codec::decode_result(v).ok());
                 let t = &mut self.hosts[i].traffic;
                 t.coordination_out.add(name.len());
-                t.coordination_in
-                    .add(r.as_ref().map_or(0, |r| r.encoded_len()));
+                t.coordination_in.add(bytes);
                 return self.hosts[i].node.handle_result(r);
             }
         }
@@ -709,10 +722,10 @@ impl<'a> Sim<'a> {
 
     /// Scores a published result against the truth, and the previous
     /// result as it stood just before this one replaced it.
-    fn score(&mut self, i: usize, r: pb::NodeOffset) {
+    fn score(&mut self, i: usize, r: NodeResult) {
         // The reference's own result on its own timeline is exact by definition.
-        let on_own_clock = self.timeline_of_reference(r.reference_id).carry.is_none();
-        if r.reference_id == r.node_id && on_own_clock {
+        let on_own_clock = self.timeline_of_reference(r.reference).carry.is_none();
+        if r.is_reference() && on_own_clock {
             return;
         }
         self.note_resumed(i, &r);
@@ -720,14 +733,14 @@ impl<'a> Sim<'a> {
         if self.now < self.score_from {
             return;
         }
-        let (err, bound) = self.error_at(i, &r, r.anchor_ns);
-        let (err_1s, _) = self.error_at(i, &r, r.anchor_ns + 1_000_000_000);
+        let (err, bound) = self.error_at(i, &r, r.anchor.0);
+        let (err_1s, _) = self.error_at(i, &r, r.anchor.0 + 1_000_000_000);
         self.scores.drift_errors.push((err_1s - err).abs());
-        let trace = self.scores.by_window.entry(r.window).or_default();
+        let trace = self.scores.by_window.entry(r.window.0).or_default();
         trace.push((i, err.abs(), (err_1s - err).abs()));
         let (published, _) = self.error_at(i, &r, self.local_now(i));
         self.scores.published_errors.push(published.abs());
-        self.scores.windows.insert(r.window);
+        self.scores.windows.insert(r.window.0);
         self.scores.errors.push(err.abs());
         self.scores.bounds.push(bound);
         self.scores.covered += usize::from(err.abs() <= bound);
@@ -744,15 +757,15 @@ impl<'a> Sim<'a> {
     /// A result on a continued timeline, at its anchor, against the
     /// timeline as it was before any hand-over: the first reference's
     /// clock. Its bound must cover that distance too.
-    fn score_against_the_original(&mut self, i: usize, r: &pb::NodeOffset) {
-        if self.timeline_of_reference(r.reference_id).carry.is_none() {
+    fn score_against_the_original(&mut self, i: usize, r: &NodeResult) {
+        if self.timeline_of_reference(r.reference).carry.is_none() {
             return;
         }
         let original = TimelineDef {
             node: self.s.reference,
             carry: None,
         };
-        let reading = (r.anchor_ns - READING_BASE_NS) as f64;
+        let reading = (r.anchor.0 - READING_BASE_NS) as f64;
         let t = self.clocks.true_time_of(i as NodeId, reading);
         let truth = self.timeline_value(&original, t) - self.clocks.reading(i as NodeId, t);
         let err = r.offset_ns as f64 - truth;
@@ -761,8 +774,8 @@ impl<'a> Sim<'a> {
     }
 
     /// Whether `r` was scored at its anchor when it was published.
-    fn is_scored(&self, r: &pb::NodeOffset) -> bool {
-        self.scores.windows.contains(&r.window)
+    fn is_scored(&self, r: &NodeResult) -> bool {
+        self.scores.windows.contains(&r.window.0)
     }
 
     /// Host `i` took the timeline over: from now on results solved
@@ -808,15 +821,12 @@ impl<'a> Sim<'a> {
     }
 
     /// Error and bound of result `r` (global − local) used at local time `at`.
-    fn error_at(&self, i: usize, r: &pb::NodeOffset, at: i64) -> (f64, f64) {
+    fn error_at(&self, i: usize, r: &NodeResult, at: i64) -> (f64, f64) {
         let reading = (at - READING_BASE_NS) as f64;
         let t = self.clocks.true_time_of(i as NodeId, reading);
-        let timeline = self.timeline_of_reference(r.reference_id);
+        let timeline = self.timeline_of_reference(r.reference);
         let truth = self.timeline_value(&timeline, t) - self.clocks.reading(i as NodeId, t);
-        let age_s = (at - r.anchor_ns) as f64 / 1e9;
-        let estimate = r.offset_ns as f64 + r.drift_ppb * age_s;
-        let bound = r.bound_ns as f64 + r.bound_growth_ppb * age_s.abs();
-        (estimate - truth, bound)
+        (r.offset_at(LocalNs(at)) - truth, r.bound_at(LocalNs(at)))
     }
 
     fn report(mut self, wall_ms: f64) -> ProtocolReport {

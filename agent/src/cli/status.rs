@@ -7,7 +7,7 @@ use clockmesh::{
     config::{self, Layers},
     runtime::{
         http,
-        status::{NodeOffsetStatus, Status},
+        status::{ResultStatus, Status},
     },
 };
 
@@ -141,9 +141,9 @@ pub(crate) fn duration_words(ns: u64) -> String {
 }
 
 /// Whether the result is current, in holdover or stale (the readers'
-/// rule: [`NodeOffsetStatus::state_at`]); when it was made; its bound now,
+/// rule: [`ResultStatus::state_at`]); when it was made; its bound now,
 /// and how fast that grows.
-fn freshness(o: &NodeOffsetStatus, now_ns: i64) -> String {
+fn freshness(o: &ResultStatus, now_ns: i64) -> String {
     use clockmesh::publish::ClockStatus;
     let age_ns = now_ns.saturating_sub(o.anchor_ns).max(0);
     let ceiling = duration_words(o.holdover_max_bound_ns);
@@ -199,7 +199,9 @@ pub fn render(s: &Status) -> String {
         Some(o) => {
             out += &format!(
                 "Reference    : {} (window {}, {})\n",
-                o.reference, o.window, o.anchor_kind
+                o.reference,
+                o.window,
+                o.anchor_kind.as_str()
             );
             out += &freshness(o, clockmesh::publish::realtime_now_ns());
             out += &format!(
@@ -305,6 +307,7 @@ fn truncate(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clockmesh::publish::history::AnchorKind;
     use clockmesh::runtime::status::{EdgeStatus, PeerStatus};
 
     #[test]
@@ -313,7 +316,7 @@ mod tests {
             node: "n1".into(),
             node_id: 7,
             leader: Some("n0".into()),
-            offset: Some(NodeOffsetStatus {
+            offset: Some(ResultStatus {
                 reference: "n0".into(),
                 offset_ns: -42,
                 bound_ns: 900,
@@ -348,7 +351,7 @@ mod tests {
 
     #[test]
     fn report_shows_drift_uncertainty_rms_and_hops() {
-        let mut o = NodeOffsetStatus {
+        let mut o = ResultStatus {
             reference: "n0".into(),
             drift_ppb: 12.0,
             drift_bound_ppb: 0.25,
@@ -356,7 +359,7 @@ mod tests {
             rms_update_ns: Some(37.4),
             ..Default::default()
         };
-        let s = |o: &NodeOffsetStatus| {
+        let s = |o: &ResultStatus| {
             render(&Status {
                 offset: Some(o.clone()),
                 ..Default::default()
@@ -445,13 +448,13 @@ mod tests {
 
     #[test]
     fn freshness_says_synchronised_holdover_or_stale_and_grows_the_bound() {
-        let o = NodeOffsetStatus {
+        let o = ResultStatus {
             anchor_ns: 1_700_000_000_000_000_000,
             valid_until_ns: 1_700_000_012_000_000_000,
             bound_ns: 500,
             bound_growth_ppb: 20.0,
             window_ns: 4_000_000_000,
-            anchor_kind: "reference".into(),
+            anchor_kind: AnchorKind::Reference,
             ..Default::default()
         };
         let two_s_later = o.anchor_ns + 2_000_000_000;
@@ -460,15 +463,15 @@ mod tests {
         assert!(text.contains("2023-11-14 22:13:20.000000000 UTC"), "{text}");
         assert!(text.contains("± 540 ns"), "500 + 20 ns/s × 2 s: {text}");
         assert!(text.contains("every 4.000 s"), "{text}");
-        let holdover = NodeOffsetStatus {
-            anchor_kind: "holdover".into(),
+        let holdover = ResultStatus {
+            anchor_kind: AnchorKind::Holdover,
             ..o.clone()
         };
         assert!(freshness(&holdover, two_s_later).contains("holdover"));
         assert!(freshness(&o, o.valid_until_ns + 1).contains("stale"));
         // With a ceiling (the agent's holdover_max_bound_ns): holdover past
         // the validity until the bound (500 + 20 ns/s) passes it at 25 s.
-        let held = NodeOffsetStatus {
+        let held = ResultStatus {
             holdover_max_bound_ns: 1_000,
             ..o.clone()
         };

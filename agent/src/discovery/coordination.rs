@@ -9,8 +9,7 @@
 //!   the protocol core relays fits and results over UDP to and from the
 //!   leader, so no store method can be called for them at all.
 
-use clockmesh_core::node::Exchange;
-use clockmesh_proto::clockmesh as pb;
+use clockmesh_core::{fits::WindowFits, node::Exchange, result::NodeResult};
 
 use super::{DiscoveryError, StaticDiscovery};
 
@@ -41,20 +40,20 @@ pub trait Store {
     fn put_edges(
         &mut self,
         me: &str,
-        snapshot: &pb::Snapshot,
+        fits: &WindowFits,
     ) -> impl Future<Output = Result<(), DiscoveryError>>;
     /// Every node's latest edge fits (bad records are skipped).
-    fn fetch_edges(&mut self) -> impl Future<Output = Result<Vec<pb::Snapshot>, DiscoveryError>>;
+    fn fetch_edges(&mut self) -> impl Future<Output = Result<Vec<WindowFits>, DiscoveryError>>;
     /// Publishes the solve's per-node results.
     fn put_results(
         &mut self,
-        results: &[pb::NodeOffset],
+        results: &[NodeResult],
     ) -> impl Future<Output = Result<(), DiscoveryError>>;
     /// This node's latest result, if any.
     fn my_result(
         &mut self,
         me: &str,
-    ) -> impl Future<Output = Result<Option<pb::NodeOffset>, DiscoveryError>>;
+    ) -> impl Future<Output = Result<Option<NodeResult>, DiscoveryError>>;
 }
 
 /// The store of backends that have none: it has no values, so its methods
@@ -62,16 +61,16 @@ pub trait Store {
 pub enum NoStore {}
 
 impl Store for NoStore {
-    async fn put_edges(&mut self, _: &str, _: &pb::Snapshot) -> Result<(), DiscoveryError> {
+    async fn put_edges(&mut self, _: &str, _: &WindowFits) -> Result<(), DiscoveryError> {
         match *self {}
     }
-    async fn fetch_edges(&mut self) -> Result<Vec<pb::Snapshot>, DiscoveryError> {
+    async fn fetch_edges(&mut self) -> Result<Vec<WindowFits>, DiscoveryError> {
         match *self {}
     }
-    async fn put_results(&mut self, _: &[pb::NodeOffset]) -> Result<(), DiscoveryError> {
+    async fn put_results(&mut self, _: &[NodeResult]) -> Result<(), DiscoveryError> {
         match *self {}
     }
-    async fn my_result(&mut self, _: &str) -> Result<Option<pb::NodeOffset>, DiscoveryError> {
+    async fn my_result(&mut self, _: &str) -> Result<Option<NodeResult>, DiscoveryError> {
         match *self {}
     }
 }

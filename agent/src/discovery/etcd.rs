@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use clockmesh_proto::{clockmesh as pb, prost::Message as _};
+use clockmesh_core::{codec, fits::WindowFits, result::NodeResult};
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, LeaderKey, PutOptions, ResignOptions, Txn, TxnOp,
 };
@@ -281,17 +281,17 @@ impl Coordination for EtcdDiscovery {
 }
 
 impl Store for EtcdDiscovery {
-    async fn put_edges(&mut self, me: &str, snapshot: &pb::Snapshot) -> Result<(), DiscoveryError> {
+    async fn put_edges(&mut self, me: &str, fits: &WindowFits) -> Result<(), DiscoveryError> {
         let key = format!("{}edges/{me}", self.prefix());
         let opts = self.lease().map(|l| PutOptions::new().with_lease(l));
         self.client()
-            .put(key, snapshot.encode_to_vec(), opts)
+            .put(key, codec::encode_window_fits(fits), opts)
             .await
             .map_err(unavailable)?;
         Ok(())
     }
 
-    async fn fetch_edges(&mut self) -> Result<Vec<pb::Snapshot>, DiscoveryError> {
+    async fn fetch_edges(&mut self) -> Result<Vec<WindowFits>, DiscoveryError> {
         let prefix = format!("{}edges/", self.prefix());
         let resp = self
             .client()
@@ -301,16 +301,22 @@ impl Store for EtcdDiscovery {
         Ok(resp
             .kvs()
             .iter()
-            .filter_map(|kv| pb::Snapshot::decode(kv.value()).ok())
+            .filter_map(|kv| codec::decode_window_fits(kv.value()).ok())
             .collect())
     }
 
-    async fn put_results(&mut self, results: &[pb::NodeOffset]) -> Result<(), DiscoveryError> {
+    async fn put_results(&mut self, results: &[NodeResult]) -> Result<(), DiscoveryError> {
         let prefix = format!("{}results/", self.prefix());
         for chunk in results.chunks(RESULTS_PER_TXN) {
             let ops: Vec<TxnOp> = chunk
                 .iter()
-                .map(|r| TxnOp::put(format!("{prefix}{}", r.node), r.encode_to_vec(), None))
+                .map(|r| {
+                    TxnOp::put(
+                        format!("{prefix}{}", r.node_name),
+                        codec::encode_result(r),
+                        None,
+                    )
+                })
                 .collect();
             self.client()
                 .txn(Txn::new().and_then(ops))
@@ -320,13 +326,14 @@ impl Store for EtcdDiscovery {
         Ok(())
     }
 
-    async fn my_result(&mut self, me: &str) -> Result<Option<pb::NodeOffset>, DiscoveryError> {
+    /// An unreadable record counts as none: the node holds what it has.
+    async fn my_result(&mut self, me: &str) -> Result<Option<NodeResult>, DiscoveryError> {
         let key = format!("{}results/{me}", self.prefix());
         let resp = self.client().get(key, None).await.map_err(unavailable)?;
         Ok(resp
             .kvs()
             .first()
-            .and_then(|kv| pb::NodeOffset::decode(kv.value()).ok()))
+            .and_then(|kv| codec::decode_result(kv.value()).ok()))
     }
 }
 

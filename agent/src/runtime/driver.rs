@@ -12,11 +12,13 @@ use std::{
 
 use clockmesh_common::{ProbeEvent, kind};
 use clockmesh_core::{
+    codec,
+    fits::WindowFits,
     node::{Action, LocalNs, Node, NodeConfig, TICK_NS, WindowIndex},
-    publication::Publication,
+    publication::{Publication, ResultStatus},
+    result::NodeResult,
     tally::StampTally,
 };
-use clockmesh_proto::clockmesh as pb;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -28,7 +30,7 @@ use super::{
     io_err,
     jsonl::{self, Jsonl},
     sender::{Sender, SenderConfig, SenderEvent},
-    status::{NodeOffsetStatus, Status, UpdateRms},
+    status::{Status, UpdateRms},
 };
 use crate::{
     capture::{
@@ -40,12 +42,7 @@ use crate::{
     config::{AgentConfig, InjectedSkew, TracepointStamps},
     discovery::{Coordination, Discovery, Leadership, Member, Store},
     probe::wire::{AuthKey, Sent, StampSource, WireStamp},
-    publish::{
-        OffsetsWriter,
-        history::{AnchorKind, NodeLine},
-        layout::{Record, flags},
-        realtime_now_ns, sample_kernel_clocks,
-    },
+    publish::{OffsetsWriter, history::NodeLine, realtime_now_ns, sample_kernel_clocks},
 };
 
 const MEMBERSHIP_PERIOD: Duration = Duration::from_secs(2);
@@ -208,7 +205,8 @@ impl<D: Discovery + Coordination> Agent<D> {
         if !discovery.elects_leader() {
             node.lead_by_succession();
         }
-        if let Some(last) = previous_result(&writer.current(), node.me()) {
+        let me = node.me();
+        if let Some(last) = codec::result_from_record(&writer.current(), (me.id, &me.name)) {
             node.resume_from(last);
         }
         let mut agent = Agent {
@@ -431,16 +429,13 @@ impl<D: Discovery + Coordination> Agent<D> {
         warn!("{what}: {e}");
     }
 
-    async fn put_fits(&mut self, snapshot: pb::Snapshot) {
+    async fn put_fits(&mut self, fits: WindowFits) {
         let name = self.node.me().name.clone();
         let Some(store) = self.discovery.store() else {
             return;
         };
-        if let Err(e) = store.put_edges(&name, &snapshot).await {
-            self.discovery_error(
-                &format!("sharing edge fits of window {}", snapshot.window),
-                e,
-            );
+        if let Err(e) = store.put_edges(&name, &fits).await {
+            self.discovery_error(&format!("sharing edge fits of window {}", fits.window), e);
         }
     }
 
@@ -457,7 +452,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         }
     }
 
-    async fn put_results(&mut self, k: WindowIndex, results: Vec<pb::NodeOffset>) {
+    async fn put_results(&mut self, k: WindowIndex, results: Vec<NodeResult>) {
         let Some(store) = self.discovery.store() else {
             return;
         };
@@ -487,28 +482,14 @@ impl<D: Discovery + Coordination> Agent<D> {
         }
     }
 
+    /// Writes a publication: what only the driver knows (the write time,
+    /// the kernel clocks, the device maps) added to the record the node made.
     fn publish_result(&mut self, p: &Publication) {
-        let r = &p.result;
-        let holdover_max_bound_ns = self.cfg.holdover_max_bound_ns.value;
-        let mut status = NodeOffsetStatus {
-            window_ns: self.node.settings().window_ns(),
-            ..node_status(r, holdover_max_bound_ns)
-        };
-        let view = p.record_view(holdover_max_bound_ns);
-        let record = Record {
-            flags: view.flags,
-            epoch: 0,
-            window: r.window,
-            reference_id: u64::from(r.reference_id),
-            updated_at_ns: self.local_now(),
-            valid_until_ns: view.valid_until_ns,
-            node: view.node,
-            holdover_max_bound_ns: view.holdover_max_bound_ns,
-            clocks: sample_kernel_clocks(),
-            devices: self.device_entries(),
-        };
+        let now = LocalNs(self.local_now());
+        let record = p.record(now, sample_kernel_clocks(), self.device_entries());
         self.publish_record(&record);
         self.write_line(&NodeLine::new(&p.entry));
+        let mut status = p.status.clone();
         status.rms_update_ns = self
             .update_rms
             .add(self.status_extra.offset.as_ref(), &status);
@@ -717,12 +698,12 @@ impl<D: Discovery + Coordination> Agent<D> {
         s.is_leader = self.node.is_leader();
         s.window = self.node.last_fitted_window();
         s.peers = self.peer_status();
-        let ceiling = self.cfg.holdover_max_bound_ns.value;
+        let settings = self.node.settings();
         s.nodes = self
             .node
             .last_results()
             .iter()
-            .map(|r| node_status(r, ceiling))
+            .map(|r| ResultStatus::of(r, settings))
             .collect();
         s.timings = self.node.timings().clone();
         s.counters = self.counters();
@@ -842,53 +823,6 @@ fn monotonic_ns() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     let elapsed = START.get_or_init(std::time::Instant::now).elapsed();
     u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// The result a previous agent published in the offsets file (kept there
-/// in holdover), as the core's type; `None` without one, or flagged stale.
-fn previous_result(r: &Record, me: &clockmesh_core::node::Member) -> Option<pb::NodeOffset> {
-    if r.flags & flags::VALID == 0 || r.flags & flags::STALE != 0 {
-        return None;
-    }
-    Some(pb::NodeOffset {
-        node: me.name.clone(),
-        node_id: me.id,
-        anchor_ns: r.node.anchor_local_ns,
-        offset_ns: r.node.offset_ns,
-        drift_ppb: r.node.drift_ps_per_s as f64 / 1e3,
-        bound_ns: r.node.bound_ns,
-        bound_growth_ppb: r.node.bound_growth_ps_per_s as f64 / 1e3,
-        reference_id: u32::try_from(r.reference_id).unwrap_or(0),
-        reference_node: r.reference_id.to_string(),
-        window: r.window,
-        valid_until_ns: u64::try_from(r.valid_until_ns).unwrap_or(0),
-        anchor_kind: AnchorKind::Holdover.as_str().into(),
-        ..Default::default()
-    })
-}
-
-/// Status view of a result, in the one convention: global − local, with
-/// the holdover ceiling this agent publishes it with.
-fn node_status(r: &pb::NodeOffset, holdover_max_bound_ns: u64) -> NodeOffsetStatus {
-    NodeOffsetStatus {
-        node: r.node.clone(),
-        node_id: r.node_id,
-        reference: r.reference_node.clone(),
-        window: r.window,
-        offset_ns: r.offset_ns,
-        drift_ppb: r.drift_ppb,
-        bound_ns: r.bound_ns,
-        anchor_ns: r.anchor_ns,
-        valid_until_ns: r.valid_until_ns as i64,
-        anchor_kind: r.anchor_kind.clone(),
-        holdover_max_bound_ns,
-        state: String::new(),
-        bound_growth_ppb: r.bound_growth_ppb,
-        window_ns: 0,
-        drift_bound_ppb: r.drift_bound_ppb,
-        hops: r.hops,
-        rms_update_ns: None,
-    }
 }
 
 /// Whether enough pairs settled on both sides with socket (kernel or NIC)

@@ -5,10 +5,6 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::{Deserialize, Serialize};
 
-use clockmesh_core::publication;
-
-use crate::publish::{ClockStatus, Snapshot, history::AnchorKind};
-
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Status {
@@ -24,10 +20,10 @@ pub struct Status {
     pub is_leader: bool,
     pub window: u64,
     /// This node's clock against the reference.
-    pub offset: Option<NodeOffsetStatus>,
+    pub offset: Option<ResultStatus>,
     pub peers: Vec<PeerStatus>,
     /// Every node's result (leader only).
-    pub nodes: Vec<NodeOffsetStatus>,
+    pub nodes: Vec<ResultStatus>,
     pub counters: BTreeMap<String, u64>,
     pub dropped: BTreeMap<String, u64>,
     pub ebpf: BTreeMap<String, u64>,
@@ -64,72 +60,9 @@ pub struct DeviceStatus {
     pub last_error: Option<String>,
 }
 
-/// A node's clock against the global timeline (the reference's clock), in
-/// the one convention of every clockmesh offset: `offset_ns` = global −
-/// local, what to add to this node's clock to read global time (positive:
-/// this clock is behind). `drift_ppb` is the rate of that offset.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct NodeOffsetStatus {
-    pub node: String,
-    pub node_id: u32,
-    pub reference: String,
-    pub window: u64,
-    pub offset_ns: i64,
-    pub drift_ppb: f64,
-    pub bound_ns: u64,
-    /// Local clock at which `offset_ns` holds.
-    pub anchor_ns: i64,
-    /// The end of the result's span; past it readers hold over up to
-    /// `holdover_max_bound_ns`.
-    pub valid_until_ns: i64,
-    pub anchor_kind: String,
-    /// The holdover ceiling published with the result (this agent's
-    /// `holdover_max_bound_ns`), ns; 0: none.
-    pub holdover_max_bound_ns: u64,
-    /// The result's state when `/status` was served, by the readers' rule
-    /// ([`NodeOffsetStatus::state_at`]): `synchronised`, `holdover` or
-    /// `stale`.
-    pub state: String,
-    /// How fast the bound grows with the result's age (drift uncertainty
-    /// plus the assumed wander), ppb = ns per s.
-    pub bound_growth_ppb: f64,
-    /// Estimation window length: the update interval, ns.
-    pub window_ns: i64,
-    /// Bound on the drift estimate alone, ppb (without the assumed wander).
-    pub drift_bound_ppb: f64,
-    /// Probe-graph edges between this node and the reference.
-    pub hops: u32,
-    /// RMS of how far each result moved from the previous one carried to
-    /// its anchor (the last [`UpdateRms::KEEP`] updates on one timeline):
-    /// what chronyc calls the RMS offset, for a clock that is never steered.
-    pub rms_update_ns: Option<f64>,
-}
-
-impl NodeOffsetStatus {
-    /// The result as the offsets file's readers see it: the flags (but
-    /// `REFERENCE`), node map and holdover ceiling the driver publishes.
-    pub fn reader_view(&self) -> Snapshot {
-        publication::reader_view(
-            AnchorKind::from_name(&self.anchor_kind) == Some(AnchorKind::Holdover),
-            self.valid_until_ns,
-            publication::node_map(
-                self.anchor_ns,
-                self.offset_ns,
-                self.drift_ppb,
-                self.bound_ns,
-                self.bound_growth_ppb,
-            ),
-            self.holdover_max_bound_ns,
-        )
-    }
-
-    /// The result's state at `now_ns`, by the rule every reader of the
-    /// offsets file applies ([`Snapshot::status`]).
-    pub fn state_at(&self, now_ns: i64) -> ClockStatus {
-        self.reader_view().status(now_ns)
-    }
-}
+/// A node's result as `/status` shows it (the view the node's publication
+/// carries).
+pub use clockmesh_core::publication::ResultStatus;
 
 impl Status {
     /// The status as `/status` serves it at `now_ns`: each result's
@@ -137,7 +70,7 @@ impl Status {
     pub fn at(&self, now_ns: i64) -> Status {
         let mut s = self.clone();
         for o in s.offset.iter_mut().chain(s.nodes.iter_mut()) {
-            o.state = o.state_at(now_ns).as_str().into();
+            o.state = Some(o.state_at(now_ns));
         }
         s
     }
@@ -155,7 +88,7 @@ impl UpdateRms {
 
     /// Records `new` after `prev` and returns the RMS so far (None before
     /// two results of one reference). A change of reference restarts it.
-    pub fn add(&mut self, prev: Option<&NodeOffsetStatus>, new: &NodeOffsetStatus) -> Option<f64> {
+    pub fn add(&mut self, prev: Option<&ResultStatus>, new: &ResultStatus) -> Option<f64> {
         match prev {
             Some(p) if p.reference == new.reference => {
                 let dt_s = new.anchor_ns.saturating_sub(p.anchor_ns) as f64 / 1e9;
@@ -310,13 +243,13 @@ impl Status {
     }
 
     fn offsets(&self, p: &mut Prom) {
-        let mut all: Vec<&NodeOffsetStatus> = self.nodes.iter().collect();
+        let mut all: Vec<&ResultStatus> = self.nodes.iter().collect();
         if let Some(o) = &self.offset
             && !all.iter().any(|n| n.node == o.node)
         {
             all.push(o);
         }
-        let series: [Series<NodeOffsetStatus, f64>; 3] = [
+        let series: [Series<ResultStatus, f64>; 3] = [
             (
                 "clockmesh_node_offset_ns",
                 "global minus local (reference clock minus this node's clock) at the anchor, ns",
@@ -452,10 +385,10 @@ pub(crate) fn parse_prometheus(text: &str) -> prometheus_parse::Scrape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::publish::flags;
+    use crate::publish::{ClockStatus, flags, history::AnchorKind};
 
-    fn result(reference: &str, anchor_s: i64, offset_ns: i64, drift_ppb: f64) -> NodeOffsetStatus {
-        NodeOffsetStatus {
+    fn result(reference: &str, anchor_s: i64, offset_ns: i64, drift_ppb: f64) -> ResultStatus {
+        ResultStatus {
             reference: reference.into(),
             anchor_ns: anchor_s * 1_000_000_000,
             offset_ns,
@@ -466,14 +399,14 @@ mod tests {
 
     #[test]
     fn state_is_the_readers_rule_over_the_published_view() {
-        let o = NodeOffsetStatus {
+        let o = ResultStatus {
             anchor_ns: 1_000_000_000_000,
             valid_until_ns: 1_012_000_000_000,
             offset_ns: -7,
             drift_ppb: 1.5,
             bound_ns: 500,
             bound_growth_ppb: 20.0,
-            anchor_kind: "reference".into(),
+            anchor_kind: AnchorKind::Reference,
             holdover_max_bound_ns: 2_000,
             ..Default::default()
         };
@@ -491,13 +424,13 @@ mod tests {
         );
         assert_eq!(s(75), ClockStatus::Holdover);
         assert_eq!(s(76), ClockStatus::Stale, "past the ceiling");
-        let carried = NodeOffsetStatus {
-            anchor_kind: "holdover".into(),
+        let carried = ResultStatus {
+            anchor_kind: AnchorKind::Holdover,
             ..o.clone()
         };
         assert_eq!(carried.reader_view().flags, flags::VALID | flags::HOLDOVER);
         assert_eq!(carried.state_at(1_001_000_000_000), ClockStatus::Holdover);
-        let none = NodeOffsetStatus {
+        let none = ResultStatus {
             holdover_max_bound_ns: 0,
             ..o.clone()
         };
@@ -509,9 +442,19 @@ mod tests {
             ..Default::default()
         };
         let served = st.at(1_013_000_000_000);
-        assert_eq!(served.offset.unwrap().state, "holdover");
-        let states: Vec<&str> = served.nodes.iter().map(|n| n.state.as_str()).collect();
-        assert_eq!(states, ["holdover", "stale"]);
+        assert_eq!(
+            served.offset.as_ref().unwrap().state,
+            Some(ClockStatus::Holdover)
+        );
+        let states: Vec<_> = served.nodes.iter().map(|n| n.state).collect();
+        assert_eq!(
+            states,
+            [Some(ClockStatus::Holdover), Some(ClockStatus::Stale)]
+        );
+        // Served as JSON, the state is its name.
+        let json = serde_json::to_value(&served).unwrap();
+        assert_eq!(json["offset"]["state"], "holdover");
+        assert_eq!(json["offset"]["anchor_kind"], "reference");
     }
 
     #[test]
@@ -540,7 +483,7 @@ mod tests {
         let mut s = Status {
             node: "a\"b".into(),
             ready: true,
-            offset: Some(NodeOffsetStatus {
+            offset: Some(ResultStatus {
                 node: "a\"b".into(),
                 reference: "r".into(),
                 offset_ns: -12,
