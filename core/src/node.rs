@@ -60,7 +60,7 @@ use crate::publication::{self, Publication};
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
 use crate::result::NodeResult;
 use crate::succession::{LeaderChange, Silence, Succession};
-use crate::tally::{DropReason, NodeCounters, StampTally};
+use crate::tally::{DropCounts, DropReason, NodeCounters, StampTally};
 pub use crate::time::{LocalNs, WindowIndex};
 use crate::timeline::{Continuation, HandOverLine, OwnMarks};
 use clockmesh_offsets::history::AnchorKind;
@@ -219,7 +219,7 @@ pub struct Node {
     last_results: Vec<NodeResult>,
     timings: Timings,
     counters: NodeCounters,
-    dropped: BTreeMap<&'static str, u64>,
+    dropped: DropCounts,
     /// Last stamp batch's sequence number (replay protection).
     batch_seq: u64,
     /// Reports waiting to fill a batch, per peer, with the time each was queued.
@@ -258,7 +258,7 @@ impl Node {
             last_results: Vec::new(),
             timings: Timings::default(),
             counters: NodeCounters::default(),
-            dropped: BTreeMap::new(),
+            dropped: DropCounts::default(),
             batch_seq: cfg.nonce_base,
             pending_reports: BTreeMap::new(),
             reports_sent_through: i64::MIN,
@@ -598,7 +598,7 @@ impl Node {
         &self.counters.stamps
     }
 
-    pub fn dropped(&self) -> &BTreeMap<&'static str, u64> {
+    pub fn dropped(&self) -> &DropCounts {
         &self.dropped
     }
 
@@ -647,7 +647,7 @@ impl Node {
     }
 
     fn drop_msg(&mut self, reason: DropReason) -> Vec<Action> {
-        *self.dropped.entry(reason.as_str()).or_default() += 1;
+        self.dropped.add(reason);
         Vec::new()
     }
 
@@ -1470,9 +1470,9 @@ mod tests {
         for (bytes, from, reason) in cases {
             let actions = n.handle_datagram(bytes, from, &[], LocalNs(T0));
             assert!(actions.is_empty(), "{reason:?}: {actions:?}");
-            assert_eq!(n.dropped().get(reason.as_str()), Some(&1), "{reason:?}");
+            assert_eq!(n.dropped().get(reason), 1, "{reason:?}");
         }
-        assert_eq!(n.dropped().values().sum::<u64>(), 4);
+        assert_eq!(n.dropped().total(), 4);
     }
 
     #[test]
@@ -1597,7 +1597,11 @@ mod tests {
         let _ = n.handle_tick(LocalNs(T0));
         assert_eq!(n.leader(), Some("n1"), "the lowest id leads first");
         let refused = result_from(&mut n, 2, 1, T0 + w);
-        assert_eq!(n.dropped()["not_from_leader"], 1, "2 does not lead yet");
+        assert_eq!(
+            n.dropped().get(DropReason::NotFromLeader),
+            1,
+            "2 does not lead yet"
+        );
         assert!(published_windows(&refused).is_empty());
         let taken = result_from(&mut n, 1, 1, T0 + w);
         assert_eq!(n.counters().results_received, 1);

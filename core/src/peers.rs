@@ -34,10 +34,11 @@ impl Default for HandshakeConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PeerState {
     /// Hello sent, waiting for the answer.
+    #[default]
     Connecting,
     /// Answered: probes flow.
     Ready,

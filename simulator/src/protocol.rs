@@ -19,6 +19,7 @@ use clockmesh_core::{
     collector::{PairKey, Side},
     node::{Action, Exchange, LocalNs, Member, Node, NodeConfig, TICK_NS, Target},
     result::NodeResult,
+    tally::{DropCounts, NodeCounters},
     timeline::{Carry, HandOverLine},
     wire::{Message, StampSource, WireStamp, kind},
 };
@@ -134,11 +135,12 @@ pub struct ProtocolReport {
     pub node_traffic: HostTraffic,
     /// Per window, the busiest other node's coordination traffic in + out.
     pub node_coordination_max: Traffic,
-    /// The nodes' own counters, summed (`follow_ups_sent`,
-    /// `rx_reports_sent`, `results_published`, …) and the leader's solves.
-    pub counters: BTreeMap<String, u64>,
+    /// The nodes' own counters, summed.
+    pub counters: NodeCounters,
+    /// The leader's solves.
+    pub solves: u64,
     /// Datagrams the nodes dropped, by reason, summed.
-    pub dropped: BTreeMap<String, u64>,
+    pub dropped: DropCounts,
     /// Leader changes (`leader_change`): how far the continued timeline
     /// stepped from the old one, against the bound the new leader carried.
     pub hand_overs: Vec<HandOverScore>,
@@ -861,21 +863,13 @@ impl<'a> Sim<'a> {
             .enumerate()
             .filter(|(i, h)| *i != leader && h.last_result.is_none())
             .count();
-        let mut counters: BTreeMap<String, u64> = BTreeMap::new();
-        let mut dropped: BTreeMap<String, u64> = BTreeMap::new();
+        let mut counters = NodeCounters::default();
+        let mut dropped = DropCounts::default();
         for h in &self.hosts {
-            let Ok(serde_json::Value::Object(named)) = serde_json::to_value(h.node.counters())
-            else {
-                continue;
-            };
-            for (k, v) in named {
-                *counters.entry(k).or_default() += v.as_u64().unwrap_or(0);
-            }
-            for (k, v) in h.node.dropped() {
-                *dropped.entry(k.to_string()).or_default() += v;
-            }
+            counters.merge(h.node.counters());
+            dropped.merge(h.node.dropped());
         }
-        counters.insert("solves".into(), self.hosts[leader].node.timings().solves);
+        let solves = self.hosts[leader].node.timings().solves;
         let rule = self.recovery_rule();
         let results = self.scores.errors.len();
         let aged = self.scores.aged_errors.len();
@@ -901,6 +895,7 @@ impl<'a> Sim<'a> {
             node_traffic: node_sum.scaled(per_window / others),
             node_coordination_max: coordination_max.scaled(per_window),
             counters,
+            solves,
             dropped,
             hand_overs: self.hand_overs,
             recovery: self

@@ -21,6 +21,7 @@ use clockmesh::{
         ClockStatus, DeviceKind, OffsetsReader, device_flags, flags, history::DeviceHistoryEntry,
     },
 };
+use clockmesh_core::tally::DropReason;
 use clockmesh_testbed::{
     cluster::{
         Backend, Checked, Cluster, ClusterConfig, METRICS_PORT, PROBE_PORT, agent_binary,
@@ -402,7 +403,7 @@ fn static_reference_loss_fails_over_without_a_gap_and_the_return_keeps_the_timel
     for i in [1, 2] {
         let counters = c.status(i).unwrap().counters;
         assert!(
-            counters["leader_failovers_on_peer_silence"] >= 1,
+            counters.node.leader_failovers_on_peer_silence >= 1,
             "n{i} did not fail over on n0's silence as a peer: {counters:?}"
         );
     }
@@ -456,7 +457,7 @@ fn static_reference_loss_fails_over_without_a_gap_and_the_return_keeps_the_timel
         .filter(|x| x.reference == "n0" && x.window > back.window)
         .collect();
     assert_within(&under, 1_000_000.0);
-    assert!(c.status(1).unwrap().counters["leader_returns"] >= 1);
+    assert!(c.status(1).unwrap().counters.node.leader_returns >= 1);
 }
 
 /// The global timeline as agent `i` leads it (its clock plus what it last
@@ -548,17 +549,17 @@ fn rogue_host_traffic_is_dropped_and_counted() {
     std::thread::sleep(Duration::from_secs(2));
     let after = c.status(0).unwrap();
     for reason in [
-        "malformed",
-        "unauthenticated",
-        "bad_tag",
-        "source_mismatch",
-        "unknown_sender",
-        "wrong_receiver",
-        "replayed",
+        DropReason::Malformed,
+        DropReason::Unauthenticated,
+        DropReason::BadTag,
+        DropReason::SourceMismatch,
+        DropReason::UnknownSender,
+        DropReason::WrongReceiver,
+        DropReason::Replayed,
     ] {
         assert!(
-            after.dropped.get(reason).copied().unwrap_or(0) > 0,
-            "{reason} not counted: {:?}",
+            after.dropped.node.get(reason) > 0,
+            "{reason:?} not counted: {:?}",
             after.dropped
         );
     }
@@ -750,7 +751,7 @@ fn a_member_whose_lease_lapses_rejoins_under_its_id_and_its_reader_keeps_answeri
     let status = c.status(2).unwrap();
     assert!(c.running(2), "the agent exited");
     assert_eq!(status.node_id, id, "the same id");
-    assert!(status.counters["rejoins"] >= 1, "{:?}", status.counters);
+    assert!(status.counters.io.rejoins >= 1, "{:?}", status.counters);
     assert!(
         states
             .iter()
@@ -780,16 +781,8 @@ fn static_membership_without_etcd() {
     let leader = c.status(0).unwrap().leader.expect("static leader");
     let li: usize = leader.trim_start_matches('n').parse().unwrap();
     let s = c.status(li).unwrap();
-    assert!(
-        s.counters.get("edge_fits_received").copied().unwrap_or(0) > 0,
-        "{:?}",
-        s.counters
-    );
-    assert!(
-        s.counters.get("results_sent").copied().unwrap_or(0) > 0,
-        "{:?}",
-        s.counters
-    );
+    assert!(s.counters.node.edge_fits_received > 0, "{:?}", s.counters);
+    assert!(s.counters.node.sent.results_sent > 0, "{:?}", s.counters);
 }
 
 #[test]
@@ -936,11 +929,10 @@ fn probes_a_local_firewall_drops_cost_samples_not_accuracy() {
     let (_, dropped) = loss.counters();
     loss.undo().unwrap();
     let counters = c.status(1).unwrap().counters;
-    let count = |k: &str| counters.get(k).copied().unwrap_or(0);
     assert!(dropped > 50, "the firewall dropped {dropped}");
-    assert!(count("probe_send_errors") > 50, "{counters:?}");
-    assert!(count("tx_id_restarts") > 0, "{counters:?}");
-    assert_eq!(count("unmatched_tx_reports"), 0, "{counters:?}");
+    assert!(counters.probe_send_errors > 50, "{counters:?}");
+    assert!(counters.tx_id_restarts > 0, "{counters:?}");
+    assert_eq!(counters.unmatched_tx_reports, 0, "{counters:?}");
     assert!(under_loss.iter().all(Checked::covered), "{under_loss:?}");
     // Sanity, not accuracy (the demo measures that): a TX stamp taken from
     // another probe moves the edge by hundreds of ns on this veth.

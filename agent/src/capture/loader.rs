@@ -87,7 +87,8 @@ pub enum TxStampSource {
 }
 
 /// Event counters summed over CPUs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Counters {
     pub emitted: u64,
     pub ringbuf_full: u64,

@@ -97,7 +97,7 @@ fn row(p: &PeerStatus, window: u64) -> String {
         p.name,
         p.id,
         p.addr,
-        p.state,
+        p.state.as_str(),
         if p.out_edge { "out" } else { "in" },
         heard,
         stamps,
@@ -112,7 +112,7 @@ fn row(p: &PeerStatus, window: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clockmesh::runtime::status::EdgeStatus;
+    use clockmesh::runtime::status::{EdgeStatus, PeerState};
 
     fn status() -> Status {
         let mut s = Status {
@@ -123,7 +123,7 @@ mod tests {
             name: "n0".into(),
             id: 3,
             addr: "198.18.0.1:31900".into(),
-            state: "ready".into(),
+            state: PeerState::Ready,
             out_edge: true,
             last_heard_ms: Some(1500),
             edge: Some(EdgeStatus {
@@ -141,7 +141,7 @@ mod tests {
         });
         s.peers.push(PeerStatus {
             name: "n2".into(),
-            state: "connecting".into(),
+            state: PeerState::Connecting,
             ..Default::default()
         });
         s

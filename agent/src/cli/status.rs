@@ -7,7 +7,7 @@ use clockmesh::{
     config::{self, Layers},
     runtime::{
         http,
-        status::{ResultStatus, Status},
+        status::{PeerState, ResultStatus, Status},
     },
 };
 
@@ -225,19 +225,20 @@ pub fn render(s: &Status) -> String {
         "Window       : {} (fits {} µs, solve {} µs)\n",
         s.window, s.timings.last_fit_us, s.timings.last_solve_us
     );
-    let ready = s.peers.iter().filter(|p| p.state == "ready").count();
+    let ready = s
+        .peers
+        .iter()
+        .filter(|p| p.state == PeerState::Ready)
+        .count();
     out += &format!(
         "Peers        : {} ({ready} ready, {} edges fitted here); `clockmesh sources` lists them\n",
         s.peers.len(),
         s.peers.iter().filter(|p| p.out_edge).count()
     );
-    let dropped: u64 = s.dropped.values().sum();
+    let dropped = s.dropped.total();
     out += &format!(
         "\nProbes sent {}, received {}, dropped {} {:?}\n",
-        s.counters.get("probes_sent").copied().unwrap_or(0),
-        s.counters.get("probes_received").copied().unwrap_or(0),
-        dropped,
-        s.dropped
+        s.counters.node.sent.probes_sent, s.counters.node.probes_received, dropped, s.dropped
     );
     out += &render_devices(s);
     out
@@ -326,7 +327,7 @@ mod tests {
         };
         s.peers.push(PeerStatus {
             name: "n0".into(),
-            state: "ready".into(),
+            state: PeerState::Ready,
             out_edge: true,
             edge: Some(EdgeStatus {
                 pure: 30,
@@ -336,7 +337,11 @@ mod tests {
             }),
             ..Default::default()
         });
-        s.dropped.insert("bad_tag".into(), 3);
+        for _ in 0..3 {
+            s.dropped
+                .node
+                .add(clockmesh_core::tally::DropReason::BadTag);
+        }
         let text = render(&s);
         assert!(text.contains("-42 ns ± 900 ns"), "{text}");
         assert!(

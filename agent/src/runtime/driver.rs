@@ -30,7 +30,7 @@ use super::{
     io_err,
     jsonl::{self, Jsonl},
     sender::{Sender, SenderConfig, SenderEvent},
-    status::{Status, UpdateRms},
+    status::{AgentCounters, AgentDrops, IoCounters, Status, UpdateRms},
 };
 use crate::{
     capture::{
@@ -708,23 +708,12 @@ impl<D: Discovery + Coordination> Agent<D> {
         s.timings = self.node.timings().clone();
         s.counters = self.counters();
         s.dropped = self.dropped();
-        if let Ok(e) = self.capture.counters() {
-            s.ebpf = [
-                ("emitted", e.emitted),
-                ("ringbuf_full", e.ringbuf_full),
-                ("skipped", e.skipped),
-                ("malformed", e.malformed),
-                ("read_failed", e.read_failed),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-        }
+        s.ebpf = self.capture.counters().ok();
         s.config = config_summary(&self.cfg);
         *self.status.lock().unwrap_or_else(|e| e.into_inner()) = s;
     }
 
-    fn counters(&self) -> BTreeMap<String, u64> {
+    fn counters(&self) -> AgentCounters {
         use std::sync::atomic::Ordering::Relaxed;
         let stats = &self.sender.stats;
         let mut node = self.node.counters().clone();
@@ -735,31 +724,26 @@ impl<D: Discovery + Coordination> Agent<D> {
         // The probe socket's traffic on top of the control socket's.
         io.udp_datagrams_sent += stats.datagrams_sent.load(Relaxed);
         io.udp_payload_bytes_sent += stats.payload_bytes_sent.load(Relaxed);
-        let mut counters = named(&node);
-        counters.extend(named(&io));
-        let b = self.node.book_stats();
-        for (name, n) in [
-            ("probe_send_errors", stats.send_errors.load(Relaxed)),
-            (
-                "unmatched_tx_reports",
-                stats.unmatched_tx_reports.load(Relaxed),
-            ),
-            ("tx_id_restarts", stats.tx_id_restarts.load(Relaxed)),
-            ("pairs_settled", self.node.collector_stats().settled),
-            ("probes_completed", b.completed),
-            ("probes_evicted_incomplete", b.evicted_incomplete),
-        ] {
-            counters.insert(name.into(), n);
+        let book = self.node.book_stats();
+        AgentCounters {
+            node,
+            io,
+            probe_send_errors: stats.send_errors.load(Relaxed),
+            unmatched_tx_reports: stats.unmatched_tx_reports.load(Relaxed),
+            tx_id_restarts: stats.tx_id_restarts.load(Relaxed),
+            pairs_settled: self.node.collector_stats().settled,
+            probes_completed: book.completed,
+            probes_evicted_incomplete: book.evicted_incomplete,
         }
-        counters
     }
 
-    fn dropped(&self) -> BTreeMap<String, u64> {
-        let mut dropped = owned(self.node.dropped());
+    fn dropped(&self) -> AgentDrops {
         let c = self.node.collector_stats();
-        dropped.insert("unconfirmed_rx".into(), c.unconfirmed);
-        dropped.insert("evicted_pending".into(), c.evicted);
-        dropped
+        AgentDrops {
+            node: *self.node.dropped(),
+            unconfirmed_rx: c.unconfirmed,
+            evicted_pending: c.evicted,
+        }
     }
 
     fn peer_status(&self) -> Vec<super::status::PeerStatus> {
@@ -771,7 +755,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 id: p.id,
                 name: p.name.clone(),
                 addr: p.addr.to_string(),
-                state: p.state.as_str().to_owned(),
+                state: p.state,
                 out_edge: out_edges.contains(&p.id),
                 hello_attempts: p.attempts,
                 last_heard_ms: u64::try_from((now - p.last_heard_ns) / 1_000_000).ok(),
@@ -779,42 +763,6 @@ impl<D: Discovery + Coordination> Agent<D> {
             })
             .collect()
     }
-}
-
-/// Counters under owned names, as `/status` serves them.
-fn owned(counts: &BTreeMap<&'static str, u64>) -> BTreeMap<String, u64> {
-    counts.iter().map(|(k, v)| (k.to_string(), *v)).collect()
-}
-
-/// A counters struct's fields by name (`/status` and `/metrics` names).
-fn named(counters: &impl Serialize) -> BTreeMap<String, u64> {
-    let Ok(serde_json::Value::Object(map)) = serde_json::to_value(counters) else {
-        return BTreeMap::new();
-    };
-    map.into_iter()
-        .filter_map(|(k, v)| Some((k, v.as_u64()?)))
-        .collect()
-}
-
-/// What the driver counts of its own I/O, one named field per counter.
-#[derive(Clone, Debug, Default, Serialize)]
-pub(super) struct IoCounters {
-    /// Datagrams and UDP payload bytes sent (control and probe sockets).
-    pub udp_datagrams_sent: u64,
-    pub udp_payload_bytes_sent: u64,
-    /// Control-socket sends that failed.
-    pub send_errors: u64,
-    pub discovery_errors: u64,
-    pub jsonl_errors: u64,
-    /// Offsets-file writes that failed.
-    pub publish_errors: u64,
-    /// Events read from the eBPF ring buffer.
-    pub ebpf_events: u64,
-    pub capabilities_dropped: u64,
-    pub tracepoints_attached: u64,
-    pub tracepoint_attach_errors: u64,
-    /// Registrations again after this node's membership lapsed.
-    pub rejoins: u64,
 }
 
 /// Monotonic ns since the first call: the core's work clock (it times

@@ -3,6 +3,11 @@
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
+pub use clockmesh_core::peers::PeerState;
+use clockmesh_core::tally::{DropCounts, NodeCounters};
+
+use crate::capture::Counters as EbpfCounters;
+
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -24,9 +29,10 @@ pub struct Status {
     pub peers: Vec<PeerStatus>,
     /// Every node's result (leader only).
     pub nodes: Vec<ResultStatus>,
-    pub counters: BTreeMap<String, u64>,
-    pub dropped: BTreeMap<String, u64>,
-    pub ebpf: BTreeMap<String, u64>,
+    pub counters: AgentCounters,
+    pub dropped: AgentDrops,
+    /// The eBPF programs' counters (absent where they could not be read).
+    pub ebpf: Option<EbpfCounters>,
     pub timings: Timings,
     pub config: BTreeMap<String, String>,
     /// GPU device clocks mapped onto this node's clock (`gpu_clock`).
@@ -58,6 +64,65 @@ pub struct DeviceStatus {
     /// Host CLOCK_REALTIME of the last burst.
     pub updated_at_ns: i64,
     pub last_error: Option<String>,
+}
+
+/// Everything the agent counts, one named field per counter: the node's
+/// protocol counters, the driver's I/O, the sender's and the pairing's.
+/// Served flat, under the names `/metrics` shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentCounters {
+    #[serde(flatten)]
+    pub node: NodeCounters,
+    #[serde(flatten)]
+    pub io: IoCounters,
+    pub probe_send_errors: u64,
+    pub unmatched_tx_reports: u64,
+    pub tx_id_restarts: u64,
+    pub pairs_settled: u64,
+    pub probes_completed: u64,
+    pub probes_evicted_incomplete: u64,
+}
+
+/// What was dropped, by reason: the node's datagrams and records, and the
+/// stamps the pairing could not use.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentDrops {
+    #[serde(flatten)]
+    pub node: DropCounts,
+    /// RX stamps never confirmed by a report.
+    pub unconfirmed_rx: u64,
+    /// Pending stamps evicted before they settled.
+    pub evicted_pending: u64,
+}
+
+impl AgentDrops {
+    pub fn total(&self) -> u64 {
+        self.node.total() + self.unconfirmed_rx + self.evicted_pending
+    }
+}
+
+/// What the driver counts of its own I/O, one named field per counter.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct IoCounters {
+    /// Datagrams and UDP payload bytes sent (control and probe sockets).
+    pub udp_datagrams_sent: u64,
+    pub udp_payload_bytes_sent: u64,
+    /// Control-socket sends that failed.
+    pub send_errors: u64,
+    pub discovery_errors: u64,
+    pub jsonl_errors: u64,
+    /// Offsets-file writes that failed.
+    pub publish_errors: u64,
+    /// Events read from the eBPF ring buffer.
+    pub ebpf_events: u64,
+    pub capabilities_dropped: u64,
+    pub tracepoints_attached: u64,
+    pub tracepoint_attach_errors: u64,
+    /// Registrations again after this node's membership lapsed.
+    pub rejoins: u64,
 }
 
 /// A node's result as `/status` shows it (the view the node's publication
@@ -112,8 +177,7 @@ pub struct PeerStatus {
     pub id: u32,
     pub name: String,
     pub addr: String,
-    /// `connecting` or `ready`.
-    pub state: String,
+    pub state: PeerState,
     /// This node fits the edge to the peer (an out-edge of the graph).
     pub out_edge: bool,
     pub hello_attempts: u32,
@@ -156,6 +220,17 @@ impl Prom {
     }
 }
 
+/// A counters type's fields as the exporter names them: the names come
+/// from the types (their serde names), never typed out again here.
+fn named_counts(counters: &impl Serialize) -> Vec<(String, u64)> {
+    let Ok(serde_json::Value::Object(map)) = serde_json::to_value(counters) else {
+        return Vec::new();
+    };
+    map.into_iter()
+        .filter_map(|(k, v)| Some((k, v.as_u64()?)))
+        .collect()
+}
+
 impl Status {
     /// Prometheus text exposition format 0.0.4.
     pub fn to_prometheus(&self) -> String {
@@ -187,29 +262,29 @@ impl Status {
         self.edges(&mut p);
         self.devices(&mut p);
         p.help("clockmesh_peers", "gauge", "peers by handshake state");
-        for state in ["connecting", "ready"] {
+        for state in [PeerState::Connecting, PeerState::Ready] {
             let n = self.peers.iter().filter(|x| x.state == state).count();
             p.sample(
                 "clockmesh_peers",
-                &[("node", &self.node), ("state", state)],
+                &[("node", &self.node), ("state", state.as_str())],
                 n as f64,
             );
         }
-        for (name, v) in &self.counters {
+        for (name, v) in named_counts(&self.counters) {
             let metric = format!("clockmesh_{name}_total");
             p.help(&metric, "counter", &name.replace('_', " "));
-            p.sample(&metric, &me, *v as f64);
+            p.sample(&metric, &me, v as f64);
         }
         p.help(
             "clockmesh_dropped_total",
             "counter",
             "messages dropped, by reason",
         );
-        for (reason, v) in &self.dropped {
+        for (reason, v) in named_counts(&self.dropped) {
             p.sample(
                 "clockmesh_dropped_total",
-                &[("node", &self.node), ("reason", reason)],
-                *v as f64,
+                &[("node", &self.node), ("reason", &reason)],
+                v as f64,
             );
         }
         p.help(
@@ -217,11 +292,11 @@ impl Status {
             "counter",
             "eBPF program counters (emitted, ringbuf_full, skipped, malformed, read_failed)",
         );
-        for (c, v) in &self.ebpf {
+        for (c, v) in self.ebpf.iter().flat_map(named_counts) {
             p.sample(
                 "clockmesh_ebpf_total",
-                &[("node", &self.node), ("counter", c)],
-                *v as f64,
+                &[("node", &self.node), ("counter", &c)],
+                v as f64,
             );
         }
         p.help(
@@ -386,6 +461,7 @@ pub(crate) fn parse_prometheus(text: &str) -> prometheus_parse::Scrape {
 mod tests {
     use super::*;
     use crate::publish::{ClockStatus, flags, history::AnchorKind};
+    use clockmesh_core::tally::DropReason;
 
     fn result(reference: &str, anchor_s: i64, offset_ns: i64, drift_ppb: f64) -> ResultStatus {
         ResultStatus {
@@ -478,6 +554,36 @@ mod tests {
         assert_eq!(rms.squares.len(), UpdateRms::KEEP);
     }
 
+    /// `clockmesh status` reads back what `/status` serves: every typed
+    /// counter under its flat name, none lost in the flattening.
+    #[test]
+    fn status_json_reads_back_typed() {
+        let mut s = Status::default();
+        s.counters.node.sent.probes_sent = 10;
+        s.counters.node.stamps.add(
+            clockmesh_core::collector::Side::Rx,
+            clockmesh_core::wire::StampSource::Kernel,
+        );
+        s.counters.node.leader_returns = 2;
+        s.counters.io.rejoins = 3;
+        s.counters.pairs_settled = 7;
+        s.dropped.node.add(DropReason::Replayed);
+        s.dropped.evicted_pending = 4;
+        s.ebpf = Some(EbpfCounters {
+            emitted: 9,
+            ..Default::default()
+        });
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["counters"]["probes_sent"], 10);
+        assert_eq!(json["counters"]["rx_stamps_kernel"], 1);
+        assert_eq!(json["counters"]["rejoins"], 3);
+        assert_eq!(json["dropped"]["replayed"], 1);
+        assert_eq!(json["dropped"]["evicted_pending"], 4);
+        assert_eq!(json["ebpf"]["emitted"], 9);
+        let back: Status = serde_json::from_value(json).unwrap();
+        assert_eq!(back, s);
+    }
+
     #[test]
     fn prometheus_text_has_the_documented_series() {
         let mut s = Status {
@@ -492,11 +598,12 @@ mod tests {
             }),
             ..Default::default()
         };
-        s.counters.insert("probes_sent".into(), 10);
-        s.dropped.insert("unauthenticated".into(), 2);
+        s.counters.node.sent.probes_sent = 10;
+        s.dropped.node.add(DropReason::Unauthenticated);
+        s.dropped.node.add(DropReason::Unauthenticated);
         s.peers.push(PeerStatus {
             name: "p".into(),
-            state: "ready".into(),
+            state: PeerState::Ready,
             edge: Some(EdgeStatus {
                 probes: 4,
                 pure: 3,

@@ -22,6 +22,7 @@ use std::{
 
 use anyhow::{Context, bail};
 use clockmesh::publish::{OffsetsReader, realtime_now_ns};
+use clockmesh_core::tally::StampTally;
 use clockmesh_testbed::{
     cluster::{Backend, Cluster, ClusterConfig, process_cpu_seconds, quantile},
     load::{Flow, Load},
@@ -88,7 +89,7 @@ pub struct RunFigures {
     /// lower limit when clockmesh's p99 is below the reader's resolution.
     pub p99_ratio: f64,
     /// Which stamps host 1's agent used, by side and source (its `/status`).
-    pub clockmesh_stamps: std::collections::BTreeMap<String, u64>,
+    pub clockmesh_stamps: StampTally,
     /// CPU per coded pair sent (both agents' CPU over both agents' pairs),
     /// µs; the same for the bare UDP ping-pong of the same datagrams.
     pub clockmesh_cpu_us_per_pair: f64,
@@ -188,7 +189,8 @@ fn print_table(runs: &[RunFigures]) {
             "     ptp4l unavailable {}, its latest report's age p50 {:.2} s, max {:.2} s",
             r.ptp4l_unavailable, r.ptp4l_report_age_p50_s, r.ptp4l_report_age_max_s
         );
-        println!("     clockmesh stamps used: {:?}", r.clockmesh_stamps);
+        let stamps = serde_json::to_string(&r.clockmesh_stamps).unwrap_or_default();
+        println!("     clockmesh stamps used: {stamps}");
     }
 }
 
@@ -258,12 +260,7 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
     drop(pingpong);
     let clockmesh_stamps = cluster
         .status(1)
-        .map(|st| {
-            st.counters
-                .into_iter()
-                .filter(|(k, _)| k.contains("_stamps_"))
-                .collect()
-        })
+        .map(|st| st.counters.node.stamps)
         .unwrap_or_default();
     let percent = |a: f64, b: f64| (b - a) / elapsed * 100.0;
     let mut chrony = figures(&s.chrony);
@@ -324,7 +321,7 @@ fn cpu(cluster: &Cluster, server: &Chronyd, client: &Chronyd) -> (f64, f64) {
 fn pairs_sent(cluster: &Cluster) -> u64 {
     (0..2)
         .filter_map(|i| cluster.status(i).ok())
-        .map(|s| s.counters.get("pairs_sent").copied().unwrap_or(0))
+        .map(|s| s.counters.node.pairs_sent)
         .sum()
 }
 

@@ -291,8 +291,8 @@ fn latest_window(c: &Cluster) -> Option<u64> {
 /// handshakes, relayed fits and results).
 fn sent_wire_bytes(c: &Cluster, i: usize) -> Option<u64> {
     let s = c.status(i).ok()?;
-    let counter = |k: &str| s.counters.get(k).copied().unwrap_or(0);
-    Some(counter("udp_payload_bytes_sent") + HEADER_BYTES * counter("udp_datagrams_sent"))
+    let io = &s.counters.io;
+    Some(io.udp_payload_bytes_sent + HEADER_BYTES * io.udp_datagrams_sent)
 }
 
 fn print_table(s: &Summary) {

@@ -985,19 +985,18 @@ fn run_phase(
 /// The agents' counters of failed sends and of TX stamps matched to no
 /// probe (an agent that is not running is left out).
 fn send_counters(cluster: &Cluster) -> BTreeMap<String, BTreeMap<String, u64>> {
-    const KEYS: [&str; 4] = [
-        "probe_send_errors",
-        "send_errors",
-        "unmatched_tx_reports",
-        "tx_id_restarts",
-    ];
     (0..cluster.cfg.nodes)
         .filter_map(|i| {
-            let st = cluster.status(i).ok()?;
-            let picked = KEYS
-                .iter()
-                .map(|k| (k.to_string(), st.counters.get(*k).copied().unwrap_or(0)))
-                .collect();
+            let c = cluster.status(i).ok()?.counters;
+            let picked = [
+                ("probe_send_errors", c.probe_send_errors),
+                ("send_errors", c.io.send_errors),
+                ("unmatched_tx_reports", c.unmatched_tx_reports),
+                ("tx_id_restarts", c.tx_id_restarts),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
             Some((Cluster::name(i), picked))
         })
         .collect()
