@@ -3,6 +3,7 @@
 //! and a result read back from the offsets file. The only place in core
 //! that knows the wire's types.
 
+use clockmesh_estimator::convert::{ceil_bound_ns, count_u32, ns_f64, unsigned_ns_f64};
 use clockmesh_estimator::{EdgeFit, EdgeMeasurement, NodeId};
 use clockmesh_offsets::history::AnchorKind;
 use clockmesh_offsets::{Record, flags};
@@ -78,9 +79,9 @@ pub fn result_from_record(r: &Record, (id, name): (NodeId, &str)) -> Option<Node
         window: WindowIndex(r.window),
         anchor: LocalNs(r.node.anchor_local_ns),
         offset_ns: r.node.offset_ns,
-        drift_ppb: r.node.drift_ps_per_s as f64 / 1e3,
+        drift_ppb: ns_f64(r.node.drift_ps_per_s) / 1e3,
         bound_ns: r.node.bound_ns,
-        bound_growth_ppb: r.node.bound_growth_ps_per_s as f64 / 1e3,
+        bound_growth_ppb: unsigned_ns_f64(r.node.bound_growth_ps_per_s) / 1e3,
         drift_bound_ppb: 0.0,
         hops: 0,
         valid_until: LocalNs(r.valid_until_ns),
@@ -97,8 +98,8 @@ pub fn fit_to_pb(f: &SharedFit) -> pb::EdgeFit {
         anchor_ns: fit.epoch_ns,
         offset_ns: fit.offset_base_ns,
         drift_ppb: fit.drift * 1e9,
-        bound_ns: fit.bound_ns.ceil().max(0.0) as u64,
-        pure_pairs: (fit.forward_points + fit.backward_points) as u32,
+        bound_ns: ceil_bound_ns(fit.bound_ns),
+        pure_pairs: count_u32(fit.forward_points + fit.backward_points),
         window: f.window.0,
         from_id: f.from(),
         to_id: f.to(),
@@ -107,9 +108,9 @@ pub fn fit_to_pb(f: &SharedFit) -> pb::EdgeFit {
         drift_bound_ppb: fit.drift_bound * 1e9,
         margin_ns: fit.margin_ns,
         min_rtt_ns: fit.min_rtt_ns,
-        forward_points: fit.forward_points as u32,
-        backward_points: fit.backward_points as u32,
-        trimmed: fit.trimmed as u32,
+        forward_points: count_u32(fit.forward_points),
+        backward_points: count_u32(fit.backward_points),
+        trimmed: count_u32(fit.trimmed),
         span_ns: fit.span_ns,
         history_share: f.measurement.history_share,
     }

@@ -36,6 +36,7 @@
 
 use std::collections::VecDeque;
 
+use clockmesh_estimator::convert::{count_f64, ns_f64, ns_i64, unsigned_ns_f64};
 use clockmesh_estimator::{EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, estimate_edge};
 
 use crate::settings::{
@@ -104,7 +105,7 @@ impl HistoryFit {
             StampClass::Nic => 1.0,
             StampClass::Software => {
                 let full = self.stamps.max_history_windows(window_ns);
-                self.windows.clamp(1, full) as f64 / full as f64
+                count_f64(self.windows.clamp(1, full)) / count_f64(full)
             }
         }
     }
@@ -279,7 +280,7 @@ impl EdgeHistory {
         }
         let last = self.windows.len() - since;
         let silent = self.windows[last].k - self.windows[last - 1].k - 1;
-        if (silent as i64).saturating_mul(window_ns) < LONG_SILENCE_NS {
+        if ns_i64(silent).saturating_mul(window_ns) < LONG_SILENCE_NS {
             return false;
         }
         let probes = |w: &KeptWindow| w.probes.forward.len().min(w.probes.backward.len());
@@ -460,8 +461,8 @@ fn agree(long: &EdgeFit, short: &EdgeFit) -> bool {
     let t = short.epoch_ns;
     let (lb, lf) = long.offset_at(t);
     let (sb, sf) = short.offset_at(t);
-    let gap = (lb - sb) as f64 + (lf - sf);
-    let age = t.saturating_sub(long.epoch_ns).unsigned_abs() as f64;
+    let gap = ns_f64(lb - sb) + (lf - sf);
+    let age = unsigned_ns_f64(t.saturating_sub(long.epoch_ns).unsigned_abs());
     gap.abs() <= long.bound_ns + long.drift_bound * age + short.bound_ns
 }
 
@@ -472,11 +473,11 @@ fn best_round_trip(w: &EdgeProbes, fit: &EdgeFit) -> Option<f64> {
     // Offsets are on the `from` clock's time: TX forward, RX backward.
     let forward = w.forward.iter().map(|p| {
         let (base, rel) = fit.offset_at(p.tx_ns);
-        (p.rx_ns - p.tx_ns - base) as f64 - rel
+        ns_f64(p.rx_ns - p.tx_ns - base) - rel
     });
     let backward = w.backward.iter().map(|p| {
         let (base, rel) = fit.offset_at(p.rx_ns);
-        (p.rx_ns - p.tx_ns + base) as f64 + rel
+        ns_f64(p.rx_ns - p.tx_ns + base) + rel
     });
     Some(forward.reduce(f64::min)? + backward.reduce(f64::min)?)
 }
@@ -489,7 +490,7 @@ fn time_span(p: &EdgeProbes) -> f64 {
         .map(|t| t.tx_ns)
         .chain(p.backward.iter().map(|t| t.rx_ns));
     let (lo, hi) = stamps.fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
-    if lo > hi { 0.0 } else { (hi - lo) as f64 }
+    if lo > hi { 0.0 } else { ns_f64(hi - lo) }
 }
 
 #[cfg(test)]

@@ -30,6 +30,24 @@
 //! The agent (`agent/`) does the I/O around these; the estimator
 //! (`clockmesh-estimator`) does the maths.
 #![forbid(unsafe_code)]
+// Every numeric conversion is deliberate: through the named helpers of
+// `clockmesh_estimator::convert`, or an `#[expect]` that says why.
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_precision_loss
+)]
+// Test fixtures cast freely; the library build above is what is held to it.
+#![cfg_attr(
+    test,
+    allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_possible_wrap,
+        clippy::cast_precision_loss
+    )
+)]
 
 pub mod codec;
 pub mod collector;

@@ -23,6 +23,7 @@ use std::{
 };
 
 use clockmesh_common::{PROBE_VERSION, ProbeHeader, kind};
+use clockmesh_estimator::convert::ceil_bound_ns;
 use clockmesh_estimator::{
     AnchorKind as SolveAnchor, EdgeMeasurement, Estimator, EstimatorConfig, NodeId,
 };
@@ -984,7 +985,7 @@ impl Node {
             anchor,
             offset_ns: -off,
             drift_ppb: -n.drift * 1e9,
-            bound_ns: n.bound_ns.ceil() as u64,
+            bound_ns: ceil_bound_ns(n.bound_ns),
             bound_growth_ppb: (n.drift_bound + wander) * 1e9,
             drift_bound_ppb: n.drift_bound * 1e9,
             hops: n.hops,

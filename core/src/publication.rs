@@ -4,6 +4,7 @@
 //! line, and the `/status` view. The driver adds only what it alone knows:
 //! the write time, the kernel clock readings and the device maps. Pure.
 
+use clockmesh_estimator::convert::{ceil_bound_ns, round_ns};
 use serde::{Deserialize, Serialize};
 
 use clockmesh_offsets::history::{AnchorKind, HistoryEntry};
@@ -107,13 +108,13 @@ fn reader_view(r: &NodeResult, holdover_max_bound_ns: u64) -> Snapshot {
 
 /// A rate in ppb as the node map carries it, ps/s.
 fn ps_per_s(ppb: f64) -> i64 {
-    (ppb * 1e3).round() as i64
+    round_ns(ppb * 1e3)
 }
 
 /// A bound's growth in ppb as the node map carries it, ps/s: rounded up,
 /// a bound must never be understated.
 fn growth_ps_per_s(ppb: f64) -> u64 {
-    (ppb * 1e3).ceil().max(0.0) as u64
+    ceil_bound_ns(ppb * 1e3)
 }
 
 /// The readers' view of a node map: `VALID`, and `HOLDOVER` when it was

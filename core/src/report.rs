@@ -1,6 +1,7 @@
 //! What a node reports about its work: the last fit of each out-edge
 //! (`/status`), the JSONL edge line, and how long fits and solves took.
 
+use clockmesh_estimator::convert::{count_f64, count_u32, unsigned_ns_f64};
 use clockmesh_estimator::{EdgeMeasurement, NodeId};
 use serde::{Deserialize, Serialize};
 
@@ -31,7 +32,7 @@ impl EdgeStatus {
         if self.probes == 0 {
             0.0
         } else {
-            self.pure as f64 / self.probes as f64
+            unsigned_ns_f64(self.pure) / unsigned_ns_f64(self.probes)
         }
     }
 }
@@ -102,7 +103,7 @@ impl EdgeLine {
     pub fn pure_ratio(&self) -> Option<f64> {
         let probes = self.probes_forward + self.probes_backward;
         let pure = self.pure_forward + self.pure_backward;
-        (probes > 0).then(|| pure as f64 / probes as f64)
+        (probes > 0).then(|| count_f64(pure) / count_f64(probes))
     }
 }
 
@@ -118,9 +119,9 @@ impl From<&EdgeMeasurement> for FitLine {
             drift_bound_ppb: f.drift_bound * 1e9,
             margin_ns: f.margin_ns,
             min_rtt_ns: f.min_rtt_ns,
-            forward_points: f.forward_points as u32,
-            backward_points: f.backward_points as u32,
-            trimmed: f.trimmed as u32,
+            forward_points: count_u32(f.forward_points),
+            backward_points: count_u32(f.backward_points),
+            trimmed: count_u32(f.trimmed),
             span_ns: f.span_ns,
         }
     }

@@ -4,6 +4,7 @@
 //! publishes it ([`crate::publication`]). Offsets are global − local.
 
 use clockmesh_estimator::NodeId;
+use clockmesh_estimator::convert::{ns_f64, unsigned_ns_f64};
 use clockmesh_offsets::history::AnchorKind;
 
 use crate::time::{LocalNs, WindowIndex};
@@ -53,13 +54,14 @@ impl NodeResult {
 
     /// global − local at local time `t`, extrapolated with the drift.
     pub fn offset_at(&self, t: LocalNs) -> f64 {
-        self.offset_ns as f64 + self.drift_ppb * t.secs_since(self.anchor)
+        ns_f64(self.offset_ns) + self.drift_ppb * t.secs_since(self.anchor)
     }
 
     /// The bound at local time `t`, grown at its published rate either
     /// side of the anchor.
     pub fn bound_at(&self, t: LocalNs) -> f64 {
-        self.bound_ns as f64 + self.bound_growth_ppb.max(0.0) * t.secs_since(self.anchor).abs()
+        unsigned_ns_f64(self.bound_ns)
+            + self.bound_growth_ppb.max(0.0) * t.secs_since(self.anchor).abs()
     }
 
     /// The start of the span the result describes: its fits cover the

@@ -4,6 +4,7 @@
 //! `[agent]` table) both go through [`estimator_config`], so a simulated
 //! run uses exactly the settings that ship.
 
+use clockmesh_estimator::convert::{ns_i64, unsigned_ns_f64};
 use clockmesh_estimator::{EstimatorConfig, FitConfig, PurityConfig};
 use serde::{Deserialize, Serialize};
 
@@ -219,15 +220,15 @@ pub fn windows_covering(span_ns: i64, window_ns: i64) -> usize {
 
 impl Settings {
     pub fn window_ns(&self) -> i64 {
-        (self.probe_window_s as i64).saturating_mul(1_000_000_000)
+        ns_i64(self.probe_window_s).saturating_mul(1_000_000_000)
     }
 
     pub fn spacing_ns(&self) -> i64 {
-        (self.packet_spacing_us as i64).saturating_mul(1_000)
+        ns_i64(self.packet_spacing_us).saturating_mul(1_000)
     }
 
     pub fn cadence_ns(&self) -> i64 {
-        (self.probe_cadence_us as i64).saturating_mul(1_000)
+        ns_i64(self.probe_cadence_us).saturating_mul(1_000)
     }
 }
 
@@ -245,7 +246,7 @@ pub fn estimator_config(settings: &Settings) -> EstimatorConfig {
         // Results stay usable for a few missed windows, never less than 10 s.
         max_age_ns: (3 * settings.window_ns()).max(10_000_000_000),
         fit: FitConfig {
-            max_path_asymmetry_ns: settings.max_path_asymmetry_ns.map(|a| a as f64),
+            max_path_asymmetry_ns: settings.max_path_asymmetry_ns.map(unsigned_ns_f64),
             ..FitConfig::default()
         },
         ..EstimatorConfig::default()

@@ -9,6 +9,7 @@
 //! REALTIME) errs by at most half the bracket; the tightest bracket wins.
 
 use clockmesh_common::{ProbeEvent, point};
+use clockmesh_estimator::convert::ns_i64;
 use serde::Serialize;
 
 use crate::wire::StampSource;
@@ -87,19 +88,19 @@ const TSTAMP_UNSPEC: u8 = 0;
 pub fn event_stamps(ev: &ProbeEvent, phc: Option<u32>) -> Vec<Stamp> {
     let mut stamps = vec![Stamp {
         domain: ClockDomain::Monotonic,
-        ns: ev.ktime_ns as i64,
+        ns: ns_i64(ev.ktime_ns),
     }];
     let rx_software = ev.point == point::TC_INGRESS && ev.tstamp_type == TSTAMP_UNSPEC;
     if rx_software && ev.skb_tstamp_ns != 0 {
         stamps.push(Stamp {
             domain: ClockDomain::Realtime,
-            ns: ev.skb_tstamp_ns as i64,
+            ns: ns_i64(ev.skb_tstamp_ns),
         });
     }
     if let (Some(index), true) = (phc, ev.hw_tstamp_ns != 0) {
         stamps.push(Stamp {
             domain: ClockDomain::Phc(index),
-            ns: ev.hw_tstamp_ns as i64,
+            ns: ns_i64(ev.hw_tstamp_ns),
         });
     }
     stamps

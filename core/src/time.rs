@@ -1,6 +1,8 @@
 //! Time as types at the protocol's seams: an instant of a node's own clock
 //! and a window's index. The unit is in the type, not in a field's name.
 
+use clockmesh_estimator::convert::ns_f64;
+
 /// An instant of this node's own CLOCK_REALTIME (local time, not the
 /// global timeline), ns: the driver's "now" for every input, and where a
 /// result is anchored.
@@ -21,7 +23,7 @@ impl LocalNs {
 
     /// Seconds from `earlier` to this instant.
     pub fn secs_since(self, earlier: LocalNs) -> f64 {
-        self.ns_since(earlier) as f64 / 1e9
+        ns_f64(self.ns_since(earlier)) / 1e9
     }
 }
 

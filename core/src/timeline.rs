@@ -18,6 +18,7 @@
 
 use std::collections::VecDeque;
 
+use clockmesh_estimator::convert::{ceil_bound_ns, ns_f64, round_ns, unsigned_ns_f64};
 use serde::{Deserialize, Serialize};
 
 use crate::result::NodeResult;
@@ -50,21 +51,21 @@ impl Carry {
         if !(0..=MAX_CARRY_AGE_NS).contains(&age) {
             return None;
         }
-        let growth = own.bound_growth_ppb.max(0.0) * age as f64 / 1e9;
+        let growth = own.bound_growth_ppb.max(0.0) * ns_f64(age) / 1e9;
         Some(Carry {
             anchor_ns: own.anchor.0,
             offset_ns: own.offset_ns,
             drift_ppb: own.drift_ppb,
-            bound_ns: own.bound_ns.saturating_add(growth.ceil() as u64),
+            bound_ns: own.bound_ns.saturating_add(ceil_bound_ns(growth)),
             from: own.reference_label(),
         })
     }
 
     /// global − local of this node at its local time `t_ns`.
     pub fn offset_at(&self, t_ns: i64) -> i64 {
-        let dt = t_ns.saturating_sub(self.anchor_ns) as f64;
+        let dt = ns_f64(t_ns.saturating_sub(self.anchor_ns));
         self.offset_ns
-            .saturating_add((self.drift_ppb * 1e-9 * dt).round() as i64)
+            .saturating_add(round_ns(self.drift_ppb * 1e-9 * dt))
     }
 
     /// `r` (solved against this node's clock, whose local time at the solve
@@ -138,10 +139,10 @@ impl OwnMarks {
             .filter_map(|m| {
                 let span = latest.anchor.0.checked_sub(m.anchor_ns)?;
                 (span >= MIN_CHORD_SPAN_NS).then(|| {
-                    let span = span as f64;
+                    let span = ns_f64(span);
                     Rate {
-                        drift_ppb: (latest.offset_ns - m.offset_ns) as f64 / span * 1e9,
-                        bound_ppb: (latest.bound_ns + m.bound_ns) as f64 / span * 1e9,
+                        drift_ppb: ns_f64(latest.offset_ns - m.offset_ns) / span * 1e9,
+                        bound_ppb: unsigned_ns_f64(latest.bound_ns + m.bound_ns) / span * 1e9,
                     }
                 })
             })
@@ -201,13 +202,13 @@ impl Continuation {
             _ => fitted,
         };
         let growth_ppb = rate.bound_ppb + wander_ppb.max(0.0);
-        let grown = growth_ppb * age as f64 / 1e9;
+        let grown = growth_ppb * ns_f64(age) / 1e9;
         Some(Continuation {
             carry: Carry {
                 anchor_ns: own.anchor.0,
                 offset_ns: own.offset_ns,
                 drift_ppb: rate.drift_ppb,
-                bound_ns: own.bound_ns.saturating_add(grown.ceil() as u64),
+                bound_ns: own.bound_ns.saturating_add(ceil_bound_ns(grown)),
                 from: own.reference_label(),
             },
             handed_over_ns: now_ns,
@@ -219,8 +220,8 @@ impl Continuation {
     /// How far the continued timeline may be from the old one at local
     /// time `t_ns` (at least the carried bound).
     pub fn bound_at(&self, t_ns: i64) -> f64 {
-        let since_s = t_ns.saturating_sub(self.handed_over_ns).max(0) as f64 / 1e9;
-        self.carry.bound_ns as f64 + self.growth_ppb * since_s
+        let since_s = ns_f64(t_ns.saturating_sub(self.handed_over_ns).max(0)) / 1e9;
+        unsigned_ns_f64(self.carry.bound_ns) + self.growth_ppb * since_s
     }
 
     /// `r` (solved against this node's clock at local epoch `epoch_ns`)
@@ -231,7 +232,7 @@ impl Continuation {
         self.carry.apply(r, epoch_ns);
         r.bound_ns = r
             .bound_ns
-            .saturating_add(self.bound_at(epoch_ns).ceil() as u64);
+            .saturating_add(ceil_bound_ns(self.bound_at(epoch_ns)));
         r.bound_growth_ppb += self.growth_ppb;
         r.drift_bound_ppb += self.growth_ppb;
     }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use clockmesh_estimator::NodeId;
+use clockmesh_estimator::convert::ns_i64;
 
 use crate::report::EdgeStatus;
 
@@ -101,7 +102,7 @@ impl WindowClock {
 
     /// Local time at which window `k` ends.
     pub fn end_ns(&self, k: u64) -> i64 {
-        (k as i64).saturating_add(1).saturating_mul(self.window_ns)
+        ns_i64(k).saturating_add(1).saturating_mul(self.window_ns)
     }
 
     pub fn last_fitted(&self) -> u64 {

@@ -13,6 +13,12 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use thiserror::Error;
 
+/// A record's or a batch's length for its u16 length field: the callers
+/// cap it first (`MAX_RECORD_LEN`, `MAX_BATCH_ENTRIES`, both below 2^16).
+fn length_u16(n: usize) -> u16 {
+    u16::try_from(n).unwrap_or(u16::MAX)
+}
+
 /// `ProbeHeader::flags` bit: an HMAC tag follows the body.
 pub const FLAG_AUTH: u8 = 1;
 /// Truncated HMAC-SHA256 tag length (128 bits, as in many IPsec suites).
@@ -367,12 +373,12 @@ impl Message {
             }
             Message::EdgeFit { payload, .. } | Message::Result { payload, .. } => {
                 let n = payload.len().min(MAX_RECORD_LEN);
-                out.extend((n as u16).to_le_bytes());
+                out.extend(length_u16(n).to_le_bytes());
                 out.extend(&payload[..n]);
             }
             Message::StampBatch { entries, .. } => {
                 let n = entries.len().min(MAX_BATCH_ENTRIES);
-                out.extend((n as u16).to_le_bytes());
+                out.extend(length_u16(n).to_le_bytes());
                 entries[..n].iter().for_each(|e| e.write(&mut out));
             }
             Message::Hello { hello, .. } | Message::HelloAck { hello, .. } => {

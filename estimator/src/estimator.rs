@@ -8,6 +8,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::convert::{ns_f64, round_ns};
+
 use crate::{
     AnchorKind, EdgeFit, EdgeMeasurement, EstimatorError, FitConfig, NetConfig, NetworkSolution,
     NodeEstimate, NodeId, PairingStats, ProbeTimestamps, PurityConfig, fit_edge, pair_probes,
@@ -295,13 +297,13 @@ impl Estimator {
         let sol = self.current.as_ref()?;
         let est = sol.get(node)?;
         let age_ns = now_ns.saturating_sub(sol.epoch_ns);
-        let age = age_ns as f64;
+        let age = ns_f64(age_ns);
         let drift_allowance = est.drift_bound + self.cfg.holdover_wander_ppb * 1e-9;
         Some(PublishedOffset {
             node,
             offset_ns: est
                 .offset_base_ns
-                .saturating_add((est.offset_rel_ns + est.drift * age).round() as i64),
+                .saturating_add(round_ns(est.offset_rel_ns + est.drift * age)),
             drift_ppb: est.drift * 1e9,
             bound_ns: est.bound_ns + drift_allowance * age.abs(),
             age_ns,

@@ -23,6 +23,7 @@
 //! distance, at the epoch, between the fitted line and any such line (two 2-variable LPs
 //! solved on the same hulls), and likewise for the slope. It contains the unobservable path
 //! asymmetry: it is never below the margin, i.e. half the best (detrended) pure RTT.
+use crate::convert::{count_f64, floor_count, ns_f64, saturate_i64, unsigned_ns_f64};
 use serde::{Deserialize, Serialize};
 
 use crate::EstimatorError;
@@ -97,7 +98,7 @@ impl FitConfig {
     }
 
     fn slack_ns(&self) -> f64 {
-        self.timestamp_resolution_ns as f64 + self.model_slack_ns
+        ns_f64(self.timestamp_resolution_ns) + self.model_slack_ns
     }
 }
 
@@ -133,19 +134,19 @@ pub struct EdgeFit {
 impl EdgeFit {
     /// Offset at A-clock time `t_ns`, as (integer part, fraction).
     pub fn offset_at(&self, t_ns: i64) -> (i64, f64) {
-        let dt = t_ns.saturating_sub(self.epoch_ns) as f64;
+        let dt = ns_f64(t_ns.saturating_sub(self.epoch_ns));
         (self.offset_base_ns, self.offset_rel_ns + self.drift * dt)
     }
 
     /// Offset at `t_ns` as one f64 (loses precision for offsets beyond 2^53 ns).
     pub fn offset_at_f64(&self, t_ns: i64) -> f64 {
         let (base, rel) = self.offset_at(t_ns);
-        base as f64 + rel
+        ns_f64(base) + rel
     }
 
     /// Error bound at A-clock time `t_ns`: the epoch bound plus the drift bound times the age.
     pub fn bound_at(&self, t_ns: i64) -> f64 {
-        let dt = t_ns.saturating_sub(self.epoch_ns).unsigned_abs() as f64;
+        let dt = unsigned_ns_f64(t_ns.saturating_sub(self.epoch_ns).unsigned_abs());
         self.bound_ns + self.drift_bound * dt
     }
 }
@@ -164,7 +165,7 @@ pub fn fit_edge(
     let mut fwd_keep = vec![true; bands.forward.len()];
     let mut bwd_keep = vec![true; bands.backward.len()];
     let budget = |n: usize| {
-        let by_fraction = (cfg.max_outlier_fraction * n as f64).floor() as usize;
+        let by_fraction = floor_count(cfg.max_outlier_fraction * count_f64(n));
         cfg.max_outliers.min(by_fraction)
     };
     let (fwd_budget, bwd_budget) = (budget(bands.forward.len()), budget(bands.backward.len()));
@@ -337,7 +338,7 @@ impl Bands {
         }
         let fwd_min = fwd.iter().map(|p| p.1).min().unwrap_or(0);
         let bwd_max = bwd.iter().map(|p| p.1).max().unwrap_or(0);
-        let y_base = ((fwd_min as i128 + bwd_max as i128) / 2) as i64;
+        let y_base = saturate_i64((i128::from(fwd_min) + i128::from(bwd_max)) / 2);
         let relative =
             |pts: Vec<(i64, i64)>, sign: i64| -> Result<Vec<(i64, i64)>, EstimatorError> {
                 let mut out = Vec::with_capacity(pts.len());
@@ -347,10 +348,10 @@ impl Bands {
                     if rel.abs() > MAX_REL_NS as i128 {
                         return Err(EstimatorError::Absurd {
                             what: "one-way delay spread within the window",
-                            value: rel.clamp(i64::MIN as i128, i64::MAX as i128) as i64,
+                            value: saturate_i64(rel),
                         });
                     }
-                    out.push((t - t_max, sign * rel as i64));
+                    out.push((t - t_max, sign * saturate_i64(rel)));
                 }
                 out.sort_unstable();
                 Ok(out)
@@ -394,7 +395,7 @@ impl Hull {
         }
         let slopes = v
             .windows(2)
-            .map(|w| (w[1].1 - w[0].1) as f64 / (w[1].0 - w[0].0) as f64)
+            .map(|w| ns_f64(w[1].1 - w[0].1) / ns_f64(w[1].0 - w[0].0))
             .collect();
         Self {
             vertices: v,
@@ -410,7 +411,7 @@ impl Hull {
     /// min over points of (y − βx).
     fn support(&self, beta: f64) -> f64 {
         let (x, y, _) = self.vertices[self.active(beta)];
-        y as f64 - beta * x as f64
+        ns_f64(y) - beta * ns_f64(x)
     }
 
     /// Band indices of the points attaining the support at β (one or two vertices).
@@ -422,7 +423,7 @@ impl Hull {
         let hi = (k + 1).min(self.vertices.len() - 1);
         (lo..=hi)
             .map(|i| self.vertices[i])
-            .filter(|&(x, y, _)| y as f64 - beta * x as f64 <= best + tol)
+            .filter(|&(x, y, _)| ns_f64(y) - beta * ns_f64(x) <= best + tol)
             .map(|v| v.2)
             .collect()
     }
@@ -490,8 +491,8 @@ fn breakpoints(fwd: &Hull, bwd: &Hull) -> Vec<f64> {
 /// Slope of g to the right of all breakpoints (β → +∞) and to the left (β → −∞).
 /// g'(β) = x of the active backward vertex − x of the active forward vertex.
 fn tail_slopes(fwd: &Hull, bwd: &Hull) -> (f64, f64) {
-    let right = (bwd.x_min() - fwd.x_max()) as f64;
-    let left = (bwd.x_max() - fwd.x_min()) as f64;
+    let right = ns_f64(bwd.x_min() - fwd.x_max());
+    let left = ns_f64(bwd.x_max() - fwd.x_min());
     (left, right)
 }
 

@@ -1,4 +1,20 @@
 #![forbid(unsafe_code)]
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_precision_loss
+)]
+// Test fixtures cast freely; the library build above is what is held to it.
+#![cfg_attr(
+    test,
+    allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_possible_wrap,
+        clippy::cast_precision_loss
+    )
+)]
 //! clockmesh's estimation engine, with no I/O and no unsafe code.
 //!
 //! Pipeline per window (the agent and the simulator call exactly this):
@@ -12,6 +28,7 @@
 //!    with `now` passed in or read from an injected [`Clock`].
 //!
 //! See `docs/estimator.md` for the model, defaults, guarantees and measured figures.
+pub mod convert;
 pub mod device;
 mod error;
 mod estimator;

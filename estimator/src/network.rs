@@ -27,7 +27,17 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use nalgebra::DVector;
 use serde::{Deserialize, Serialize};
 
+use crate::convert::{ns_f64, round_ns};
 use crate::{EdgeFit, EstimatorError};
+
+/// A node's or an edge's index in the solve's arrays, as u32.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "graphs have far fewer than 2^32 nodes and edges"
+)]
+fn index_u32(i: usize) -> u32 {
+    i as u32
+}
 
 /// Node identifier (the agent maps hosts to ids).
 pub type NodeId = u32;
@@ -162,13 +172,13 @@ pub struct NodeEstimate {
 impl NodeEstimate {
     /// Offset as one f64 (exact below 2^53 ns).
     pub fn offset_ns(&self) -> f64 {
-        self.offset_base_ns as f64 + self.offset_rel_ns
+        ns_f64(self.offset_base_ns) + self.offset_rel_ns
     }
 
     /// Offset rounded to an integer ns, computed without going through a large f64.
     pub fn offset_ns_rounded(&self) -> i64 {
         self.offset_base_ns
-            .saturating_add(self.offset_rel_ns.round() as i64)
+            .saturating_add(round_ns(self.offset_rel_ns))
     }
 }
 
@@ -229,8 +239,8 @@ pub fn solve_network(
     let mut margins = Vec::with_capacity(edges.len());
     for e in edges {
         let (i, j) = (graph.index[&e.from], graph.index[&e.to]);
-        lin.from.push(i as u32);
-        lin.to.push(j as u32);
+        lin.from.push(index_u32(i));
+        lin.to.push(index_u32(j));
         let t_from = cfg.epoch_ns.saturating_add(theta0[i]);
         let (base, rel) = e.fit.offset_at(t_from);
         let int_part = base
@@ -240,7 +250,7 @@ pub fn solve_network(
                 what: "edge offset",
                 value: base,
             })?;
-        off_d.push(int_part as f64 + rel);
+        off_d.push(ns_f64(int_part) + rel);
         let b = e.fit.bound_at(t_from);
         off_b.push(b);
         off_w.push(offset_weight(b, e, cfg));
@@ -375,9 +385,9 @@ impl Graph {
         let mut adj = vec![(0u32, 0u32); start[ids.len()]];
         for (k, e) in edges.iter().enumerate() {
             let (i, j) = (index[&e.from], index[&e.to]);
-            adj[fill[i]] = (j as u32, k as u32);
+            adj[fill[i]] = (index_u32(j), index_u32(k));
             fill[i] += 1;
-            adj[fill[j]] = (i as u32, k as u32);
+            adj[fill[j]] = (index_u32(i), index_u32(k));
             fill[j] += 1;
         }
         Self {
@@ -487,7 +497,7 @@ impl Graph {
                         theta[u].saturating_sub(e.fit.offset_base_ns)
                     };
                     let (base, rel) = e.fit.offset_at(epoch_ns.saturating_add(from_theta));
-                    let delta = base.checked_add(rel.round() as i64).ok_or(overflow(base))?;
+                    let delta = base.checked_add(round_ns(rel)).ok_or(overflow(base))?;
                     theta[v] = if forward {
                         theta[u].checked_add(delta)
                     } else {

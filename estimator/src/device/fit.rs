@@ -9,7 +9,24 @@
 //! over the same window (the line's lag when the drift itself is changing,
 //! as when a GPU heats up under load), plus a quadratic allowance for drift
 //! wander past the newest point. Past the extrapolation cap the map refuses.
+#![expect(
+    clippy::cast_precision_loss,
+    reason = "the fit's floats are device/host ns differences within a window, far below 2^53"
+)]
 use std::collections::VecDeque;
+
+use crate::convert::{ceil_bound_ns, round_ns};
+
+/// Device ns from `x0`, signed, as f64. Window spans are far below 2^63
+/// ns, so the wrapping difference read as i64 is exact (and avoids a slow
+/// i128-to-float conversion on every point of every refit).
+#[expect(
+    clippy::cast_possible_wrap,
+    reason = "two's-complement reading of a wrapping difference: spans are far below 2^63"
+)]
+fn signed_since(device_ns: u64, x0: u64) -> f64 {
+    device_ns.wrapping_sub(x0) as i64 as f64
+}
 
 use super::pair::{DeviceId, HostDomain, SnapshotPair, SourceKind};
 
@@ -207,7 +224,7 @@ impl DeviceClockFit {
     pub fn map(&self, device_ns: u64) -> Result<MappedTime, FitError> {
         self.check_range(device_ns)?;
         let dx = self.since_anchor(device_ns) as f64;
-        let correction = (self.offset_frac_ns + self.drift_ppb * 1e-9 * dx).round() as i128;
+        let correction = i128::from(round_ns(self.offset_frac_ns + self.drift_ppb * 1e-9 * dx));
         let host = i128::from(device_ns) + i128::from(self.offset_at_anchor_ns) + correction;
         let host_ns = i64::try_from(host).map_err(|_| FitError::Overflow)?;
         Ok(MappedTime {
@@ -243,7 +260,9 @@ impl DeviceClockFit {
         let u = (i128::from(device_ns) - i128::from(self.curve_center_ns)) as f64 * 1e-9;
         let [d0, d1, d2] = self.curve;
         let curvature = (d0 + d1 * u + d2 * u * u).abs();
-        Ok((bracket + 3.0 * self.residual_rms_ns + wander + curvature).ceil() as u64)
+        Ok(ceil_bound_ns(
+            bracket + 3.0 * self.residual_rms_ns + wander + curvature,
+        ))
     }
 }
 
@@ -273,7 +292,7 @@ impl LineFit {
         let (x0, y0) = (first.device_ns, first.offset_ns);
         let xs: Vec<f64> = points
             .iter()
-            .map(|p| p.device_ns.wrapping_sub(x0) as i64 as f64)
+            .map(|p| signed_since(p.device_ns, x0))
             .collect();
         let ys: Vec<f64> = points
             .iter()
@@ -307,11 +326,9 @@ impl LineFit {
         })
     }
 
-    /// Device ns relative to `x0`. Window spans are far below 2^63 ns, so
-    /// the wrapping difference read as i64 is exact (and avoids a slow
-    /// i128-to-float conversion on every point of every refit).
+    /// Device ns relative to `x0` ([`signed_since`]).
     fn x_of(&self, device_ns: u64) -> f64 {
-        device_ns.wrapping_sub(self.x0) as i64 as f64
+        signed_since(device_ns, self.x0)
     }
 
     /// Fitted offset relative to `y0` at device time `device_ns`.
@@ -674,7 +691,7 @@ impl DeviceClockFitter {
         let cap = self.config.extrapolation_cap_ns;
         let rel = line.predict_rel(anchor);
         let floor = rel.floor();
-        let offset_at_anchor_ns = line.y0.saturating_add(floor as i64);
+        let offset_at_anchor_ns = line.y0.saturating_add(round_ns(floor));
         let knots = [
             oldest.saturating_sub(cap),
             oldest,
@@ -695,7 +712,7 @@ impl DeviceClockFitter {
             extrapolation_cap_ns: cap,
             wander_ppb_per_s: self.config.wander_ppb_per_s,
             bracket_term_ns: knots.map(|k| line.bracket_term(points, k)),
-            curve_center_ns: line.x0.wrapping_add(line.mean_x.round() as i64 as u64),
+            curve_center_ns: line.x0.wrapping_add_signed(round_ns(line.mean_x)),
             curve: line.curvature(points).unwrap_or([0.0; 3]),
         }
     }
