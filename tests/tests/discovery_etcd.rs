@@ -116,8 +116,9 @@ async fn a_crashed_member_disappears_when_its_lease_expires_and_rejoins_under_it
     let mut b = connect(&server).await;
     let again = b.register(&member("node-b", 2)).await.unwrap();
     assert_eq!(first.id, again.id, "a restarted agent keeps its id");
+    // a's list follows a watch: the join arrives within milliseconds.
+    wait_for!("node-b back", a.members().await.unwrap().len() == 2);
     let members = a.members().await.unwrap();
-    assert_eq!(members.len(), 2);
     assert!(
         members
             .iter()
@@ -127,6 +128,45 @@ async fn a_crashed_member_disappears_when_its_lease_expires_and_rejoins_under_it
     let mut c = connect(&server).await;
     let other = c.register(&member("node-c", 3)).await.unwrap();
     assert_ne!(other.id, first.id);
+}
+
+/// etcd's count of served `method` requests, from its `/metrics`.
+fn served(server: &EtcdServer, method: &str) -> u64 {
+    use std::io::{Read, Write};
+    let addr = server.endpoint.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("etcd metrics");
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("grpc_server_handled_total{"))
+        .filter(|l| l.contains(&format!("grpc_method=\"{method}\"")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// The member list is read whole once, then follows a watch: refreshing
+/// it costs etcd no read (at N members, a read of the prefix per refresh
+/// per agent was O(N²) across the cluster), and joins and departures,
+/// lease lapses included, still arrive.
+#[tokio::test]
+async fn the_member_list_follows_a_watch_instead_of_reading_the_prefix() {
+    let server = EtcdServer::start().expect("etcd");
+    let mut a = connect(&server).await;
+    a.register(&member("node-a", 1)).await.unwrap();
+    assert_eq!(a.members().await.unwrap().len(), 1);
+    let ranges = served(&server, "Range");
+    assert!(ranges > 0, "etcd counts the first read");
+    for _ in 0..20 {
+        a.members().await.unwrap();
+    }
+    assert_eq!(served(&server, "Range"), ranges, "refreshes read nothing");
+    let mut b = connect(&server).await;
+    b.register(&member("node-b", 2)).await.unwrap();
+    wait_for!("node-b to join", a.members().await.unwrap().len() == 2);
+    drop(b); // a crash: its lease lapses and etcd deletes its record
+    wait_for!("node-b to lapse", a.members().await.unwrap().len() == 1);
+    assert_eq!(a.members().await.unwrap()[0].name, "node-a");
 }
 
 #[tokio::test]
