@@ -145,20 +145,25 @@ fn served(server: &EtcdServer, method: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-/// The member list is read whole once, then follows a watch: refreshing
-/// it costs etcd no read (at N members, a read of the prefix per refresh
-/// per agent was O(N²) across the cluster), and joins and departures,
-/// lease lapses included, still arrive.
+/// The member list and the election are read whole once, then follow
+/// watches: refreshing them costs etcd no read (at N members, a read of
+/// the member prefix per refresh per agent was O(N²) across the cluster),
+/// and joins and departures, lease lapses included, still arrive.
 #[tokio::test]
-async fn the_member_list_follows_a_watch_instead_of_reading_the_prefix() {
+async fn the_member_list_and_the_leader_follow_watches_instead_of_reads() {
     let server = EtcdServer::start().expect("etcd");
     let mut a = connect(&server).await;
     a.register(&member("node-a", 1)).await.unwrap();
     assert_eq!(a.members().await.unwrap().len(), 1);
+    wait_for!(
+        "node-a to lead",
+        a.leadership().await.unwrap().leader.as_deref() == Some("node-a")
+    );
     let ranges = served(&server, "Range");
-    assert!(ranges > 0, "etcd counts the first read");
+    assert!(ranges > 0, "etcd counts the first reads");
     for _ in 0..20 {
         a.members().await.unwrap();
+        assert!(a.leadership().await.unwrap().is_me);
     }
     assert_eq!(served(&server, "Range"), ranges, "refreshes read nothing");
     let mut b = connect(&server).await;

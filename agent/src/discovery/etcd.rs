@@ -15,16 +15,16 @@
 use std::time::Duration;
 
 use clockmesh_core::{codec, fits::WindowFits, result::NodeResult};
-use std::collections::BTreeMap;
-
 use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, LeaderKey, PutOptions, ResignOptions, Txn,
-    TxnOp, WatchOptions,
+    Client, Compare, CompareOp, GetOptions, LeaderKey, PutOptions, ResignOptions, Txn, TxnOp,
 };
-use tokio::{sync::mpsc, task::JoinHandle};
+use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::{Coordination, Discovery, DiscoveryError, Leadership, Member, Store, check_unique};
+use super::{
+    Coordination, Discovery, DiscoveryError, Leadership, Member, Store, check_unique,
+    prefix_watch::PrefixWatch,
+};
 
 /// How to reach etcd and how long a silent member stays listed.
 #[derive(Clone, Debug)]
@@ -47,74 +47,9 @@ pub struct EtcdDiscovery {
     campaign: Option<JoinHandle<Option<LeaderKey>>>,
     /// Our election key once elected (to resign on leave).
     won: Option<LeaderKey>,
-    /// The member list, kept current by a watch (see [`MemberWatch`]).
-    member_watch: Option<MemberWatch>,
-}
-
-/// The member list as this agent last read it, kept current by a watch on
-/// `members/`: one read of the prefix at start (and after a lost watch),
-/// then only the changes. Reading the whole prefix at every refresh made
-/// each refresh O(N) on every agent, O(N²) across the cluster: at 10,000
-/// members, gigabytes a second out of etcd for a list that rarely changes
-/// (`docs/coordination.md`, "At scale").
-struct MemberWatch {
-    by_key: BTreeMap<Vec<u8>, Member>,
-    changes: mpsc::UnboundedReceiver<MemberChange>,
-    task: JoinHandle<()>,
-}
-
-/// What the watch task saw.
-enum MemberChange {
-    Put {
-        key: Vec<u8>,
-        value: Vec<u8>,
-    },
-    Delete {
-        key: Vec<u8>,
-    },
-    /// The watch ended (etcd restarted, the connection broke, the start
-    /// revision was compacted): the list must be read again.
-    Lost(String),
-}
-
-impl MemberWatch {
-    /// Applies the changes seen since the last call; `false` once the
-    /// watch is lost.
-    fn catch_up(&mut self) -> bool {
-        loop {
-            match self.changes.try_recv() {
-                Ok(MemberChange::Put { key, value }) => match parse_member(&key, &value) {
-                    Some(m) => {
-                        self.by_key.insert(key, m);
-                    }
-                    None => {
-                        self.by_key.remove(&key);
-                    }
-                },
-                Ok(MemberChange::Delete { key }) => {
-                    self.by_key.remove(&key);
-                }
-                Ok(MemberChange::Lost(why)) => {
-                    warn!("etcd member watch lost ({why}); reading the member list again");
-                    return false;
-                }
-                Err(mpsc::error::TryRecvError::Empty) => return true,
-                Err(mpsc::error::TryRecvError::Disconnected) => return false,
-            }
-        }
-    }
-
-    fn list(&self) -> Vec<Member> {
-        let mut members: Vec<Member> = self.by_key.values().cloned().collect();
-        members.sort();
-        members
-    }
-}
-
-impl Drop for MemberWatch {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    /// The member list and the election, kept current by watches.
+    member_watch: Option<PrefixWatch>,
+    leader_watch: Option<PrefixWatch>,
 }
 
 /// A member record; `None` (with a warning) for one that does not parse.
@@ -125,39 +60,6 @@ fn parse_member(key: &[u8], value: &[u8]) -> Option<Member> {
             warn!(%key, "ignoring bad member record: {e}");
         })
         .ok()
-}
-
-/// Forwards the watch's events until it ends.
-async fn forward_member_changes(
-    mut stream: etcd_client::WatchStream,
-    changes: mpsc::UnboundedSender<MemberChange>,
-) {
-    let why = loop {
-        let resp = match stream.message().await {
-            Ok(Some(resp)) => resp,
-            Ok(None) => break "the stream ended".to_owned(),
-            Err(e) => break e.to_string(),
-        };
-        if resp.canceled() || resp.compact_revision() > 0 {
-            break format!("cancelled: {}", resp.cancel_reason());
-        }
-        for ev in resp.events() {
-            let Some(kv) = ev.kv() else { continue };
-            let change = match ev.event_type() {
-                EventType::Put => MemberChange::Put {
-                    key: kv.key().to_vec(),
-                    value: kv.value().to_vec(),
-                },
-                EventType::Delete => MemberChange::Delete {
-                    key: kv.key().to_vec(),
-                },
-            };
-            if changes.send(change).is_err() {
-                return; // the list's owner is gone
-            }
-        }
-    };
-    let _ = changes.send(MemberChange::Lost(why));
 }
 
 fn unavailable(e: impl std::fmt::Display) -> DiscoveryError {
@@ -193,6 +95,7 @@ impl EtcdDiscovery {
             campaign: None,
             won: None,
             member_watch: None,
+            leader_watch: None,
         })
     }
 
@@ -230,36 +133,23 @@ impl EtcdDiscovery {
             .map_err(|_| unavailable(format!("id {} does not fit 32 bits", kv.create_revision())))
     }
 
-    /// Reads the member list whole and watches it from the next revision.
-    /// The watch runs on the connection without a request timeout (a
-    /// stream outlives any timeout).
-    async fn watch_members(&mut self) -> Result<MemberWatch, DiscoveryError> {
-        let prefix = self.members_prefix();
-        let resp = self
-            .client
-            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+    /// `watch`, current: caught up, or started again (read whole) where
+    /// it was lost or never started.
+    async fn current(
+        &mut self,
+        watch: fn(&mut Self) -> &mut Option<PrefixWatch>,
+        prefix: String,
+        what: &str,
+    ) -> Result<(), DiscoveryError> {
+        if watch(self).as_mut().is_some_and(|w| w.catch_up(what)) {
+            return Ok(());
+        }
+        *watch(self) = None; // aborts a lost watch's task
+        let started = PrefixWatch::start(&mut self.client, &mut self.campaign_client, prefix)
             .await
             .map_err(unavailable)?;
-        let revision = resp.header().map_or(0, |h| h.revision());
-        let by_key = resp
-            .kvs()
-            .iter()
-            .filter_map(|kv| Some((kv.key().to_vec(), parse_member(kv.key(), kv.value())?)))
-            .collect();
-        let options = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(revision + 1);
-        let stream = self
-            .campaign_client
-            .watch(prefix, Some(options))
-            .await
-            .map_err(unavailable)?;
-        let (tx, changes) = mpsc::unbounded_channel();
-        Ok(MemberWatch {
-            by_key,
-            changes,
-            task: tokio::spawn(forward_member_changes(stream, tx)),
-        })
+        *watch(self) = Some(started);
+        Ok(())
     }
 
     fn election(&self) -> String {
@@ -357,31 +247,34 @@ impl Discovery for EtcdDiscovery {
     /// and after a lost watch): eventually consistent, within the watch's
     /// delivery delay (milliseconds) of etcd.
     async fn members(&mut self) -> Result<Vec<Member>, DiscoveryError> {
-        let current = self
+        let prefix = self.members_prefix();
+        self.current(|d| &mut d.member_watch, prefix, "member list")
+            .await?;
+        let mut members: Vec<Member> = self
             .member_watch
-            .as_mut()
-            .is_some_and(MemberWatch::catch_up);
-        if !current {
-            self.member_watch = None; // aborts a lost watch's task
-            self.member_watch = Some(self.watch_members().await?);
-        }
-        let members = self
-            .member_watch
-            .as_ref()
-            .map(MemberWatch::list)
-            .unwrap_or_default();
+            .iter()
+            .flat_map(PrefixWatch::entries)
+            .filter_map(|(key, e)| parse_member(key, &e.value))
+            .collect();
+        members.sort();
         check_unique(&members)?;
         Ok(members)
     }
 
+    /// The election as the watch has it: the oldest candidate's key leads
+    /// (etcd's election rule), read whole only at the start and after a
+    /// lost watch.
     async fn leadership(&mut self) -> Result<Leadership, DiscoveryError> {
         self.restart_failed_campaign().await;
-        let leader = match self.client.leader(self.election()).await {
-            Ok(r) => r.kv().and_then(|kv| kv.value_str().ok()).map(str::to_owned),
-            // "election: no leader" is an answer, not an outage.
-            Err(e) if e.to_string().contains("no leader") => None,
-            Err(e) => return Err(unavailable(e)),
-        };
+        let prefix = format!("{}/", self.election());
+        self.current(|d| &mut d.leader_watch, prefix, "election")
+            .await?;
+        let leader = self
+            .leader_watch
+            .as_ref()
+            .and_then(PrefixWatch::oldest)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .map(str::to_owned);
         let is_me = leader.is_some() && leader == self.me;
         Ok(Leadership { leader, is_me })
     }

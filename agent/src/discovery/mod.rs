@@ -12,6 +12,8 @@ mod coordination;
 pub mod etcd;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+#[cfg(feature = "etcd")]
+mod prefix_watch;
 
 pub use clockmesh_core::node::Member;
 pub use coordination::{Coordination, NoStore, Store};

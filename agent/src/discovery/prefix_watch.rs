@@ -1,0 +1,148 @@
+//! A prefix of etcd kept current on this agent by a watch: one read of the
+//! prefix at the start (and after a lost watch), then only the changes.
+//! Polling the member list and the election every refresh made each
+//! refresh O(N) on every agent, O(N²) across the cluster: at 10,000
+//! members, gigabytes a second out of etcd for lists that rarely change
+//! (`docs/coordination.md`, "At scale").
+
+use std::collections::BTreeMap;
+
+use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchStream};
+use tokio::{sync::mpsc, task::JoinHandle};
+use tracing::warn;
+
+/// One key's value and when it was created (etcd's create revision: the
+/// election's order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Entry {
+    pub create_revision: i64,
+    pub value: Vec<u8>,
+}
+
+pub(super) struct PrefixWatch {
+    entries: BTreeMap<Vec<u8>, Entry>,
+    changes: mpsc::UnboundedReceiver<Change>,
+    task: JoinHandle<()>,
+}
+
+/// What the watch task saw.
+enum Change {
+    Put {
+        key: Vec<u8>,
+        entry: Entry,
+    },
+    Delete {
+        key: Vec<u8>,
+    },
+    /// The watch ended (etcd restarted, the connection broke, the start
+    /// revision was compacted): the prefix must be read again.
+    Lost(String),
+}
+
+impl PrefixWatch {
+    /// Reads `prefix` whole through `client` and watches it from the next
+    /// revision through `streaming` (a connection without a request
+    /// timeout: a stream outlives any timeout).
+    pub(super) async fn start(
+        client: &mut Client,
+        streaming: &mut Client,
+        prefix: String,
+    ) -> Result<Self, etcd_client::Error> {
+        let resp = client
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+            .await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let entries = resp
+            .kvs()
+            .iter()
+            .map(|kv| {
+                let entry = Entry {
+                    create_revision: kv.create_revision(),
+                    value: kv.value().to_vec(),
+                };
+                (kv.key().to_vec(), entry)
+            })
+            .collect();
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision + 1);
+        let stream = streaming.watch(prefix, Some(options)).await?;
+        let (tx, changes) = mpsc::unbounded_channel();
+        Ok(PrefixWatch {
+            entries,
+            changes,
+            task: tokio::spawn(forward_changes(stream, tx)),
+        })
+    }
+
+    /// Applies the changes seen since the last call; `false` once the
+    /// watch is lost (`what` names the prefix in the warning).
+    pub(super) fn catch_up(&mut self, what: &str) -> bool {
+        loop {
+            match self.changes.try_recv() {
+                Ok(Change::Put { key, entry }) => {
+                    self.entries.insert(key, entry);
+                }
+                Ok(Change::Delete { key }) => {
+                    self.entries.remove(&key);
+                }
+                Ok(Change::Lost(why)) => {
+                    warn!("etcd watch of the {what} lost ({why}); reading it again");
+                    return false;
+                }
+                Err(mpsc::error::TryRecvError::Empty) => return true,
+                Err(mpsc::error::TryRecvError::Disconnected) => return false,
+            }
+        }
+    }
+
+    pub(super) fn entries(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+        self.entries.iter().map(|(k, e)| (k.as_slice(), e))
+    }
+
+    /// The value of the oldest key (etcd's election: the leader's).
+    pub(super) fn oldest(&self) -> Option<&[u8]> {
+        self.entries
+            .values()
+            .min_by_key(|e| e.create_revision)
+            .map(|e| e.value.as_slice())
+    }
+}
+
+impl Drop for PrefixWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Forwards the watch's events until it ends.
+async fn forward_changes(mut stream: WatchStream, changes: mpsc::UnboundedSender<Change>) {
+    let why = loop {
+        let resp = match stream.message().await {
+            Ok(Some(resp)) => resp,
+            Ok(None) => break "the stream ended".to_owned(),
+            Err(e) => break e.to_string(),
+        };
+        if resp.canceled() || resp.compact_revision() > 0 {
+            break format!("cancelled: {}", resp.cancel_reason());
+        }
+        for ev in resp.events() {
+            let Some(kv) = ev.kv() else { continue };
+            let key = kv.key().to_vec();
+            let change = match ev.event_type() {
+                EventType::Put => Change::Put {
+                    key,
+                    entry: Entry {
+                        create_revision: kv.create_revision(),
+                        value: kv.value().to_vec(),
+                    },
+                },
+                EventType::Delete => Change::Delete { key },
+            };
+            if changes.send(change).is_err() {
+                return; // the watch's owner is gone
+            }
+        }
+    };
+    let _ = changes.send(Change::Lost(why));
+}
