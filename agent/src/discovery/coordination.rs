@@ -1,13 +1,12 @@
 //! The per-window exchange: edge fits to the solver, node results back
 //! (`docs/coordination.md`). Each membership backend owns its side of it by
-//! choosing its [`Coordination::Store`]:
-//!
-//! - etcd has a shared store ([`Store`], in `etcd.rs`): every agent writes
-//!   its fits under `edges/<name>` (bound to its lease), the leader reads the
-//!   prefix, solves and writes `results/<name>`; each agent reads its own.
-//! - static and Kubernetes have none ([`NoStore`], a type with no values):
-//!   the protocol core relays fits and results over UDP to and from the
-//!   leader, so no store method can be called for them at all.
+//! choosing its [`Coordination::Store`]. Every backend now chooses
+//! [`NoStore`] (a type with no values): the protocol core relays fits and
+//! results over UDP to and from the leader, so no store method can be
+//! called at all. The shared store ([`Store`]: every agent writes its fits,
+//! the leader reads them, solves and writes each node's result, each agent
+//! reads its own) is what etcd carried until measured at scale; its etcd
+//! implementation stays as the measured alternative (`bench-scale`).
 
 use clockmesh_core::{fits::WindowFits, node::Exchange, result::NodeResult};
 

@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::{
-    Coordination, Discovery, DiscoveryError, Leadership, Member, Store, check_unique,
+    Coordination, Discovery, DiscoveryError, Leadership, Member, NoStore, Store, check_unique,
     prefix_watch::PrefixWatch,
 };
 
@@ -311,14 +311,22 @@ impl Discovery for EtcdDiscovery {
 /// limit is 128 operations per transaction).
 const RESULTS_PER_TXN: usize = 128;
 
-/// etcd is the shared store: fits under `edges/<name>` (bound to this
-/// node's lease), results under `results/<name>` (`docs/coordination.md`).
+/// etcd keeps membership and the election only: fits and results travel
+/// over UDP to and from the leader, as with the other backends
+/// (`docs/coordination.md`, "At scale": a put and a read per member per
+/// window overloaded etcd from 5,000 members on; the relay adds nothing
+/// to etcd's load per window).
 impl Coordination for EtcdDiscovery {
-    type Store = Self;
-    fn store(&mut self) -> Option<&mut Self> {
-        Some(self)
+    type Store = NoStore;
+    fn store(&mut self) -> Option<&mut NoStore> {
+        None
     }
 }
+
+/// The shared-store exchange through etcd — fits under `edges/<name>`
+/// (bound to this node's lease), results under `results/<name>` — which
+/// the agent used before the relay. Kept as the measured alternative:
+/// `clockmesh-demo bench-scale` drives it to show what it costs etcd.
 
 impl Store for EtcdDiscovery {
     async fn put_edges(&mut self, me: &str, fits: &WindowFits) -> Result<(), DiscoveryError> {
