@@ -123,9 +123,38 @@ fn load_key(cfg: &AgentConfig) -> Result<Option<AuthKey>, RuntimeError> {
     }
 }
 
+/// The probe socket's receive buffer. The leader takes every member's fits
+/// in the burst of each window's fit phase — at 10,000 members tens of
+/// thousands of datagrams within milliseconds — and the kernel's default
+/// (about 200 KiB, a few hundred datagrams) drops the rest at the socket
+/// (`docs/coordination.md`, "At scale"). The kernel charges only what
+/// queues, so a quiet socket costs nothing for the size.
+const PROBE_RCVBUF_BYTES: usize = 32 << 20;
+
+/// Raises the probe socket's receive buffer: past `net.core.rmem_max` with
+/// CAP_NET_ADMIN (the agent starts with it), else up to that limit.
+fn raise_receive_buffer(sock: &std::net::UdpSocket) {
+    use nix::sys::socket::{getsockopt, setsockopt, sockopt};
+    if setsockopt(sock, sockopt::RcvBufForce, &PROBE_RCVBUF_BYTES).is_err()
+        && let Err(e) = setsockopt(sock, sockopt::RcvBuf, &PROBE_RCVBUF_BYTES)
+    {
+        warn!("raising the probe socket's receive buffer: {e}");
+    }
+    // Linux reports twice the size asked for (its bookkeeping share).
+    let got = getsockopt(sock, sockopt::RcvBuf).unwrap_or(0) / 2;
+    if got < PROBE_RCVBUF_BYTES {
+        warn!(
+            bytes = got,
+            wanted = PROBE_RCVBUF_BYTES,
+            "probe socket receive buffer capped by net.core.rmem_max: a leader of thousands of members may drop fits"
+        );
+    }
+}
+
 fn bind_probe_socket(addr: SocketAddr) -> Result<std::net::UdpSocket, RuntimeError> {
     let sock = std::net::UdpSocket::bind(addr)
         .map_err(io_err(format!("binding the probe socket {addr}")))?;
+    raise_receive_buffer(&sock);
     timestamping::enable_rx(&sock, StampMode::Software)
         .map_err(|e| io_err("enabling SO_TIMESTAMPING")(e.into()))?;
     sock.set_nonblocking(true).map_err(io_err("probe socket"))?;
@@ -859,5 +888,23 @@ mod tests {
             (Side::Tx, Kernel, 19),
             (Side::Rx, Kernel, 40)
         ])));
+    }
+
+    /// A leader's socket must hold a window's burst of fits: with
+    /// CAP_NET_ADMIN (tests run as root, the agent starts with it) the
+    /// buffer passes `net.core.rmem_max`.
+    #[test]
+    fn the_probe_socket_holds_a_burst_of_fits() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs CAP_NET_ADMIN (root)");
+            return;
+        }
+        use nix::sys::socket::{getsockopt, sockopt};
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let before = getsockopt(&sock, sockopt::RcvBuf).unwrap() / 2;
+        raise_receive_buffer(&sock);
+        let after = getsockopt(&sock, sockopt::RcvBuf).unwrap() / 2;
+        assert!(after >= PROBE_RCVBUF_BYTES, "{before} → {after} bytes");
+        assert!(after > before);
     }
 }
