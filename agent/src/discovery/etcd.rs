@@ -327,7 +327,6 @@ impl Coordination for EtcdDiscovery {
 /// (bound to this node's lease), results under `results/<name>` — which
 /// the agent used before the relay. Kept as the measured alternative:
 /// `clockmesh-demo bench-scale` drives it to show what it costs etcd.
-
 impl Store for EtcdDiscovery {
     async fn put_edges(&mut self, me: &str, fits: &WindowFits) -> Result<(), DiscoveryError> {
         let key = format!("{}edges/{me}", self.prefix());
