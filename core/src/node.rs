@@ -62,6 +62,7 @@ pub use crate::report::{EdgeLine, EdgeStatus, Timings};
 use crate::result::NodeResult;
 use crate::succession::{LeaderChange, Silence, Succession};
 use crate::tally::{DropCounts, DropReason, NodeCounters, StampTally};
+use crate::time::Nanos;
 pub use crate::time::{LocalNs, WindowIndex};
 use crate::timeline::{Continuation, HandOverLine, OwnMarks};
 use clockmesh_offsets::history::AnchorKind;
@@ -974,7 +975,7 @@ impl Node {
         n: &clockmesh_estimator::NodeEstimate,
     ) -> NodeResult {
         let off = n.offset_ns_rounded();
-        let anchor = LocalNs(epoch).plus_ns(off);
+        let anchor = LocalNs(epoch) + Nanos(off);
         let wander = self.est_cfg.holdover_wander_ppb * 1e-9;
         let mut r = NodeResult {
             node: n.node,
@@ -989,7 +990,7 @@ impl Node {
             bound_growth_ppb: (n.drift_bound + wander) * 1e9,
             drift_bound_ppb: n.drift_bound * 1e9,
             hops: n.hops,
-            valid_until: anchor.plus_ns(self.est_cfg.max_age_ns),
+            valid_until: anchor + Nanos(self.est_cfg.max_age_ns),
             anchor_kind: published_anchor_kind(n.anchor_kind),
         };
         self.onto_timeline(&mut r, epoch);
@@ -1023,7 +1024,7 @@ impl Node {
             bound_growth_ppb: 0.0,
             drift_bound_ppb: 0.0,
             hops: 0,
-            valid_until: anchor.plus_ns(self.est_cfg.max_age_ns),
+            valid_until: anchor + Nanos(self.est_cfg.max_age_ns),
             anchor_kind: AnchorKind::Reference,
         };
         self.onto_timeline(&mut r, anchor.0);

@@ -12,7 +12,7 @@ use clockmesh_offsets::{ClockStatus, DeviceMap, KernelClocks, NodeMap, Record, S
 
 use crate::result::NodeResult;
 use crate::settings::Settings;
-use crate::time::LocalNs;
+use crate::time::{LocalNs, Nanos};
 
 /// One published result.
 #[derive(Clone, Debug, PartialEq)]
@@ -84,7 +84,7 @@ fn history_entry(r: &NodeResult, window_ns: i64) -> HistoryEntry {
         offset_ns: r.offset_ns,
         drift_ppb: r.drift_ppb,
         bound_ns: r.bound_ns,
-        valid_from_ns: Some(r.valid_from(window_ns).0),
+        valid_from_ns: Some(r.valid_from(Nanos(window_ns)).0),
         valid_until_ns: Some(r.valid_until.0),
         reference: Some(r.reference_label()),
         node_id: Some(r.node),
@@ -266,7 +266,7 @@ pub fn keeps_the_held(held: &NodeResult, new: &NodeResult, settings: &Settings) 
     // the record it is published as.
     let held_view = reader_view(held, settings.holdover_max_bound_ns);
     let answers_until = held_view.check_fresh(new.valid_until.0).is_ok();
-    let next = new.anchor.plus_ns(settings.window_ns());
+    let next = new.anchor + Nanos(settings.window_ns());
     answers_until && held.bound_at(next) < new.bound_at(next)
 }
 

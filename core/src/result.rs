@@ -7,7 +7,7 @@ use clockmesh_estimator::NodeId;
 use clockmesh_estimator::convert::{ns_f64, unsigned_ns_f64};
 use clockmesh_offsets::history::AnchorKind;
 
-use crate::time::{LocalNs, WindowIndex};
+use crate::time::{LocalNs, Nanos, WindowIndex};
 
 /// One node's clock against the global timeline for one window.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,9 +66,8 @@ impl NodeResult {
 
     /// The start of the span the result describes: its fits cover the
     /// window that ends at the anchor and the one before it.
-    pub fn valid_from(&self, window_ns: i64) -> LocalNs {
-        self.anchor
-            .plus_ns(window_ns.saturating_mul(2).saturating_neg())
+    pub fn valid_from(&self, window: Nanos) -> LocalNs {
+        self.anchor - window.saturating_mul(2)
     }
 
     /// The reference's name, or its id where the name is not known.
@@ -115,7 +114,7 @@ pub(crate) mod tests {
         assert_eq!(r.bound_at(later), 90.0);
         // Before the anchor too: a bound grows either side.
         assert_eq!(r.bound_at(LocalNs(8_000_000_000)), 90.0);
-        assert_eq!(r.valid_from(4_000_000_000), LocalNs(2_000_000_000));
+        assert_eq!(r.valid_from(Nanos::from_secs(4)), LocalNs(2_000_000_000));
         assert_eq!(r.reference_label(), "n0");
         let read_back = NodeResult {
             reference_name: None,

@@ -29,6 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "pure libraries",
         &[
             "clockmesh-common",
+            "clockmesh-time",
             "clockmesh-proto",
             "clockmesh-estimator",
             "clockmesh-offsets",
