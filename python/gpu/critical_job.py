@@ -4,23 +4,38 @@ some steps — the rank, op and steps known only to the driver
 (critical_validate.py), which re-runs the same job without the delay.
 
 Each step, inside `torch.profiler.record_function` regions as a model
-would have them: `forward` (matmuls), `all_reduce`; `backward` (more
-matmuls), `all_reduce`; `optimizer` (fewer), `all_reduce` of a scalar (the
-loss), as data-parallel training does. The work is a fixed count of
-matmuls, so a re-run does the same work. The planted delay spins inside the
-op's region (no events of its own): the op itself is slower.
+would have them: `forward`, `all_reduce` of its gradient bucket;
+`backward`, `all_reduce`; `optimizer`, `all_reduce` of a scalar (the
+loss), as data-parallel training does.
 
-Devices: `cpu` with gloo (CI), `cuda` with NCCL (the GPU machine; the ops'
-kernels run on the GPU stream, the delay is a longer kernel: extra matmuls
-on a sliced input, timed to the planted ms).
+The ops' work is of fixed duration, not of fixed count, so that a re-run
+repeats a step to well under the 3 % the what-if is judged at: a step lasts
+its work plus its collectives. (Matmuls of fixed count made the re-run's
+unplanted steps differ from the run's by 14-18 % at the median on CPU: the
+CPU's speed and gloo's all-reduces vary from run to run.)
+
+- `cpu` (gloo, CI): each op spins on its thread for its duration.
+- `cuda` (NCCL, the GPU machine): each op queues one `torch.cuda._sleep`
+  kernel of its duration (clock cycles, calibrated once per batch:
+  `--cycles-per-ms`, else measured here) on the compute stream; the CPU runs
+  ahead of the GPU, as in training, and waits for it once per step (the
+  loss, read back). With `--gpu-wait` each op's region also waits for its
+  kernels (a stream synchronise at its end), so that the region on the CPU
+  lasts as long as the op's GPU work.
+
+The planted delay makes the op itself longer, inside its region, with no
+events of its own: a longer spin (cpu), a second `_sleep` kernel of the
+planted duration on the op's stream (cuda).
 
 usage: critical_job.py --rank R --world W --init tcp://ADDR:PORT --out FILE
-       [--device cpu|cuda] [--steps N] [--plant-rank R --plant-op OP
-       --plant-ms MS --plant-steps 3,5,7]
+       [--device cpu|cuda] [--steps N] [--cycles-per-ms C] [--gpu-wait]
+       [--plant-rank R --plant-op OP --plant-ms MS --plant-steps 3,5,7]
+       critical_job.py --calibrate   (prints the GPU's _sleep cycles per ms)
 """
 
 import argparse
 import gc
+import statistics
 import time
 
 import torch
@@ -28,101 +43,116 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 OPS = ("forward", "backward", "optimizer")
-# Matmuls per op: forward and backward carry most of a step, as in training.
-MATMULS = {"forward": 12, "backward": 20, "optimizer": 6}
+# Each op's duration, ms: forward and backward carry most of a step, as in
+# training.
+OP_MS = {"forward": 8.0, "backward": 16.0, "optimizer": 4.0}
 
 
 def parse():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rank", type=int, required=True)
-    ap.add_argument("--world", type=int, required=True)
-    ap.add_argument("--init", required=True)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--calibrate", action="store_true")
+    ap.add_argument("--rank", type=int)
+    ap.add_argument("--world", type=int)
+    ap.add_argument("--init")
+    ap.add_argument("--out")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--cycles-per-ms", type=float, default=0.0)
+    ap.add_argument("--gpu-wait", action="store_true")
     ap.add_argument("--plant-rank", type=int, default=-1)
     ap.add_argument("--plant-op", choices=OPS, default="forward")
     ap.add_argument("--plant-ms", type=float, default=0.0)
     ap.add_argument("--plant-steps", default="")
-    return ap.parse_args()
+    a = ap.parse_args()
+    if not a.calibrate and (a.rank is None or a.world is None or not a.init or not a.out):
+        ap.error("--rank, --world, --init and --out are required")
+    return a
 
 
-def planted_s(a, step, op):
+def planted_ms(a, step, op):
     steps = {int(s) for s in a.plant_steps.split(",") if s}
     hit = a.rank == a.plant_rank and op == a.plant_op and step in steps
-    return a.plant_ms / 1000.0 if hit else 0.0
+    return a.plant_ms if hit else 0.0
 
 
-def slow_down(x, seconds, cuda):
-    """Makes the running op `seconds` longer: spins on the CPU, or (CUDA)
-    queues extra matmuls worth that much GPU time, measured once."""
-    if seconds <= 0:
-        return
-    if not cuda:
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            pass
-        return
-    per = _matmul_s(x)
-    for _ in range(max(1, round(seconds / per))):
-        x = x @ x / x.shape[0]
+def spin(ms):
+    end = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < end:
+        pass
 
 
-_MATMUL_S = {}
-
-
-def _matmul_s(x):
-    """One matmul's GPU time, measured once (outside any profiled step)."""
-    if "s" not in _MATMUL_S:
-        for _ in range(10):  # cuBLAS set up, clocks up
-            x = x @ x / x.shape[0]
-        torch.cuda.synchronize()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+def calibrate():
+    """`torch.cuda._sleep` clock cycles per ms on this GPU: the median of
+    a few 20 M-cycle kernels, after a warm-up (clocks up)."""
+    torch.cuda.set_device(0)
+    cycles = 20_000_000
+    for _ in range(3):
+        torch.cuda._sleep(cycles)
+    torch.cuda.synchronize()
+    per_ms = []
+    for _ in range(7):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(50):
-            x = x @ x / x.shape[0]
+        torch.cuda._sleep(cycles)
         stop.record()
         torch.cuda.synchronize()
-        _MATMUL_S["s"] = start.elapsed_time(stop) / 1000.0 / 50
-    return _MATMUL_S["s"]
+        per_ms.append(cycles / start.elapsed_time(stop))
+    return statistics.median(per_ms)
 
 
-def op(a, name, step, x, bucket, cuda):
-    """One op: its matmuls, then its gradient bucket filled (inside the
-    op, so that the op is what precedes the collective)."""
-    with record_function(name):
-        for _ in range(MATMULS[name]):
-            x = torch.tanh(x @ x / x.shape[0])
-        slow_down(x, planted_s(a, step, name), cuda)
-        bucket.copy_(x[: bucket.shape[0]])
-    return x
+class Ops:
+    def __init__(self, a, cuda):
+        self.a = a
+        self.cuda = cuda
+        self.cycles_per_ms = (a.cycles_per_ms or calibrate()) if cuda else 0.0
+
+    def busy(self, ms):
+        if ms <= 0:
+            return
+        if self.cuda:
+            torch.cuda._sleep(int(round(ms * self.cycles_per_ms)))
+        else:
+            spin(ms)
+
+    def op(self, name, step, x, bucket):
+        """One op: its work, the planted delay if any, then its gradient
+        bucket filled (inside the op, so that the op is what precedes the
+        collective)."""
+        with record_function(name):
+            self.busy(OP_MS[name])
+            self.busy(planted_ms(self.a, step, name))
+            bucket.copy_(x[: bucket.shape[0]])
+            if self.cuda and self.a.gpu_wait:
+                torch.cuda.current_stream().synchronize()
 
 
 def main():
     a = parse()
+    if a.calibrate:
+        print(f"{calibrate():.1f}")
+        return
     cuda = a.device == "cuda"
+    # Nothing collected mid-step; one compute thread on CPU.
+    gc.disable()
     if cuda:
         torch.cuda.set_device(0)
         dev = torch.device("cuda", 0)
         dist.init_process_group("nccl", init_method=a.init, rank=a.rank, world_size=a.world, device_id=dev)
     else:
-        # One compute thread, nothing collected mid-step: a re-run then
-        # repeats its steps as closely as this job can (pinning each rank
-        # to a CPU of its own made it worse on a 32-core machine).
         torch.set_num_threads(1)
-        gc.disable()
         dev = torch.device("cpu")
         dist.init_process_group("gloo", init_method=a.init, rank=a.rank, world_size=a.world)
+    ops = Ops(a, cuda)
     torch.manual_seed(1)
-    x = torch.randn(a.size, a.size, device=dev)
+    x = torch.randn(256, 256, device=dev)
     # Gradient buckets of 64 KB: the collectives' own time stays small
     # beside the ops', as on a fast network.
-    bucket = torch.zeros(64, a.size, device=dev)
-    loss = torch.zeros(1, a.size, device=dev)
+    bucket = torch.zeros(64, 256, device=dev)
+    loss = torch.zeros(1, 256, device=dev)
     dist.all_reduce(x.clone())  # connections up before the profiled steps
     if cuda:
-        _matmul_s(x)
+        torch.cuda.synchronize()
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     sched = schedule(skip_first=1, wait=0, warmup=1, active=a.steps - 2, repeat=1)
@@ -130,11 +160,11 @@ def main():
                    on_trace_ready=lambda p: p.export_chrome_trace(a.out))
     with prof:
         for step in range(a.steps):
-            y = op(a, "forward", step, x, bucket, cuda)
+            ops.op("forward", step, x, bucket)
             dist.all_reduce(bucket)
-            y = op(a, "backward", step, y, bucket, cuda)
+            ops.op("backward", step, x, bucket)
             dist.all_reduce(bucket)
-            op(a, "optimizer", step, y, loss, cuda)
+            ops.op("optimizer", step, x, loss)
             dist.all_reduce(loss)
             loss[0, 0].item()
             prof.step()

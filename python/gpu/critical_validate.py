@@ -1,25 +1,32 @@
 """Validates `clockmesh trace critical-path` against jobs whose answer is
 known (issue 35): each run draws a rank, an op and some steps at random
 (seeded), runs critical_job.py with that op slowed on that rank in those
-steps, then re-runs the same job without the delay. The analysis sees only
+steps, then re-runs the same job without the delay (`--reruns K` times:
+the re-run's step time is then the median of the K). The analysis sees only
 the traces. Scored:
 
 - top: the planted rank and op top the step's critical path (its longest
-  segment is that op's work on that rank), per planted step;
+  segment is that op's work on that rank), per planted step; beside it,
+  how often the top is at least on the planted rank (any kind);
 - what-if: `--what-if RANK:OP` (the op at its median) predicts each
   planted step's time; the re-run measures it. Error = |predicted −
-  re-run| / re-run, per planted step.
+  re-run| / re-run, per planted step;
+- the re-run's own noise: the unplanted steps, planted run vs re-run
+  (median |ratio − 1| per run), and with K ≥ 2 the spread of the K re-runs
+  of each planted step ((max − min) / median).
 
 All ranks run on this host (one clock: the merge is given offset 0), as
 processes of one host, named `<host>.r<rank>.pt.trace.json`.
 
-usage: critical_validate.py --clockmesh BIN [--device cpu|cuda] [--runs 20]
-       [--seed 1] [--world 2] [--plant-ms 15] [--out DIR] [--json FILE]
+usage: critical_validate.py --clockmesh BIN [--device cpu|cuda] [--gpu-wait]
+       [--runs 20] [--reruns 1] [--seed 1] [--world 2] [--plant-ms 25]
+       [--out DIR] [--json FILE]
 Exit status 0 when every run produced an analysis; the figures are printed
 (and written as JSON); judging them is the caller's.
 """
 
 import argparse
+import datetime
 import json
 import os
 import random
@@ -28,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -40,10 +48,13 @@ def parse():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clockmesh", required=True, help="the clockmesh binary")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--gpu-wait", action="store_true",
+                    help="cuda: each op's region waits for its kernels (critical_job.py)")
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--reruns", type=int, default=1, help="re-runs per run (their median is scored)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--plant-ms", type=float, default=15.0)
+    ap.add_argument("--plant-ms", type=float, default=25.0)
     ap.add_argument("--out", default="", help="keep traces here (default: a temporary dir)")
     ap.add_argument("--json", default="", help="write the figures here")
     return ap.parse_args()
@@ -65,6 +76,8 @@ def run_job(a, out_dir, plant):
         cmd = [sys.executable, str(HERE / "critical_job.py"), "--rank", str(rank),
                "--world", str(a.world), "--init", init, "--out", str(trace),
                "--device", a.device, "--steps", str(STEPS)]
+        if a.device == "cuda":
+            cmd += ["--cycles-per-ms", str(a.cycles_per_ms)] + (["--gpu-wait"] if a.gpu_wait else [])
         if plant:
             cmd += ["--plant-rank", str(plant["rank"]), "--plant-op", plant["op"],
                     "--plant-ms", str(a.plant_ms),
@@ -79,6 +92,15 @@ def run_job(a, out_dir, plant):
         if p.wait(timeout=300) != 0:
             raise SystemExit(f"critical_job.py exited {p.returncode}")
     return traces
+
+
+def calibrate(a):
+    """The GPU's `_sleep` cycles per ms, measured once for the whole batch:
+    every run then queues the same kernels."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="0")
+    done = subprocess.run([sys.executable, str(HERE / "critical_job.py"), "--calibrate"],
+                          env=env, capture_output=True, text=True, check=True)
+    return float(done.stdout.split()[-1])
 
 
 def analyse(a, traces, what_if=None):
@@ -97,8 +119,12 @@ def participant_rank(paths):
     return [p.get("rank") for p in paths["participants"]]
 
 
+def top_segment(step):
+    return step["segments"][step["top"]] if step.get("top") is not None else None
+
+
 def top_of(step, ranks):
-    seg = step["segments"][step["top"]] if step.get("top") is not None else None
+    seg = top_segment(step)
     if seg is None:
         return None
     return ranks[seg["participant"]], seg["kind"], seg["op"]
@@ -111,32 +137,48 @@ def one_run(a, rng, index, root):
     steps = sorted(rng.sample(range(3, STEPS - 1), 3))
     plant = {"rank": rank, "op": op, "steps": steps}
     planted = analyse(a, run_job(a, root / f"run{index}/planted", plant), f"{rank}:{op}")
-    rerun = analyse(a, run_job(a, root / f"run{index}/rerun", None))
+    reruns = [analyse(a, run_job(a, root / f"run{index}/rerun{k}", None)) for k in range(a.reruns)]
     ranks = participant_rank(planted)
     by_step = {s["step"]: s for s in planted["steps"]}
-    rerun_ns = {s["step"]: s["duration_ns"] for s in rerun["steps"]}
+    rerun_all = {}
+    for r in reruns:
+        for s in r["steps"]:
+            rerun_all.setdefault(s["step"], []).append(s["duration_ns"])
+    rerun_ns = {n: statistics.median(v) for n, v in rerun_all.items() if len(v) == a.reruns}
     predicted = {s["step"]: s["predicted_ns"] for s in planted["what_if"][0]["steps"]}
     rows = []
     for n in steps:
         s = by_step.get(n)
         top = top_of(s, ranks) if s else None
+        seg = top_segment(s) if s else None
+        v = rerun_all.get(n, [])
         rows.append({
             "step": n,
             "top": top,
+            "top_ns": seg["duration_ns"] if seg else None,
             "hit": top == (rank, "work", op),
+            "rank_hit": top is not None and top[0] == rank,
             "measured_ns": s["duration_ns"] if s else None,
             "predicted_ns": predicted.get(n),
             "rerun_ns": rerun_ns.get(n),
+            "reruns_ns": v,
+            "rerun_spread": (max(v) - min(v)) / statistics.median(v) if len(v) > 1 else None,
         })
     return {"plant": plant, "steps": rows,
-            "unplanted_rerun_ratio": unplanted_ratio(by_step, rerun_ns, steps)}
+            "unplanted_rerun_ratio": unplanted_ratio(by_step, rerun_ns, steps),
+            "unplanted_rerun_ratios": unplanted_ratios(by_step, rerun_ns, steps)}
+
+
+def unplanted_ratios(by_step, rerun_ns, planted):
+    """Planted run / re-run of each step not planted."""
+    return [by_step[n]["duration_ns"] / rerun_ns[n] for n in sorted(by_step)
+            if n not in planted and n in rerun_ns and rerun_ns[n] > 0]
 
 
 def unplanted_ratio(by_step, rerun_ns, planted):
     """Median of (planted run / re-run) over the steps not planted: how alike
     the two runs are where nothing differs (the noise floor of the what-if)."""
-    r = [by_step[n]["duration_ns"] / rerun_ns[n] for n in by_step
-         if n not in planted and n in rerun_ns and rerun_ns[n] > 0]
+    r = unplanted_ratios(by_step, rerun_ns, planted)
     return statistics.median(r) if r else None
 
 
@@ -147,12 +189,15 @@ def quantile(xs, q):
 
 def figures(runs):
     rows = [r for run in runs for r in run["steps"]]
+    unplanted = [abs(x - 1) for run in runs for x in run.get("unplanted_rerun_ratios", [])]
+    spreads = [r["rerun_spread"] for r in rows if r["rerun_spread"] is not None]
     errors = [abs(r["predicted_ns"] - r["rerun_ns"]) / r["rerun_ns"] for r in rows
               if r["predicted_ns"] and r["rerun_ns"]]
     return {
         "runs": len(runs),
         "planted_steps": len(rows),
         "top_hits": sum(r["hit"] for r in rows),
+        "top_rank_hits": sum(r["rank_hit"] for r in rows),
         "what_if_scored": len(errors),
         "what_if_error_median": statistics.median(errors) if errors else None,
         "what_if_error_p90": quantile(errors, 0.9),
@@ -160,6 +205,9 @@ def figures(runs):
         "noise_floor_median": statistics.median(
             [abs(r["unplanted_rerun_ratio"] - 1) for r in runs if r["unplanted_rerun_ratio"]]
         ) if runs else None,
+        "unplanted_step_p90": quantile(unplanted, 0.9),
+        "rerun_spread_median": statistics.median(spreads) if spreads else None,
+        "rerun_spread_max": max(spreads) if spreads else None,
     }
 
 
@@ -171,8 +219,13 @@ def main():
     a = parse()
     rng = random.Random(a.seed)
     root = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="critical-"))
+    a.cycles_per_ms = calibrate(a) if a.device == "cuda" else 0.0
+    if a.device == "cuda":
+        print(f"cuda: torch.cuda._sleep {a.cycles_per_ms:.1f} cycles per ms", flush=True)
+    began = time.time()
     runs = []
     for i in range(a.runs):
+        t0 = time.time()
         run = one_run(a, rng, i, root)
         runs.append(run)
         p = run["plant"]
@@ -180,14 +233,25 @@ def main():
         errs = ", ".join(
             pct(abs(r["predicted_ns"] - r["rerun_ns"]) / r["rerun_ns"])
             if r["predicted_ns"] and r["rerun_ns"] else "-" for r in run["steps"])
-        print(f"run {i}: rank {p['rank']} {p['op']} steps {p['steps']}: top {hits}/{len(run['steps'])}, "
-              f"what-if error {errs}", flush=True)
+        tops = "; ".join(f"{r['top'][0]} {r['top'][1]} {r['top'][2][:40]} {r['top_ns'] / 1e6:.2f} ms"
+                         if r["top"] else "-" for r in run["steps"])
+        if a.json:  # so far, in case the batch is cut short
+            Path(a.json).write_text(json.dumps({"figures": figures(runs), "runs": runs}, indent=1))
+        print(f"run {i} ({time.time() - t0:.0f} s): rank {p['rank']} {p['op']} steps {p['steps']}: "
+              f"top {hits}/{len(run['steps'])} ({tops}), what-if error {errs}", flush=True)
     f = figures(runs)
-    print(f"{a.device}: {f['runs']} runs, planted rank and op top the path in {f['top_hits']} of "
-          f"{f['planted_steps']} planted steps; what-if vs re-run error median "
+    f.update(device=a.device, gpu_wait=a.gpu_wait, reruns=a.reruns, plant_ms=a.plant_ms,
+             seed=a.seed, cycles_per_ms=a.cycles_per_ms, seconds=round(time.time() - began),
+             date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    spread = (f"; the {a.reruns} re-runs of a planted step, spread median "
+              f"{pct(f['rerun_spread_median'])}, max {pct(f['rerun_spread_max'])}") if a.reruns > 1 else ""
+    print(f"{a.device}{' --gpu-wait' if a.gpu_wait else ''}: {f['runs']} runs, planted rank and op top "
+          f"the path in {f['top_hits']} of {f['planted_steps']} planted steps (the planted rank: "
+          f"{f['top_rank_hits']}); what-if vs re-run error median "
           f"{pct(f['what_if_error_median'])}, p90 {pct(f['what_if_error_p90'])}, max "
           f"{pct(f['what_if_error_max'])} (n = {f['what_if_scored']}); unplanted steps, run vs "
-          f"re-run, median |ratio − 1| {pct(f['noise_floor_median'])}")
+          f"re-run, median |ratio − 1| {pct(f['noise_floor_median'])} (per step: p90 "
+          f"{pct(f['unplanted_step_p90'])}){spread}")
     if a.json:
         Path(a.json).write_text(json.dumps({"figures": f, "runs": runs}, indent=1))
 

@@ -1,5 +1,5 @@
 """`clockmesh trace critical-path` against jobs whose answer is known: two
-real PyTorch ranks (gloo, this host) in which one op is made 15 ms slower on
+real PyTorch ranks (gloo, this host) in which one op is made 25 ms slower on
 one rank in three steps — the rank, op and steps drawn by a seeded RNG that
 the analysis never sees (python/gpu/critical_validate.py). The planted rank
 and op must top every planted step's path, and the what-if with that op at
@@ -18,7 +18,7 @@ import tempfile
 import unittest
 
 VALIDATE = pathlib.Path(__file__).resolve().parents[1] / "gpu" / "critical_validate.py"
-PLANT_NS = 15_000_000
+PLANT_NS = 25_000_000
 
 
 class PlantedSlowOp(unittest.TestCase):
