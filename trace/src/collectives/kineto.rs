@@ -219,8 +219,7 @@ fn read_with<R: Read>(
     let linked: Vec<Link> = calls.iter().map(|(f, i)| links.of(f, i)).collect();
     let points: Vec<(usize, i128)> = calls
         .iter()
-        .zip(&linked)
-        .map(|((_, issue), link)| link.cpu.unwrap_or((issue.thread, issue.start)))
+        .map(|(f, issue)| work_point(f, issue))
         .collect();
     let answers = answer(
         &mut open,
@@ -295,6 +294,20 @@ fn issued_calls(found: &[Found]) -> Option<Vec<(&Found, &Found)>> {
         .collect();
     calls.sort_by_key(|(f, _)| f.start);
     Some(calls)
+}
+
+/// Where what a rank did before a call is: for a kernel, its own stream
+/// at its start — the GPU ran the rank's work there, while the CPU only
+/// queued it and may be far ahead (its ops before the launch last
+/// microseconds; counting from them made the GPU's compute look like a
+/// host gap, and no what-if could reach it); for any other call, the
+/// issuing thread at the issue (the dispatcher op before a backend span).
+fn work_point(f: &Found, issue: &Found) -> (usize, i128) {
+    if f.tier == Tier::Kernel {
+        (f.thread, f.start)
+    } else {
+        (issue.thread, issue.start)
+    }
 }
 
 /// What came before each call's issue: from the first pass (`first`, one

@@ -66,9 +66,6 @@ pub(super) struct Link<'a> {
     /// op's start, else the launch's, else the issuing op's. Its step is
     /// the call's.
     pub(super) issued_at: i128,
-    /// For a kernel: the CPU thread and time it was issued at (its comms
-    /// op's, else its launch's), where what the rank did before is.
-    pub(super) cpu: Option<(usize, i128)>,
 }
 
 /// The ops the links go through, indexed.
@@ -158,7 +155,6 @@ impl<'a> Links<'a> {
             return Link {
                 comms,
                 issued_at: comms.map_or(issue.start, |c| c.start),
-                cpu: None,
             };
         }
         let launch = f.args.correlation.and_then(|c| self.launches.get(&c));
@@ -168,13 +164,10 @@ impl<'a> Links<'a> {
             .or(launch.and_then(|l| l.external_id))
             .and_then(|id| self.by_external_id(id))
             .or_else(|| launch.and_then(|l| self.comms_around(l.thread, l.start, l.start)));
-        let cpu = comms
-            .map(|c| (c.thread, c.start))
-            .or(launch.map(|l| (l.thread, l.start)));
-        Link {
-            comms,
-            issued_at: cpu.map_or(f.start, |(_, t)| t),
-            cpu,
-        }
+        let issued_at = comms
+            .map(|c| c.start)
+            .or(launch.map(|l| l.start))
+            .unwrap_or(f.start);
+        Link { comms, issued_at }
     }
 }

@@ -270,7 +270,7 @@ fn calls(kept: &Kept, base_ns: i64, dist: Option<&DistributedInfo>) -> Vec<Colle
         .into_iter()
         .map(|(f, issue)| {
             let link = links.of(f, issue);
-            let (thread, t) = link.cpu.unwrap_or((issue.thread, issue.start));
+            let (thread, t) = super::work_point(f, issue);
             let at = base_ns as i128 + t;
             let preceding = by_thread
                 .get(&thread)

@@ -710,8 +710,13 @@ fn nccl_kernels_take_sequence_and_step_from_the_op_that_launched_them() {
             launch(112.0, 130, None),
             step(5, 200.0, "user_annotation"),
             comms(210.0, 65, 19),
-            // The kernels run after their steps ended on the CPU.
+            // The kernels run after their steps ended on the CPU, each
+            // after the GPU work its step queued on the same stream.
             kernel(150.0, 123, Some(46)),
+            json!({"ph": "X", "cat": "gpu_user_annotation", "name": "optimizer", "pid": 0,
+                "tid": 7, "ts": 190.0, "dur": 59.0}),
+            json!({"ph": "X", "cat": "kernel", "name": "spin_kernel", "pid": 0, "tid": 7,
+                "ts": 200.0, "dur": 49.0}),
             kernel(250.0, 130, None),
             kernel(350.0, 140, Some(65)),
             // GPU rows repeat the steps, later and out of order.
@@ -745,13 +750,14 @@ fn nccl_kernels_take_sequence_and_step_from_the_op_that_launched_them() {
         "by External id through nccl:all_reduce, by the launch's thread and time, by External id"
     );
     assert!(t.calls.iter().all(|c| &*c.key.name == "allreduce"));
-    // The arrival is the kernel's start; what the rank did before is on
-    // the CPU thread that issued it (before its record_param_comms), not
-    // the GPU stream's previous kernel.
+    // The arrival is the kernel's start; what the rank did before is the
+    // GPU work on its stream (the enclosing annotation of the kernels
+    // that ended with it), not the CPU thread that only queued it and
+    // ran ahead (its record_param_comms ended 232 µs earlier).
     assert_eq!(t.calls[1].enter_ns, 250_000);
     let before = t.calls[1].preceding.as_ref().unwrap();
     assert_eq!(
-        (&*before.name, before.end_ns),
-        ("record_param_comms", 18_000)
+        (&*before.name, before.start_ns, before.end_ns),
+        ("optimizer", 190_000, 249_000)
     );
 }
