@@ -3,7 +3,8 @@
 //! `clockmesh-demo exchange` shows the raw eBPF timestamps of two hosts;
 //! `clockmesh-demo bench` measures the capture path;
 //! `clockmesh-demo bench-chrony` compares clockmesh with chrony on one link;
-//! `clockmesh-demo bench-faults` compares them through faults on a bridge.
+//! `clockmesh-demo bench-faults` compares them through faults on a bridge;
+//! `clockmesh-demo bench-scale` measures the coordination at 1,000–10,000 members.
 //! Run through `cargo xtask demo` (needs root).
 
 use std::time::Duration;
@@ -23,6 +24,7 @@ mod faults;
 mod gpu;
 mod pingpong;
 mod ptp;
+mod scale;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -67,6 +69,11 @@ enum Cmd {
     /// NCCL and JAX jobs between them under the skew shim, profiler windows
     /// that differ per rank, a planted straggler; merged and analysed.
     GpuE2e(gpu::GpuArgs),
+    /// The per-window coordination at 1,000–10,000 simulated members: a
+    /// real etcd through the agent's own etcd store, and the relay's leader
+    /// (a real core::Node) on loopback; requests, bytes, CPU, latencies,
+    /// accuracy against the truth (docs/coordination.md).
+    BenchScale(scale::ScaleArgs),
     /// The bare UDP floor of bench-chrony's CPU-per-pair comparison.
     #[command(hide = true)]
     Pingpong(pingpong::PingPongArgs),
@@ -95,6 +102,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::BenchFaults(f)) => faults::run(f),
         Some(Cmd::Pingpong(p)) => pingpong::run(p),
         Some(Cmd::GpuE2e(g)) => gpu::run(g),
+        Some(Cmd::BenchScale(s)) => scale::run(s),
         None => cluster::run(args.cluster),
     }
 }
