@@ -60,6 +60,12 @@ pub struct ScaleArgs {
     /// Extra etcd flags, e.g. `--etcd-arg=--auto-compaction-retention=1m`.
     #[arg(long = "etcd-arg", allow_hyphen_values = true)]
     etcd_args: Vec<String>,
+    /// Members sharing one member's two etcd connections (each with its
+    /// own lease, keep-alive and campaign). Default: 1, every member its
+    /// own, unless the open-file limit (this process's and etcd's) cannot
+    /// hold two per member; then as few as fit.
+    #[arg(long)]
+    members_per_connection: Option<usize>,
     /// Registrations in flight at once while the members start.
     #[arg(long, default_value_t = 64)]
     start_concurrency: usize,
@@ -112,8 +118,9 @@ pub async fn sleep_until_realtime(t_ns: i64) {
 }
 
 /// Each member holds two etcd connections and each relay member a
-/// socket: raise the open-file limit (as root) well above the default.
-fn raise_nofile(want: u64) -> anyhow::Result<()> {
+/// socket: raises the open-file limit toward `want`, as far as the hard
+/// limit lets it; returns the limit now in force.
+fn raise_nofile(want: u64) -> anyhow::Result<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -123,21 +130,30 @@ fn raise_nofile(want: u64) -> anyhow::Result<()> {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             anyhow::bail!("getrlimit: {}", std::io::Error::last_os_error());
         }
-        if lim.rlim_cur >= want {
-            return Ok(());
+        let target = want.min(lim.rlim_max);
+        if lim.rlim_cur >= target {
+            return Ok(lim.rlim_cur);
         }
         let raised = libc::rlimit {
-            rlim_cur: want,
-            rlim_max: want.max(lim.rlim_max),
+            rlim_cur: target,
+            rlim_max: lim.rlim_max,
         };
         if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
-            anyhow::bail!(
-                "raising the open-file limit to {want} (each member holds 2 etcd connections; run as root): {}",
-                std::io::Error::last_os_error()
-            );
+            anyhow::bail!("raising the open-file limit to {target}: {}", std::io::Error::last_os_error());
         }
+        Ok(target)
     }
-    Ok(())
+}
+
+/// Members per connection pair: 1 (each its own, as agents) unless this
+/// process or etcd (which inherits the limit) could not hold 2 per member.
+fn members_per_connection(members: usize, asked: Option<usize>, nofile: u64) -> usize {
+    if let Some(m) = asked {
+        return m.max(1);
+    }
+    // Room for etcd's own files and the harness's.
+    let room = nofile.saturating_sub(2048).max(2) as usize;
+    (2 * members).div_ceil(room).max(1)
 }
 
 fn host() -> Host {
@@ -161,7 +177,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.window_s >= 1, "--window-s: at least 1");
     anyhow::ensure!(args.degree >= 1, "--degree: at least 1");
     let most = args.members.iter().copied().max().unwrap_or(0).max(args.relay_members);
-    raise_nofile(4 * most as u64 + 4096)?;
+    let nofile = raise_nofile(4 * most as u64 + 4096)?;
     let mut out = Output {
         host: host(),
         etcd: Vec::new(),
@@ -180,6 +196,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
                 seed: args.seed,
                 etcd_args: args.etcd_args.clone(),
                 start_concurrency: args.start_concurrency,
+                members_per_connection: members_per_connection(n, args.members_per_connection, nofile),
             };
             let r = etcd_run::run(&cfg).with_context(|| format!("etcd run at {n} members"))?;
             if !args.json {
@@ -245,6 +262,9 @@ fn print_etcd(rs: &[etcd_run::EtcdReport]) {
     let rows: &[Row] = &[
         ("members", |r| r.members.to_string()),
         ("mean out-edges per member", |r| format!("{:.2}", r.mean_out_edges)),
+        ("etcd connections (members per connection pair)", |r| {
+            format!("{} ({})", r.etcd_connections, r.members_per_connection)
+        }),
         ("start (connect + register all), s", |r| format!("{:.0}", r.start_s)),
         ("etcd requests / window", |r| format!("{:.0}", r.etcd_requests_per_window)),
         ("  of which Put / Range / Txn / LeaseKeepAlive", |r| {

@@ -47,6 +47,8 @@ pub struct EtcdRunCfg {
     pub etcd_args: Vec<String>,
     /// Registrations in flight at once while the members start.
     pub start_concurrency: usize,
+    /// Members sharing one member's two etcd connections (1: none shared).
+    pub members_per_connection: usize,
 }
 
 /// Phase delays after a window's end at 1 s windows (`core/src/window_clock.rs`):
@@ -109,6 +111,8 @@ pub struct EtcdReport {
     pub windows: u64,
     pub window_s: u64,
     pub membership_every_s: u64,
+    pub members_per_connection: usize,
+    pub etcd_connections: usize,
     pub degree: usize,
     pub mean_out_edges: f64,
     pub start_s: f64,
@@ -260,26 +264,47 @@ pub fn run(cfg: &EtcdRunCfg) -> anyhow::Result<EtcdReport> {
     Ok(report(cfg, &truth, start_s, &before, &after, logs, leader_log))
 }
 
-/// Registers members 1..N, `start_concurrency` at a time.
+/// Registers members 1..N, `start_concurrency` groups at a time; each
+/// group of `members_per_connection` shares one member's two connections
+/// (1: every member its own, as agents have).
 async fn start_members(endpoint: &str, cfg: &EtcdRunCfg) -> anyhow::Result<Vec<Started>> {
     let gate = Arc::new(Semaphore::new(cfg.start_concurrency.max(1)));
     let mut set = tokio::task::JoinSet::new();
-    for i in 1..cfg.members {
+    let per = cfg.members_per_connection.max(1);
+    let ids: Vec<usize> = (1..cfg.members).collect();
+    for group in ids.chunks(per) {
         let gate = gate.clone();
         let endpoint = endpoint.to_owned();
+        let group = group.to_vec();
         set.spawn(async move {
             let _permit = gate.acquire_owned().await?;
-            start_member(endpoint, i).await
+            start_group(endpoint, group).await
         });
     }
     let mut started = Vec::with_capacity(cfg.members);
     while let Some(r) = set.join_next().await {
-        started.push(r??);
-        if started.len() % 1000 == 0 {
-            info!(registered = started.len(), "members starting");
-        }
+        started.extend(r??);
     }
     Ok(started)
+}
+
+/// The group's first member connects; the others register on its connections.
+async fn start_group(endpoint: String, group: Vec<usize>) -> anyhow::Result<Vec<Started>> {
+    let Some((&first, rest)) = group.split_first() else {
+        return Ok(Vec::new());
+    };
+    let head = start_member(endpoint, first).await?;
+    let mut out = Vec::with_capacity(group.len());
+    for &i in rest {
+        let mut disc = head.disc.share_connections();
+        let member = disc
+            .register(&announced(i))
+            .await
+            .with_context(|| format!("member {i}: registering"))?;
+        out.push(Started { member, disc });
+    }
+    out.push(head);
+    Ok(out)
 }
 
 /// The windows every member runs, and what it needs to make its fits.
@@ -685,6 +710,8 @@ fn report(
         windows: cfg.windows,
         window_s: cfg.window_s,
         membership_every_s: cfg.membership_every_s,
+        members_per_connection: cfg.members_per_connection,
+        etcd_connections: 2 * (cfg.members - 1).div_ceil(cfg.members_per_connection.max(1)) + 2,
         degree: cfg.degree,
         mean_out_edges: (0..truth.len()).map(|i| truth.out_degree(i)).sum::<usize>() as f64
             / truth.len().max(1) as f64,
