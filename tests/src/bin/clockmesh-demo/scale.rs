@@ -293,7 +293,13 @@ fn print_etcd(rs: &[etcd_run::EtcdReport]) {
         }),
         ("|error| vs truth, ns p50/p99/max", |r| q(&r.abs_error_ns)),
         ("bound coverage", |r| format!("{:.4}", r.coverage)),
-        ("request errors", |r| r.request_errors.to_string()),
+        ("request errors (registrations retried, rejoins)", |r| {
+            format!("{} ({}, {})", r.request_errors, r.register_retries, r.rejoins)
+        }),
+        ("etcd WAL fsync mean ms (fsyncs / window)", |r| {
+            format!("{:.2} ({:.0})", r.etcd_wal_fsync_ms, r.etcd_wal_fsyncs_per_window)
+        }),
+        ("etcd backend commit mean, ms", |r| format!("{:.2}", r.etcd_backend_commit_ms)),
         ("etcd CPU, cores", |r| format!("{:.2}", r.etcd_cpu_cores)),
         ("etcd RSS, MiB", |r| format!("{:.0}", r.etcd_rss_mib)),
         ("etcd DB start → end, MiB", |r| format!("{:.1} → {:.1}", r.etcd_db_mib_start, r.etcd_db_mib_end)),

@@ -84,6 +84,8 @@ struct MemberLog {
     outcomes: Vec<(u64, Outcome)>,
     errors: usize,
     put_bytes: u64,
+    /// Registered again after its lease lapsed.
+    rejoins: usize,
     get_bytes: u64,
     refresh_bytes: u64,
 }
@@ -144,6 +146,13 @@ pub struct EtcdReport {
     pub abs_error_ns: Quantiles,
     pub coverage: f64,
     pub request_errors: usize,
+    pub register_retries: usize,
+    /// Members whose lease lapsed (a failed keep-alive) and that registered again.
+    pub rejoins: usize,
+    /// Mean WAL fsync and fsyncs per window.
+    pub etcd_wal_fsync_ms: f64,
+    pub etcd_wal_fsyncs_per_window: f64,
+    pub etcd_backend_commit_ms: f64,
     pub etcd_cpu_cores: f64,
     pub etcd_rss_mib: f64,
     pub etcd_db_mib_start: f64,
@@ -190,11 +199,30 @@ async fn start_member(endpoint: String, i: usize) -> anyhow::Result<Started> {
     let mut disc = EtcdDiscovery::connect(etcd_cfg(&endpoint))
         .await
         .with_context(|| format!("member {i}: connecting"))?;
-    let member = disc
-        .register(&announced(i))
-        .await
-        .with_context(|| format!("member {i}: registering"))?;
+    let member = register(&mut disc, i).await?;
     Ok(Started { member, disc })
+}
+
+/// Registrations that failed and were tried again (etcd overloaded by
+/// the start: "request timed out"), over the run.
+static REGISTER_RETRIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Registers member `i`, trying again after a failure as the agent does
+/// at its next refresh (2 s), up to 10 times.
+async fn register(disc: &mut EtcdDiscovery, i: usize) -> anyhow::Result<Member> {
+    let mut tries = 0;
+    loop {
+        match disc.register(&announced(i)).await {
+            Ok(m) => return Ok(m),
+            Err(e) if tries < 10 => {
+                tries += 1;
+                REGISTER_RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                warn!(member = i, "registering failed, again in 2 s: {e}");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(e) => return Err(e).with_context(|| format!("member {i}: registering")),
+        }
+    }
 }
 
 /// Runs the bench for one member count against a fresh etcd.
@@ -209,7 +237,7 @@ pub fn run(cfg: &EtcdRunCfg) -> anyhow::Result<EtcdReport> {
     let started_at = Instant::now();
     // The leader registers first, so its campaign wins, and runs on its own
     // thread: its solve is not scheduled behind the members' tasks.
-    let (to_leader, leader_rx) = mpsc::channel::<LeaderPlan>();
+    let (to_leader, leader_rx) = tokio::sync::oneshot::channel::<LeaderPlan>();
     let (leader_ready, from_leader) = mpsc::channel::<anyhow::Result<Member>>();
     let leader_endpoint = endpoint.clone();
     let leader_cfg = cfg.clone();
@@ -297,10 +325,7 @@ async fn start_group(endpoint: String, group: Vec<usize>) -> anyhow::Result<Vec<
     let mut out = Vec::with_capacity(group.len());
     for &i in rest {
         let mut disc = head.disc.share_connections();
-        let member = disc
-            .register(&announced(i))
-            .await
-            .with_context(|| format!("member {i}: registering"))?;
+        let member = register(&mut disc, i).await?;
         out.push(Started { member, disc });
     }
     out.push(head);
@@ -383,7 +408,14 @@ async fn member_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> Memb
             .truth
             .snapshot(i, k, plan.window_ns, &plan.ids, &plan.names, &mut rng);
         plan.sleep_until_local(i, end + fit).await;
-        put_fits(&mut disc, &name, &snapshot, &mut log).await;
+        if !put_fits(&mut disc, &name, &snapshot, &mut log).await {
+            // Its lease lapsed (a keep-alive stream that failed is not
+            // restarted): the agent notices at its next membership refresh
+            // and registers again under its id; so does the member here.
+            if register(&mut disc, i).await.is_ok() {
+                log.rejoins += 1;
+            }
+        }
         if plan.local_now(i) > end + solve {
             log.late_puts += 1;
         }
@@ -397,16 +429,19 @@ async fn member_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> Memb
     log
 }
 
-async fn put_fits(disc: &mut EtcdDiscovery, name: &str, s: &pb::Snapshot, log: &mut MemberLog) {
+/// Puts the member's fits; false if its lease is gone.
+async fn put_fits(disc: &mut EtcdDiscovery, name: &str, s: &pb::Snapshot, log: &mut MemberLog) -> bool {
     let t = Instant::now();
     match disc.put_edges(name, s).await {
         Ok(()) => {
             log.put_ms.push(t.elapsed().as_secs_f64() * 1e3);
             log.put_bytes += (s.encoded_len() + name.len() + 22) as u64;
+            true
         }
         Err(e) => {
             log.errors += 1;
             warn!(member = name, "put_edges: {e}");
+            !e.to_string().contains("lease not found")
         }
     }
 }
@@ -474,7 +509,7 @@ fn leader_thread(
     endpoint: String,
     cfg: EtcdRunCfg,
     ready: mpsc::Sender<anyhow::Result<Member>>,
-    plan: mpsc::Receiver<LeaderPlan>,
+    plan: tokio::sync::oneshot::Receiver<LeaderPlan>,
 ) -> anyhow::Result<LeaderLog> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -496,7 +531,9 @@ fn leader_thread(
         }
     };
     let _ = ready.send(Ok(member.clone()));
-    let LeaderPlan { members, schedule } = plan.recv().context("no plan for the leader")?;
+    // Waited for on the runtime: its lease's keep-alive runs meanwhile
+    // (the other members take a minute to start at 10,000).
+    let LeaderPlan { members, schedule } = rt.block_on(plan).context("no plan for the leader")?;
     let settings = Settings {
         probe_window_s: cfg.window_s,
         degree: cfg.degree,
@@ -592,7 +629,7 @@ impl LeaderCtx<'_> {
                     &self.plan.names,
                     self.rng,
                 );
-                put_fits(self.disc, &name, &snapshot, &mut self.log.own).await;
+                let _ = put_fits(self.disc, &name, &snapshot, &mut self.log.own).await;
             }
             Action::FetchFits { window } => {
                 let t = Instant::now();
@@ -741,6 +778,17 @@ fn report(
         abs_error_ns: Quantiles::of(got.iter().map(|g| g.1).collect()),
         coverage: got.iter().filter(|g| g.2).count() as f64 / got.len().max(1) as f64,
         request_errors: logs.iter().map(|l| l.errors).sum::<usize>() + leader.errors,
+        rejoins: logs.iter().map(|l| l.rejoins).sum(),
+        register_retries: REGISTER_RETRIES.swap(0, std::sync::atomic::Ordering::Relaxed),
+        etcd_wal_fsync_ms: ms_per(
+            delta("etcd_disk_wal_fsync_duration_seconds_sum"),
+            delta("etcd_disk_wal_fsync_duration_seconds_count"),
+        ),
+        etcd_wal_fsyncs_per_window: per_window(delta("etcd_disk_wal_fsync_duration_seconds_count")),
+        etcd_backend_commit_ms: ms_per(
+            delta("etcd_disk_backend_commit_duration_seconds_sum"),
+            delta("etcd_disk_backend_commit_duration_seconds_count"),
+        ),
         etcd_cpu_cores: (after.etcd_cpu_s - before.etcd_cpu_s) / wall_s,
         etcd_rss_mib: after.etcd_rss_mib,
         etcd_db_mib_start: db(&before.etcd),
@@ -752,6 +800,10 @@ fn report(
         harness_cpu_cores: (after.harness_cpu_s - before.harness_cpu_s) / wall_s,
         harness_rss_mib: metrics::rss_mib(std::process::id()).unwrap_or(0.0),
     }
+}
+
+fn ms_per(sum_s: f64, count: f64) -> f64 {
+    if count > 0.0 { sum_s / count * 1e3 } else { 0.0 }
 }
 
 fn mean(v: &[f64]) -> f64 {
