@@ -398,7 +398,10 @@ async fn member_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> Memb
     let mut log = MemberLog::default();
     let mut rng = Rng::new(plan.ids[i] as u64 ^ 0xA5A5);
     let (fit, solve, fetch) = phases_ns(plan.window_ns);
-    let refresh_at = (rng.unit() * plan.window_ns as f64) as i64;
+    // Between this window's read and the next window's put, spread over
+    // the members (an agent's refresh timer is not tied to the windows;
+    // its loop is sequential, so a refresh never overlaps its own phases).
+    let refresh_at = fetch + 50_000_000 + (rng.unit() * (plan.window_ns + fit - fetch - 100_000_000) as f64) as i64;
     let every = plan.refresh_every_windows();
     let name = plan.names[i].clone();
     let reference = 0;
@@ -422,7 +425,7 @@ async fn member_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> Memb
         plan.sleep_until_local(i, end + fetch).await;
         read_result(&mut disc, i, k, reference, plan, &mut log).await;
         if plan.membership_every_s > 0 && (k + i as u64) % every == 0 {
-            plan.sleep_until_local(i, end + refresh_at.max(fetch)).await;
+            plan.sleep_until_local(i, end + refresh_at).await;
             refresh(&mut disc, &mut log).await;
         }
     }
