@@ -28,8 +28,14 @@ fn truth_fits_solve_and_results_recover_every_offset_through_etcd_and_the_relay(
     assert_eq!(etcd["coverage"], 1.0, "{etcd}");
     assert_eq!(etcd["request_errors"], 0, "{etcd}");
     // Fits are within ~1.5 µs bounds of the truth; the solve combines them.
-    assert!(etcd["abs_error_ns"]["max"].as_f64().unwrap() < 1_500.0, "{etcd}");
+    assert!(
+        etcd["abs_error_ns"]["max"].as_f64().unwrap() < 1_500.0,
+        "{etcd}"
+    );
     let relay = &v["relay"];
     assert_eq!(relay["coverage"], 1.0, "{relay}");
-    assert_eq!(relay["fits_received_per_window"], relay["fits_sent_per_window"], "{relay}");
+    assert_eq!(
+        relay["fits_received_per_window"], relay["fits_sent_per_window"],
+        "{relay}"
+    );
 }

@@ -139,7 +139,10 @@ fn raise_nofile(want: u64) -> anyhow::Result<u64> {
             rlim_max: lim.rlim_max,
         };
         if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
-            anyhow::bail!("raising the open-file limit to {target}: {}", std::io::Error::last_os_error());
+            anyhow::bail!(
+                "raising the open-file limit to {target}: {}",
+                std::io::Error::last_os_error()
+            );
         }
         Ok(target)
     }
@@ -176,7 +179,13 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.windows > args.warmup, "--windows must exceed --warmup");
     anyhow::ensure!(args.window_s >= 1, "--window-s: at least 1");
     anyhow::ensure!(args.degree >= 1, "--degree: at least 1");
-    let most = args.members.iter().copied().max().unwrap_or(0).max(args.relay_members);
+    let most = args
+        .members
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(args.relay_members);
     let nofile = raise_nofile(4 * most as u64 + 4096)?;
     let mut out = Output {
         host: host(),
@@ -196,7 +205,11 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
                 seed: args.seed,
                 etcd_args: args.etcd_args.clone(),
                 start_concurrency: args.start_concurrency,
-                members_per_connection: members_per_connection(n, args.members_per_connection, nofile),
+                members_per_connection: members_per_connection(
+                    n,
+                    args.members_per_connection,
+                    nofile,
+                ),
             };
             let r = etcd_run::run(&cfg).with_context(|| format!("etcd run at {n} members"))?;
             if !args.json {
@@ -257,60 +270,10 @@ fn q(x: &metrics::Quantiles) -> String {
     format!("{:.1} / {:.1} / {:.1}", x.p50, x.p99, x.max)
 }
 
+type Row = (&'static str, fn(&etcd_run::EtcdReport) -> String);
+
 fn print_etcd(rs: &[etcd_run::EtcdReport]) {
-    type Row = (&'static str, fn(&etcd_run::EtcdReport) -> String);
-    let rows: &[Row] = &[
-        ("members", |r| r.members.to_string()),
-        ("mean out-edges per member", |r| format!("{:.2}", r.mean_out_edges)),
-        ("etcd connections (members per connection pair)", |r| {
-            format!("{} ({})", r.etcd_connections, r.members_per_connection)
-        }),
-        ("start (connect + register all), s", |r| format!("{:.0}", r.start_s)),
-        ("etcd requests / window", |r| format!("{:.0}", r.etcd_requests_per_window)),
-        ("  of which Put / Range / Txn / LeaseKeepAlive", |r| {
-            let m = |k: &str| r.etcd_requests_by_method_per_window.get(k).copied().unwrap_or(0.0);
-            format!("{:.0} / {:.0} / {:.0} / {:.0}", m("Put"), m("Range"), m("Txn"), m("LeaseKeepAlive"))
-        }),
-        ("etcd gRPC bytes in / out per window, MB", |r| {
-            format!("{:.2} / {:.2}", r.etcd_rx_bytes_per_window / 1e6, r.etcd_tx_bytes_per_window / 1e6)
-        }),
-        ("harness payload put / read per window, MB", |r| {
-            format!("{:.2} / {:.2}", r.harness_put_bytes_per_window / 1e6, r.harness_read_bytes_per_window / 1e6)
-        }),
-        ("put edges, ms p50/p99/max", |r| q(&r.put_edges_ms)),
-        ("  puts done after the solve phase / window", |r| format!("{:.0}", r.late_puts_per_window)),
-        ("read own result, ms", |r| q(&r.read_result_ms)),
-        ("member list + leader read, ms", |r| q(&r.members_refresh_ms)),
-        ("leader fetch (range of edges/), ms", |r| q(&r.fetch_ms)),
-        ("  fetched per window, MB", |r| format!("{:.2}", r.fetch_bytes / 1e6)),
-        ("leader solve, ms", |r| q(&r.solve_ms)),
-        ("leader put results (txns), ms", |r| format!("{} ({})", q(&r.put_results_ms), r.put_results_txns)),
-        ("leader solve phase start → results written, ms", |r| q(&r.solve_start_to_published_ms)),
-        ("leader thread CPU, cores", |r| format!("{:.2}", r.leader_cpu_cores)),
-        ("result after window end, ms p50/p99/max", |r| q(&r.result_after_end_ms)),
-        ("member-windows missing their result", |r| {
-            format!("{:.1} % of {}", 100.0 * r.missed_share, r.member_windows)
-        }),
-        ("|error| vs truth, ns p50/p99/max", |r| q(&r.abs_error_ns)),
-        ("bound coverage", |r| format!("{:.4}", r.coverage)),
-        ("request errors (registrations retried, rejoins)", |r| {
-            format!("{} ({}, {})", r.request_errors, r.register_retries, r.rejoins)
-        }),
-        ("etcd WAL fsync mean ms (fsyncs / window)", |r| {
-            format!("{:.2} ({:.0})", r.etcd_wal_fsync_ms, r.etcd_wal_fsyncs_per_window)
-        }),
-        ("etcd backend commit mean, ms", |r| format!("{:.2}", r.etcd_backend_commit_ms)),
-        ("etcd CPU, cores", |r| format!("{:.2}", r.etcd_cpu_cores)),
-        ("etcd RSS, MiB", |r| format!("{:.0}", r.etcd_rss_mib)),
-        ("etcd DB start → end, MiB", |r| format!("{:.1} → {:.1}", r.etcd_db_mib_start, r.etcd_db_mib_end)),
-        ("etcd DB growth / window, MiB (quota)", |r| {
-            format!("{:.2} ({:.0})", r.etcd_db_growth_mib_per_window, r.etcd_quota_mib)
-        }),
-        ("etcd keys compacted in the run", |r| format!("{:.0}", r.etcd_compactions)),
-        ("harness CPU (members + leader), cores", |r| format!("{:.2}", r.harness_cpu_cores)),
-        ("harness RSS, MiB", |r| format!("{:.0}", r.harness_rss_mib)),
-    ];
-    for (name, f) in rows {
+    for (name, f) in traffic_rows().iter().chain(outcome_rows()) {
         print!("{name:<48}");
         for r in rs {
             print!(" | {:>22}", f(r));
@@ -319,26 +282,181 @@ fn print_etcd(rs: &[etcd_run::EtcdReport]) {
     }
 }
 
+/// Requests, bytes and latencies.
+fn traffic_rows() -> &'static [Row] {
+    &[
+        ("members", |r| r.members.to_string()),
+        ("mean out-edges per member", |r| {
+            format!("{:.2}", r.mean_out_edges)
+        }),
+        ("etcd connections (members per connection pair)", |r| {
+            format!("{} ({})", r.etcd_connections, r.members_per_connection)
+        }),
+        ("start (connect + register all), s", |r| {
+            format!("{:.0}", r.start_s)
+        }),
+        ("etcd requests / window", |r| {
+            format!("{:.0}", r.etcd_requests_per_window)
+        }),
+        ("  of which Put / Range / Txn / LeaseKeepAlive", |r| {
+            let m = |k: &str| {
+                r.etcd_requests_by_method_per_window
+                    .get(k)
+                    .copied()
+                    .unwrap_or(0.0)
+            };
+            format!(
+                "{:.0} / {:.0} / {:.0} / {:.0}",
+                m("Put"),
+                m("Range"),
+                m("Txn"),
+                m("LeaseKeepAlive")
+            )
+        }),
+        ("etcd gRPC bytes in / out per window, MB", |r| {
+            format!(
+                "{:.2} / {:.2}",
+                r.etcd_rx_bytes_per_window / 1e6,
+                r.etcd_tx_bytes_per_window / 1e6
+            )
+        }),
+        ("harness payload put / read per window, MB", |r| {
+            format!(
+                "{:.2} / {:.2}",
+                r.harness_put_bytes_per_window / 1e6,
+                r.harness_read_bytes_per_window / 1e6
+            )
+        }),
+        ("put edges, ms p50/p99/max", |r| q(&r.put_edges_ms)),
+        ("  puts done after the solve phase / window", |r| {
+            format!("{:.0}", r.late_puts_per_window)
+        }),
+        ("read own result, ms", |r| q(&r.read_result_ms)),
+        (
+            "member list + leader read, ms",
+            |r| q(&r.members_refresh_ms),
+        ),
+    ]
+}
+
+/// The leader's work, the members' results, etcd's and the harness's cost.
+fn outcome_rows() -> &'static [Row] {
+    &[
+        ("leader fetch (range of edges/), ms", |r| q(&r.fetch_ms)),
+        ("  fetched per window, MB", |r| {
+            format!("{:.2}", r.fetch_bytes / 1e6)
+        }),
+        ("leader solve, ms", |r| q(&r.solve_ms)),
+        ("leader put results (txns), ms", |r| {
+            format!("{} ({})", q(&r.put_results_ms), r.put_results_txns)
+        }),
+        ("leader solve phase start → results written, ms", |r| {
+            q(&r.solve_start_to_published_ms)
+        }),
+        ("leader thread CPU, cores", |r| {
+            format!("{:.2}", r.leader_cpu_cores)
+        }),
+        ("result after window end, ms p50/p99/max", |r| {
+            q(&r.result_after_end_ms)
+        }),
+        ("member-windows missing their result", |r| {
+            format!("{:.1} % of {}", 100.0 * r.missed_share, r.member_windows)
+        }),
+        ("|error| vs truth, ns p50/p99/max", |r| q(&r.abs_error_ns)),
+        ("bound coverage", |r| format!("{:.4}", r.coverage)),
+        ("request errors (registrations retried, rejoins)", |r| {
+            format!(
+                "{} ({}, {})",
+                r.request_errors, r.register_retries, r.rejoins
+            )
+        }),
+        ("etcd WAL fsync mean ms (fsyncs / window)", |r| {
+            format!(
+                "{:.2} ({:.0})",
+                r.etcd_wal_fsync_ms, r.etcd_wal_fsyncs_per_window
+            )
+        }),
+        ("etcd backend commit mean, ms", |r| {
+            format!("{:.2}", r.etcd_backend_commit_ms)
+        }),
+        ("etcd CPU, cores", |r| format!("{:.2}", r.etcd_cpu_cores)),
+        ("etcd RSS, MiB", |r| format!("{:.0}", r.etcd_rss_mib)),
+        ("etcd DB start → end, MiB", |r| {
+            format!("{:.1} → {:.1}", r.etcd_db_mib_start, r.etcd_db_mib_end)
+        }),
+        ("etcd DB growth / window, MiB (quota)", |r| {
+            format!(
+                "{:.2} ({:.0})",
+                r.etcd_db_growth_mib_per_window, r.etcd_quota_mib
+            )
+        }),
+        ("etcd keys compacted in the run", |r| {
+            format!("{:.0}", r.etcd_compactions)
+        }),
+        ("harness CPU (members + leader), cores", |r| {
+            format!("{:.2}", r.harness_cpu_cores)
+        }),
+        ("harness RSS, MiB", |r| format!("{:.0}", r.harness_rss_mib)),
+    ]
+}
+
 fn print_relay(r: &relay::RelayReport) {
     println!(
         "\nrelay (a real core::Node leader on one UDP socket, loopback, {} members, {} windows, rcvbuf {} B):",
         r.members, r.windows, r.rcvbuf_bytes
     );
     let rows: Vec<(&str, String)> = vec![
-        ("fit datagrams sent / window", format!("{:.0} ({:.2} MB)", r.fits_sent_per_window, r.fit_bytes_per_window / 1e6)),
+        (
+            "fit datagrams sent / window",
+            format!(
+                "{:.0} ({:.2} MB)",
+                r.fits_sent_per_window,
+                r.fit_bytes_per_window / 1e6
+            ),
+        ),
         ("  burst sent in, ms p50/p99/max", q(&r.burst_ms)),
-        ("fits the leader took / window", format!("{:.0}", r.fits_received_per_window)),
-        ("dropped at the leader's socket / window", format!("{:.0}", r.socket_drops_per_window)),
-        ("host UDP RcvbufErrors / window", format!("{:.0}", r.udp_rcvbuf_errors_per_window)),
+        (
+            "fits the leader took / window",
+            format!("{:.0}", r.fits_received_per_window),
+        ),
+        (
+            "dropped at the leader's socket / window",
+            format!("{:.0}", r.socket_drops_per_window),
+        ),
+        (
+            "host UDP RcvbufErrors / window",
+            format!("{:.0}", r.udp_rcvbuf_errors_per_window),
+        ),
         ("leader socket drain per tick, ms", q(&r.leader_drain_ms)),
-        ("leader solve tick (solve + send results), ms", q(&r.solve_tick_ms)),
-        ("results sent / received per window", format!("{:.0} / {:.0}", r.results_sent_per_window, r.results_received_per_window)),
-        ("result sent after window end, ms", q(&r.result_after_end_ms)),
-        ("member-windows missing their result", format!("{:.1} %", 100.0 * r.missed_share)),
+        (
+            "leader solve tick (solve + send results), ms",
+            q(&r.solve_tick_ms),
+        ),
+        (
+            "results sent / received per window",
+            format!(
+                "{:.0} / {:.0}",
+                r.results_sent_per_window, r.results_received_per_window
+            ),
+        ),
+        (
+            "result sent after window end, ms",
+            q(&r.result_after_end_ms),
+        ),
+        (
+            "member-windows missing their result",
+            format!("{:.1} %", 100.0 * r.missed_share),
+        ),
         ("|error| vs truth, ns p50/p99/max", q(&r.abs_error_ns)),
         ("bound coverage", format!("{:.4}", r.coverage)),
-        ("leader thread CPU, cores", format!("{:.2}", r.leader_cpu_cores)),
-        ("senders' thread CPU, cores", format!("{:.2}", r.senders_cpu_cores)),
+        (
+            "leader thread CPU, cores",
+            format!("{:.2}", r.leader_cpu_cores),
+        ),
+        (
+            "senders' thread CPU, cores",
+            format!("{:.2}", r.senders_cpu_cores),
+        ),
     ];
     for (name, v) in rows {
         println!("{name:<48} | {v}");

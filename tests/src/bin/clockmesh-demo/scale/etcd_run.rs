@@ -68,7 +68,11 @@ fn phases_ns(window_ns: i64) -> (i64, i64, i64) {
 enum Outcome {
     /// The window's result: ms after the window's end (member's clock),
     /// |error| ns, within its bound.
-    Got { after_end_ms: f64, err_ns: f64, covered: bool },
+    Got {
+        after_end_ms: f64,
+        err_ns: f64,
+        covered: bool,
+    },
     /// An older result or none: this window's result came too late.
     Missed,
 }
@@ -227,7 +231,10 @@ async fn register(disc: &mut EtcdDiscovery, i: usize) -> anyhow::Result<Member> 
 
 /// Runs the bench for one member count against a fresh etcd.
 pub fn run(cfg: &EtcdRunCfg) -> anyhow::Result<EtcdReport> {
-    anyhow::ensure!(cfg.members >= 2, "--members: at least 2 (a leader and one more)");
+    anyhow::ensure!(
+        cfg.members >= 2,
+        "--members: at least 2 (a leader and one more)"
+    );
     let etcd = EtcdServer::start_with(&cfg.etcd_args)?;
     let endpoint = etcd.endpoint.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -289,7 +296,9 @@ pub fn run(cfg: &EtcdRunCfg) -> anyhow::Result<EtcdReport> {
         .join()
         .map_err(|_| anyhow::anyhow!("the leader thread panicked"))??;
     drop(rt);
-    Ok(report(cfg, &truth, start_s, &before, &after, logs, leader_log))
+    Ok(report(
+        cfg, &truth, start_s, &before, &after, logs, leader_log,
+    ))
 }
 
 /// Registers members 1..N, `start_concurrency` groups at a time; each
@@ -401,7 +410,9 @@ async fn member_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> Memb
     // Between this window's read and the next window's put, spread over
     // the members (an agent's refresh timer is not tied to the windows;
     // its loop is sequential, so a refresh never overlaps its own phases).
-    let refresh_at = fetch + 50_000_000 + (rng.unit() * (plan.window_ns + fit - fetch - 100_000_000) as f64) as i64;
+    let refresh_at = fetch
+        + 50_000_000
+        + (rng.unit() * (plan.window_ns + fit - fetch - 100_000_000) as f64) as i64;
     let every = plan.refresh_every_windows();
     let name = plan.names[i].clone();
     let reference = 0;
@@ -424,7 +435,7 @@ async fn member_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> Memb
         }
         plan.sleep_until_local(i, end + fetch).await;
         read_result(&mut disc, i, k, reference, plan, &mut log).await;
-        if plan.membership_every_s > 0 && (k + i as u64) % every == 0 {
+        if plan.membership_every_s > 0 && (k + i as u64).is_multiple_of(every) {
             plan.sleep_until_local(i, end + refresh_at).await;
             refresh(&mut disc, &mut log).await;
         }
@@ -433,7 +444,12 @@ async fn member_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> Memb
 }
 
 /// Puts the member's fits; false if its lease is gone.
-async fn put_fits(disc: &mut EtcdDiscovery, name: &str, s: &pb::Snapshot, log: &mut MemberLog) -> bool {
+async fn put_fits(
+    disc: &mut EtcdDiscovery,
+    name: &str,
+    s: &pb::Snapshot,
+    log: &mut MemberLog,
+) -> bool {
     let t = Instant::now();
     match disc.put_edges(name, s).await {
         Ok(()) => {
@@ -521,7 +537,10 @@ fn leader_thread(
         let mut s = start_member(endpoint, 0).await?;
         let deadline = Instant::now() + Duration::from_secs(20);
         while !s.disc.leadership().await?.is_me {
-            anyhow::ensure!(Instant::now() < deadline, "member 0 was not elected in 20 s");
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "member 0 was not elected in 20 s"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Ok(s)
@@ -758,7 +777,9 @@ fn report(
         start_s,
         etcd_requests_per_window: per_window(delta("grpc_server_handled_total")),
         etcd_requests_by_method_per_window: by_method,
-        etcd_rx_bytes_per_window: per_window(delta("etcd_network_client_grpc_received_bytes_total")),
+        etcd_rx_bytes_per_window: per_window(delta(
+            "etcd_network_client_grpc_received_bytes_total",
+        )),
         etcd_tx_bytes_per_window: per_window(delta("etcd_network_client_grpc_sent_bytes_total")),
         harness_put_bytes_per_window: sum_u(&|l| l.put_bytes) / windows,
         harness_read_bytes_per_window: (sum_u(&|l| l.get_bytes + l.refresh_bytes)
@@ -806,7 +827,11 @@ fn report(
 }
 
 fn ms_per(sum_s: f64, count: f64) -> f64 {
-    if count > 0.0 { sum_s / count * 1e3 } else { 0.0 }
+    if count > 0.0 {
+        sum_s / count * 1e3
+    } else {
+        0.0
+    }
 }
 
 fn mean(v: &[f64]) -> f64 {

@@ -40,7 +40,8 @@ impl Quantiles {
 /// CPU seconds (user + system) a process (`pid`) or one of its threads
 /// (`/proc/<pid>/task/<tid>`) has used.
 pub fn cpu_s(stat_path: &str) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(stat_path).with_context(|| format!("reading {stat_path}"))?;
+    let stat =
+        std::fs::read_to_string(stat_path).with_context(|| format!("reading {stat_path}"))?;
     // The command name may hold spaces: fields count from after its ')'.
     let rest = stat
         .rsplit_once(')')
@@ -140,8 +141,16 @@ fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
 pub fn udp_snmp() -> anyhow::Result<(u64, u64)> {
     let snmp = std::fs::read_to_string("/proc/net/snmp")?;
     let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
-    let names: Vec<&str> = udp.next().context("no Udp header")?.split_whitespace().collect();
-    let values: Vec<&str> = udp.next().context("no Udp values")?.split_whitespace().collect();
+    let names: Vec<&str> = udp
+        .next()
+        .context("no Udp header")?
+        .split_whitespace()
+        .collect();
+    let values: Vec<&str> = udp
+        .next()
+        .context("no Udp values")?
+        .split_whitespace()
+        .collect();
     let get = |n: &str| -> u64 {
         names
             .iter()

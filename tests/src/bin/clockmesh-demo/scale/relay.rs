@@ -278,7 +278,13 @@ fn leader_loop(
     Ok(log)
 }
 
-fn send_all(sock: &UdpSocket, node: &mut Node, actions: Vec<Action>, plan: &Plan, log: &mut LeaderLog) {
+fn send_all(
+    sock: &UdpSocket,
+    node: &mut Node,
+    actions: Vec<Action>,
+    plan: &Plan,
+    log: &mut LeaderLog,
+) {
     for a in actions {
         if let Action::Send { to, datagram, sent } = a {
             let result = sent == Sent::Result;
@@ -329,7 +335,9 @@ fn senders_loop(
     for k in plan.first..=plan.last {
         let datagrams: Vec<(usize, Vec<u8>)> = (0..socks.len())
             .flat_map(|i| {
-                let s = plan.truth.snapshot(i, k, plan.window_ns, &plan.ids, &plan.names, &mut rng);
+                let s = plan
+                    .truth
+                    .snapshot(i, k, plan.window_ns, &plan.ids, &plan.names, &mut rng);
                 s.edges
                     .into_iter()
                     .enumerate()
@@ -408,7 +416,11 @@ fn set_rcvbuf_force(sock: &UdpSocket, bytes: usize) -> anyhow::Result<()> {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-    anyhow::ensure!(rc == 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
+    anyhow::ensure!(
+        rc == 0,
+        "SO_RCVBUFFORCE: {}",
+        std::io::Error::last_os_error()
+    );
     Ok(())
 }
 

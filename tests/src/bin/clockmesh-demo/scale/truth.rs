@@ -159,8 +159,8 @@ impl Truth {
                     .clamp(-0.95 * bound, 0.95 * bound);
                 let offset = self.offset(i, e.to, epoch) + err;
                 let base = offset.floor();
-                let drift =
-                    (1.0 + self.drift[e.to]) / (1.0 + self.drift[i]) - 1.0 + FIT_DRIFT_NOISE_PPB * 1e-9 * rng.normal();
+                let drift = (1.0 + self.drift[e.to]) / (1.0 + self.drift[i]) - 1.0
+                    + FIT_DRIFT_NOISE_PPB * 1e-9 * rng.normal();
                 pb::EdgeFit {
                     from_node: names[i].clone(),
                     to_node: names[e.to].clone(),
@@ -231,7 +231,10 @@ mod tests {
             let to = (f.to_id - 1) as usize;
             let exact = truth.offset(3, to, f.anchor_ns);
             let fitted = f.offset_ns as f64 + f.offset_frac_ns;
-            assert!((fitted - exact).abs() <= f.bound_exact_ns, "{fitted} vs {exact}");
+            assert!(
+                (fitted - exact).abs() <= f.bound_exact_ns,
+                "{fitted} vs {exact}"
+            );
         }
         // Local and true time map back and forth.
         let local = truth.local_at(5, t0 + 10_000_000_000);
