@@ -73,6 +73,18 @@ enum Cmd {
     /// real etcd through the agent's own etcd store, and the relay's leader
     /// (a real core::Node) on loopback; requests, bytes, CPU, latencies,
     /// accuracy against the truth (docs/coordination.md).
+    ///
+    /// Every simulated member has its own EtcdDiscovery (two connections,
+    /// one lease kept alive, a campaign) and, after each window, puts its
+    /// edge fits (drawn from a known truth) at +0.3 s and reads its own
+    /// result at +0.7 s; the elected leader, a real core::Node ticked at
+    /// its phases, fetches every member's fits at +0.55 s, solves and
+    /// writes the results. Prints etcd's requests, bytes, CPU, RSS and DB
+    /// size, request latencies, the leader's fetch/solve/publish times,
+    /// every member's result latency and its accuracy against the truth.
+    /// The relay path sends N members' fit datagrams into a real core::Node
+    /// leader on one UDP socket and counts what its socket drops. Loopback
+    /// only; needs etcd on PATH. Everything shares this machine's cores.
     BenchScale(scale::ScaleArgs),
     /// The bare UDP floor of bench-chrony's CPU-per-pair comparison.
     #[command(hide = true)]

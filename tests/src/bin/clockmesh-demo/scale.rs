@@ -15,17 +15,6 @@ mod relay;
 mod truth;
 
 #[derive(clap::Args, Debug)]
-#[command(
-    long_about = "Simulates N members on this machine (loopback only) and measures the \
-per-window coordination: every member puts its edge fits (drawn from a known truth) through \
-the agent's own etcd Store at +0.3 s after each window, the elected leader (a real core::Node \
-ticked at its phases) fetches every member's fits at +0.55 s, solves and writes the results, \
-and every member reads its own at +0.7 s. Each member has its own EtcdDiscovery (two \
-connections, one lease kept alive, a campaign), as an agent does. Prints etcd's requests, \
-bytes, CPU, RSS and DB size, request latencies, the leader's fetch/solve/publish times, every \
-member's result latency and accuracy against the truth. The relay path runs N senders' fit \
-datagrams into a real core::Node leader on one UDP socket."
-)]
 pub struct ScaleArgs {
     /// Member counts of the etcd runs (a fresh etcd each), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1000,2000,5000,10000")]
@@ -69,6 +58,7 @@ pub struct ScaleArgs {
     /// Registrations in flight at once while the members start.
     #[arg(long, default_value_t = 64)]
     start_concurrency: usize,
+    /// Seed of the truth (clocks, edges) and of the fits' noise.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print every figure as JSON instead of tables.
@@ -179,6 +169,14 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.windows > args.warmup, "--windows must exceed --warmup");
     anyhow::ensure!(args.window_s >= 1, "--window-s: at least 1");
     anyhow::ensure!(args.degree >= 1, "--degree: at least 1");
+    anyhow::ensure!(
+        args.members.iter().all(|&n| n >= 2),
+        "--members: each count at least 2 (a leader and one more)"
+    );
+    anyhow::ensure!(
+        (2..=60_000).contains(&args.relay_members),
+        "--relay-members: 2 to 60000 (one loopback address each)"
+    );
     let most = args
         .members
         .iter()
