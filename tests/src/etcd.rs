@@ -25,8 +25,22 @@ fn free_port() -> std::io::Result<u16> {
 impl EtcdServer {
     /// Starts etcd on loopback and waits until it accepts clients (up to 20 s).
     pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(&[])
+    }
+
+    /// [`EtcdServer::start`] with extra command-line flags (e.g.
+    /// `--quota-backend-bytes`, `--auto-compaction-retention`), for
+    /// benches that measure etcd itself.
+    pub fn start_with(extra: &[String]) -> anyhow::Result<Self> {
         let (client, peer) = (free_port()?, free_port()?);
-        Self::launch(Command::new("etcd"), None, "127.0.0.1", client, peer)
+        let mut cmd = Command::new("etcd");
+        cmd.args(extra);
+        Self::launch(cmd, None, "127.0.0.1", client, peer)
+    }
+
+    /// The etcd process's pid (for its CPU time and RSS under /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Starts etcd inside `host`'s network namespace, on its address (ports

@@ -85,6 +85,16 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The per-window coordination at 1,000 / 2,000 / 5,000 / 10,000
+    /// simulated members on this machine: a real etcd through the agent's
+    /// own etcd store, and the relay's leader on loopback; prints the table
+    /// (docs/coordination.md). `-- --help` lists the options (--members,
+    /// --windows, --window-s, --membership-every-s, --path, --relay-members,
+    /// --relay-rcvbuf, --etcd-arg, --json).
+    BenchScale {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// The simulator's scenario family at the shipped settings: per class
     /// (stamps × queue tail × run length) the spread of p99 |error| at the
     /// result, aged p99 and coverage, the worst members. `-- --count N
@@ -123,6 +133,7 @@ fn main() -> anyhow::Result<()> {
         Task::Bench => bench(),
         Task::BenchChrony { args } => bench_chrony(&args),
         Task::BenchFaults { args } => bench_faults(&args),
+        Task::BenchScale { args } => bench_scale(&args),
         Task::BenchAccuracy { args } if args == ["--gate"] => bench_accuracy::accuracy_gate(),
         Task::BenchAccuracy { args } => bench_accuracy::bench_accuracy(&args),
         Task::Image { smoke } => image::image(smoke),
@@ -442,6 +453,24 @@ fn bench_chrony(args: &[String]) -> anyhow::Result<()> {
 fn bench_faults(args: &[String]) -> anyhow::Result<()> {
     run(Command::new(build_demo("bench-faults")?)
         .arg("bench-faults")
+        .args(args))
+}
+
+/// Needs no netns or eBPF, only etcd on PATH and root for the open-file
+/// limit (two etcd connections per simulated member): built alone, without
+/// the agent binary `build_demo` adds.
+fn bench_scale(args: &[String]) -> anyhow::Result<()> {
+    run(cargo().args([
+        "build",
+        "--release",
+        "--quiet",
+        "-p",
+        "clockmesh-testbed",
+        "--bin",
+        "clockmesh-demo",
+    ]))?;
+    run(Command::new(target_dir().join("release/clockmesh-demo"))
+        .arg("bench-scale")
         .args(args))
 }
 

@@ -99,6 +99,24 @@ impl EtcdDiscovery {
         })
     }
 
+    /// Another member's backend on this one's two connections, with its
+    /// own registration, lease, keep-alive and campaign once it registers:
+    /// for a harness that simulates more members than one process may hold
+    /// connections for (`clockmesh-demo bench-scale`). An agent uses
+    /// [`EtcdDiscovery::connect`].
+    pub fn share_connections(&self) -> Self {
+        EtcdDiscovery {
+            client: self.client.clone(),
+            campaign_client: self.campaign_client.clone(),
+            cfg: self.cfg.clone(),
+            me: None,
+            lease: None,
+            keepalive: None,
+            campaign: None,
+            won: None,
+        }
+    }
+
     pub(crate) fn client(&mut self) -> &mut Client {
         &mut self.client
     }

@@ -3,7 +3,8 @@
 //! `clockmesh-demo exchange` shows the raw eBPF timestamps of two hosts;
 //! `clockmesh-demo bench` measures the capture path;
 //! `clockmesh-demo bench-chrony` compares clockmesh with chrony on one link;
-//! `clockmesh-demo bench-faults` compares them through faults on a bridge.
+//! `clockmesh-demo bench-faults` compares them through faults on a bridge;
+//! `clockmesh-demo bench-scale` measures the coordination at 1,000–10,000 members.
 //! Run through `cargo xtask demo` (needs root).
 
 use std::time::Duration;
@@ -23,6 +24,7 @@ mod faults;
 mod gpu;
 mod pingpong;
 mod ptp;
+mod scale;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -67,6 +69,23 @@ enum Cmd {
     /// NCCL and JAX jobs between them under the skew shim, profiler windows
     /// that differ per rank, a planted straggler; merged and analysed.
     GpuE2e(gpu::GpuArgs),
+    /// The per-window coordination at 1,000–10,000 simulated members: a
+    /// real etcd through the agent's own etcd store, and the relay's leader
+    /// (a real core::Node) on loopback; requests, bytes, CPU, latencies,
+    /// accuracy against the truth (docs/coordination.md).
+    ///
+    /// Every simulated member has its own EtcdDiscovery (two connections,
+    /// one lease kept alive, a campaign) and, after each window, puts its
+    /// edge fits (drawn from a known truth) at +0.3 s and reads its own
+    /// result at +0.7 s; the elected leader, a real core::Node ticked at
+    /// its phases, fetches every member's fits at +0.55 s, solves and
+    /// writes the results. Prints etcd's requests, bytes, CPU, RSS and DB
+    /// size, request latencies, the leader's fetch/solve/publish times,
+    /// every member's result latency and its accuracy against the truth.
+    /// The relay path sends N members' fit datagrams into a real core::Node
+    /// leader on one UDP socket and counts what its socket drops. Loopback
+    /// only; needs etcd on PATH. Everything shares this machine's cores.
+    BenchScale(scale::ScaleArgs),
     /// The bare UDP floor of bench-chrony's CPU-per-pair comparison.
     #[command(hide = true)]
     Pingpong(pingpong::PingPongArgs),
@@ -95,6 +114,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::BenchFaults(f)) => faults::run(f),
         Some(Cmd::Pingpong(p)) => pingpong::run(p),
         Some(Cmd::GpuE2e(g)) => gpu::run(g),
+        Some(Cmd::BenchScale(s)) => scale::run(s),
         None => cluster::run(args.cluster),
     }
 }
