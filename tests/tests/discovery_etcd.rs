@@ -174,6 +174,102 @@ async fn the_member_list_and_the_leader_follow_watches_instead_of_reads() {
     assert_eq!(a.members().await.unwrap()[0].name, "node-a");
 }
 
+/// How many keys etcd holds under `prefix` (its JSON gateway's range,
+/// count only).
+fn keys_under(server: &EtcdServer, prefix: &str) -> u64 {
+    use std::io::{Read, Write};
+    let b64 = |s: &[u8]| {
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for c in s.chunks(3) {
+            let n = c
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+            for i in 0..4 {
+                let pad = i > c.len();
+                out.push(if pad {
+                    '='
+                } else {
+                    A[(n >> (18 - 6 * i) & 63) as usize] as char
+                });
+            }
+        }
+        out
+    };
+    let mut end = prefix.as_bytes().to_vec();
+    *end.last_mut().unwrap() += 1;
+    let body = format!(
+        r#"{{"key":"{}","range_end":"{}","count_only":true}}"#,
+        b64(prefix.as_bytes()),
+        b64(&end)
+    );
+    let addr = server.endpoint.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("etcd gateway");
+    write!(
+        s,
+        "POST /v3/kv/range HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let json = &text[text.find("\r\n\r\n").map_or(0, |i| i + 4)..];
+    let v: serde_json::Value = serde_json::from_str(json).expect(json);
+    v["count"].as_str().map_or(0, |c| c.parse().unwrap())
+}
+
+/// Only the members with the lowest ids stand for leader: the election
+/// holds three keys however many members there are, and a departed
+/// candidate's place goes to the next id.
+#[tokio::test]
+async fn only_the_oldest_members_stand_for_leader() {
+    let server = EtcdServer::start().expect("etcd");
+    let mut nodes = Vec::new();
+    for i in 0..6u8 {
+        let mut d = connect(&server).await;
+        let m = d
+            .register(&member(&format!("node-{i}"), i + 1))
+            .await
+            .unwrap();
+        nodes.push((m.name, d));
+    }
+    let mut leader = None;
+    for _ in 0..150 {
+        for (_, d) in nodes.iter_mut() {
+            leader = d.leadership().await.unwrap().leader;
+        }
+        if leader.is_some() && keys_under(&server, "/clockmesh/test/leader/") == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        keys_under(&server, "/clockmesh/test/leader/"),
+        3,
+        "three candidates"
+    );
+    let oldest: Vec<String> = (0..3).map(|i| format!("node-{i}")).collect();
+    // Registered in order: ids rise with the names.
+    assert!(oldest.contains(&leader.clone().unwrap()), "{leader:?}");
+    // The leader leaves: another takes over, and the fourth-oldest member
+    // stands in its place.
+    let at = nodes
+        .iter()
+        .position(|(name, _)| Some(name) == leader.as_ref())
+        .unwrap();
+    let (_, mut gone) = nodes.remove(at);
+    gone.leave().await.unwrap();
+    wait_for!("a new leader and three candidates again", {
+        let mut now = None;
+        for (_, d) in nodes.iter_mut() {
+            d.members().await.unwrap();
+            now = d.leadership().await.unwrap().leader;
+        }
+        now.is_some() && now != leader && keys_under(&server, "/clockmesh/test/leader/") == 3
+    });
+}
+
 #[tokio::test]
 async fn unreachable_etcd_is_a_clear_error() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -47,6 +47,8 @@ pub struct EtcdDiscovery {
     campaign: Option<JoinHandle<Option<LeaderKey>>>,
     /// Our election key once elected (to resign on leave).
     won: Option<LeaderKey>,
+    /// This member's id once registered.
+    my_id: Option<u32>,
     /// The member list and the election, kept current by watches.
     member_watch: Option<PrefixWatch>,
     leader_watch: Option<PrefixWatch>,
@@ -60,6 +62,44 @@ fn parse_member(key: &[u8], value: &[u8]) -> Option<Member> {
             warn!(%key, "ignoring bad member record: {e}");
         })
         .ok()
+}
+
+/// Keeps `lease` alive at `period` (a third of its TTL) for as long as
+/// etcd knows it. A keep-alive stream that breaks (an overloaded etcd
+/// drops streams; a connection that failed over) is opened again at once
+/// rather than left to lapse: a lapsed lease delists the member and its
+/// registering again is more load on an etcd that is already behind (at
+/// 5,000 simulated members, 1,214 lapsed leases fed back that way,
+/// `docs/coordination.md`, "At scale"). It stops only when etcd says the
+/// lease is gone (TTL 0): the agent then registers again.
+async fn keep_alive(
+    mut client: Client,
+    lease: i64,
+    period: Duration,
+    first: (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream),
+) {
+    let (mut keeper, mut stream) = first;
+    loop {
+        let answer = match keeper.keep_alive().await {
+            Ok(()) => stream.message().await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(Some(r)) if r.ttl() <= 0 => {
+                warn!(lease, "etcd lease expired; membership lapsed");
+                return;
+            }
+            Ok(Some(_)) => tokio::time::sleep(period).await,
+            Ok(None) | Err(_) => {
+                warn!(lease, "etcd lease keep-alive stream broke; opening another");
+                tokio::time::sleep(period / 4).await;
+                match client.lease_keep_alive(lease).await {
+                    Ok(again) => (keeper, stream) = again,
+                    Err(e) => warn!(lease, "etcd lease keep-alive: {e}"),
+                }
+            }
+        }
+    }
 }
 
 fn unavailable(e: impl std::fmt::Display) -> DiscoveryError {
@@ -94,6 +134,7 @@ impl EtcdDiscovery {
             keepalive: None,
             campaign: None,
             won: None,
+            my_id: None,
             member_watch: None,
             leader_watch: None,
         })
@@ -114,6 +155,9 @@ impl EtcdDiscovery {
             keepalive: None,
             campaign: None,
             won: None,
+            my_id: None,
+            member_watch: None,
+            leader_watch: None,
         }
     }
 
@@ -181,23 +225,18 @@ impl EtcdDiscovery {
             .await
             .map_err(unavailable)?
             .id();
-        let (mut keeper, mut stream) = self
+        let period = Duration::from_millis((self.cfg.lease_ttl_s.max(1) as u64) * 1000 / 3);
+        let stream = self
             .client
             .lease_keep_alive(lease)
             .await
             .map_err(unavailable)?;
-        let period = Duration::from_millis((self.cfg.lease_ttl_s.max(1) as u64) * 1000 / 3);
-        // Keep the lease alive at a third of its TTL; if etcd goes away the
-        // lease lapses and the others stop listing us, as they should.
-        self.keepalive = Some(tokio::spawn(async move {
-            loop {
-                if keeper.keep_alive().await.is_err() || stream.message().await.is_err() {
-                    warn!("etcd lease keep-alive failed; membership will lapse");
-                    return;
-                }
-                tokio::time::sleep(period).await;
-            }
-        }));
+        self.keepalive = Some(tokio::spawn(keep_alive(
+            self.client.clone(),
+            lease,
+            period,
+            stream,
+        )));
         Ok(lease)
     }
 
@@ -219,26 +258,63 @@ impl EtcdDiscovery {
     }
 }
 
+/// How many members stand for leader: those with the lowest ids (the
+/// oldest names). Every member campaigning put N keys under the election
+/// and N pending campaigns in etcd, and every election watch saw each
+/// one: O(N²) events while a cluster of thousands starts (at 10,000
+/// simulated members etcd timed out registrations and campaigns alike,
+/// `docs/coordination.md`, "At scale"). Three keep a successor ready
+/// while a leader's lease runs out; a departed candidate's place goes to
+/// the next id at the next refresh.
+pub const CANDIDATES: usize = 3;
+
 impl EtcdDiscovery {
-    /// A campaign that ended without winning (connection trouble) is
-    /// started again, so this node stays a candidate.
-    async fn restart_failed_campaign(&mut self) {
-        let finished = self.campaign.as_ref().is_some_and(|c| c.is_finished());
-        if !finished {
+    /// Stands for leader if this member is among the [`CANDIDATES`] with
+    /// the lowest ids, and withdraws otherwise (never once elected: a
+    /// leader stays until it leaves). A campaign that ended without
+    /// winning (connection trouble) is started again.
+    async fn campaign_if_candidate(&mut self) {
+        if self.campaign.as_ref().is_some_and(|c| c.is_finished())
+            && let Some(c) = self.campaign.take()
+        {
+            match c.await {
+                Ok(Some(key)) => self.won = Some(key),
+                _ => warn!("campaign ended without a result"),
+            }
+        }
+        if self.won.is_some() {
             return;
         }
-        let Some(c) = self.campaign.take() else {
-            return;
-        };
-        match c.await {
-            Ok(Some(key)) => self.won = Some(key),
-            _ => {
+        match (self.is_candidate(), self.campaign.is_some()) {
+            (true, false) => {
                 if let (Some(name), Some(lease)) = (self.me.clone(), self.lease) {
-                    warn!("campaign ended without a result; campaigning again");
                     self.start_campaign(name, lease);
                 }
             }
+            (false, true) => {
+                // Cancelled, the request withdraws the candidacy.
+                if let Some(c) = self.campaign.take() {
+                    c.abort();
+                }
+            }
+            _ => {}
         }
+    }
+
+    /// Whether fewer than [`CANDIDATES`] listed members have a lower id
+    /// than this one (its own record may not have reached the list yet).
+    fn is_candidate(&self) -> bool {
+        let Some(me) = self.my_id else {
+            return false;
+        };
+        let older = self
+            .member_watch
+            .iter()
+            .flat_map(PrefixWatch::entries)
+            .filter_map(|(key, e)| parse_member(key, &e.value))
+            .filter(|m| m.id < me)
+            .count();
+        older < CANDIDATES
     }
 }
 
@@ -256,8 +332,8 @@ impl Discovery for EtcdDiscovery {
             .await
             .map_err(unavailable)?;
         self.me = Some(me.name.clone());
+        self.my_id = Some(id);
         self.lease = Some(lease);
-        self.start_campaign(me.name.clone(), lease);
         Ok(registered)
     }
 
@@ -283,7 +359,10 @@ impl Discovery for EtcdDiscovery {
     /// (etcd's election rule), read whole only at the start and after a
     /// lost watch.
     async fn leadership(&mut self) -> Result<Leadership, DiscoveryError> {
-        self.restart_failed_campaign().await;
+        let members = self.members_prefix();
+        self.current(|d| &mut d.member_watch, members, "member list")
+            .await?;
+        self.campaign_if_candidate().await;
         let prefix = format!("{}/", self.election());
         self.current(|d| &mut d.leader_watch, prefix, "election")
             .await?;

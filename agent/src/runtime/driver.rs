@@ -129,11 +129,11 @@ fn load_key(cfg: &AgentConfig) -> Result<Option<AuthKey>, RuntimeError> {
 /// (about 200 KiB, a few hundred datagrams) drops the rest at the socket
 /// (`docs/coordination.md`, "At scale"). The kernel charges only what
 /// queues, so a quiet socket costs nothing for the size.
-const PROBE_RCVBUF_BYTES: usize = 32 << 20;
+pub const PROBE_RCVBUF_BYTES: usize = 32 << 20;
 
 /// Raises the probe socket's receive buffer: past `net.core.rmem_max` with
 /// CAP_NET_ADMIN (the agent starts with it), else up to that limit.
-fn raise_receive_buffer(sock: &std::net::UdpSocket) {
+pub fn raise_receive_buffer(sock: &std::net::UdpSocket) {
     use nix::sys::socket::{getsockopt, setsockopt, sockopt};
     if setsockopt(sock, sockopt::RcvBufForce, &PROBE_RCVBUF_BYTES).is_err()
         && let Err(e) = setsockopt(sock, sockopt::RcvBuf, &PROBE_RCVBUF_BYTES)

@@ -24,7 +24,7 @@ use std::net::IpAddr;
 
 use thiserror::Error;
 
-pub use driver::run;
+pub use driver::{PROBE_RCVBUF_BYTES, raise_receive_buffer, run};
 
 #[derive(Debug, Error)]
 pub enum RuntimeError {

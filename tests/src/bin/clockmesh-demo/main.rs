@@ -69,22 +69,23 @@ enum Cmd {
     /// NCCL and JAX jobs between them under the skew shim, profiler windows
     /// that differ per rank, a planted straggler; merged and analysed.
     GpuE2e(gpu::GpuArgs),
-    /// The per-window coordination at 1,000–10,000 simulated members: a
-    /// real etcd through the agent's own etcd store, and the relay's leader
-    /// (a real core::Node) on loopback; requests, bytes, CPU, latencies,
-    /// accuracy against the truth (docs/coordination.md).
+    /// The coordination at 1,000–10,000 simulated members: a real etcd
+    /// through the agent's own etcd code, and the relay's leader (a real
+    /// core::Node) on loopback; requests, bytes, CPU, latencies, accuracy
+    /// against the truth (docs/coordination.md, "At scale").
     ///
     /// Every simulated member has its own EtcdDiscovery (two connections,
-    /// one lease kept alive, a campaign) and, after each window, puts its
-    /// edge fits (drawn from a known truth) at +0.3 s and reads its own
-    /// result at +0.7 s; the elected leader, a real core::Node ticked at
-    /// its phases, fetches every member's fits at +0.55 s, solves and
-    /// writes the results. Prints etcd's requests, bytes, CPU, RSS and DB
-    /// size, request latencies, the leader's fetch/solve/publish times,
-    /// every member's result latency and its accuracy against the truth.
-    /// The relay path sends N members' fit datagrams into a real core::Node
-    /// leader on one UDP socket and counts what its socket drops. Loopback
-    /// only; needs etcd on PATH. Everything shares this machine's cores.
+    /// one lease kept alive, a campaign) and refreshes the member list and
+    /// the leader every 2 s, as the agent does. With `--exchange relay`
+    /// (what the agent ships) that is all etcd carries; the relay run sends
+    /// N members' fit datagrams into a real core::Node leader on one UDP
+    /// socket (its receive buffer set as the agent sets it), counts what
+    /// the socket drops and scores every result against the truth. With
+    /// `--exchange store` (the agent's design before) each member also puts
+    /// its fits at +0.3 s and reads its result at +0.7 s, and the elected
+    /// leader, a real core::Node, fetches, solves and writes the results
+    /// through etcd. Loopback only; needs etcd on PATH. Everything shares
+    /// this machine's cores.
     BenchScale(scale::ScaleArgs),
     /// The bare UDP floor of bench-chrony's CPU-per-pair comparison.
     #[command(hide = true)]

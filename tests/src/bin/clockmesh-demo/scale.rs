@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::ValueEnum;
+use clockmesh_core::node::Exchange;
 use serde::Serialize;
 
 mod etcd_run;
@@ -29,10 +30,16 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 1)]
     window_s: u64,
     /// Every member also reads the member list and the leader this often,
-    /// s, as the agent's runtime does every 2 s. 0 (default): not, so the
-    /// table shows the per-window exchange alone.
-    #[arg(long, default_value_t = 0)]
+    /// s, as the agent's runtime does every 2 s (through etcd watches since
+    /// issue 34). 0: not, so the table shows the per-window exchange alone.
+    #[arg(long, default_value_t = 2)]
     membership_every_s: u64,
+    /// How fits and results travel in the etcd runs: `relay` (what the
+    /// agent ships: etcd carries membership and the election only; the
+    /// per-window figures are the relay run's) or `store` (through etcd,
+    /// as the agent did before, measured for comparison).
+    #[arg(long, value_enum, default_value_t = ExchangeArg::Relay)]
+    exchange: ExchangeArg,
     /// Out-neighbours per member in the probe graph (the agent's `degree`).
     #[arg(long, default_value_t = 4)]
     degree: usize,
@@ -43,7 +50,7 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 10_000)]
     relay_members: usize,
     /// Receive buffer forced on the relay leader's socket, bytes (default:
-    /// the kernel's, as the agent leaves it).
+    /// what the agent sets on its probe socket).
     #[arg(long)]
     relay_rcvbuf: Option<usize>,
     /// Extra etcd flags, e.g. `--etcd-arg=--auto-compaction-retention=1m`.
@@ -64,6 +71,12 @@ pub struct ScaleArgs {
     /// Print every figure as JSON instead of tables.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ExchangeArg {
+    Relay,
+    Store,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -208,6 +221,10 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
                     args.members_per_connection,
                     nofile,
                 ),
+                exchange: match args.exchange {
+                    ExchangeArg::Relay => Exchange::Relay,
+                    ExchangeArg::Store => Exchange::Store,
+                },
             };
             let r = etcd_run::run(&cfg).with_context(|| format!("etcd run at {n} members"))?;
             if !args.json {
@@ -284,6 +301,13 @@ fn print_etcd(rs: &[etcd_run::EtcdReport]) {
 fn traffic_rows() -> &'static [Row] {
     &[
         ("members", |r| r.members.to_string()),
+        ("fits and results travel over", |r| {
+            match r.exchange {
+                "relay" => "the relay (below)",
+                _ => "etcd (store)",
+            }
+            .to_string()
+        }),
         ("mean out-edges per member", |r| {
             format!("{:.2}", r.mean_out_edges)
         }),
@@ -358,6 +382,9 @@ fn outcome_rows() -> &'static [Row] {
             q(&r.result_after_end_ms)
         }),
         ("member-windows missing their result", |r| {
+            if r.member_windows == 0 {
+                return "-".into();
+            }
             format!("{:.1} % of {}", 100.0 * r.missed_share, r.member_windows)
         }),
         ("|error| vs truth, ns p50/p99/max", |r| q(&r.abs_error_ns)),

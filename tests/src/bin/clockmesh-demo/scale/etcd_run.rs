@@ -16,7 +16,8 @@ use clockmesh::discovery::{
     etcd::{EtcdConfig, EtcdDiscovery},
 };
 use clockmesh_core::{
-    node::{Action, Exchange, LocalNs, Node, NodeConfig},
+    codec,
+    node::{Action, Exchange, LocalNs, Node, NodeConfig, WindowIndex},
     settings::Settings,
 };
 use clockmesh_proto::{clockmesh as pb, prost::Message as _};
@@ -49,6 +50,11 @@ pub struct EtcdRunCfg {
     pub start_concurrency: usize,
     /// Members sharing one member's two etcd connections (1: none shared).
     pub members_per_connection: usize,
+    /// Fits and results through etcd (the store the agent used before),
+    /// or over the relay (what it ships: etcd then carries membership and
+    /// the election only, and the per-window figures come from the relay
+    /// run).
+    pub exchange: Exchange,
 }
 
 /// Phase delays after a window's end at 1 s windows (`core/src/window_clock.rs`):
@@ -113,6 +119,8 @@ struct LeaderLog {
 /// The table's figures for one member count.
 #[derive(Debug, Serialize)]
 pub struct EtcdReport {
+    /// `relay` or `store`: how fits and results travelled.
+    pub exchange: &'static str,
     pub members: usize,
     pub windows: u64,
     pub window_s: u64,
@@ -277,6 +285,7 @@ pub fn run(cfg: &EtcdRunCfg) -> anyhow::Result<EtcdReport> {
         names: names.clone(),
         warmup: cfg.warmup,
         membership_every_s: cfg.membership_every_s,
+        exchange: cfg.exchange,
     };
     to_leader
         .send(LeaderPlan {
@@ -352,6 +361,7 @@ struct Schedule {
     names: Arc<Vec<String>>,
     warmup: u64,
     membership_every_s: u64,
+    exchange: Exchange,
 }
 
 impl Schedule {
@@ -403,7 +413,33 @@ async fn run_members(started: Vec<Started>, plan: &Schedule) -> anyhow::Result<V
 /// One member's windows: put its fits at the fit phase, read its result
 /// at the fetch phase, and (if asked) the member list and the leader at
 /// its own phase, as the agent's runtime does.
-async fn member_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> MemberLog {
+async fn member_loop(disc: EtcdDiscovery, i: usize, plan: &Schedule) -> MemberLog {
+    if plan.exchange == Exchange::Relay {
+        return membership_loop(disc, i, plan).await;
+    }
+    store_loop(disc, i, plan).await
+}
+
+/// A member of the relay exchange, as etcd sees it: its lease kept alive,
+/// its campaign, and its membership refresh (the member list and the
+/// leader, read through the watches) every `membership_every_s`.
+async fn membership_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> MemberLog {
+    let mut log = MemberLog::default();
+    let mut rng = Rng::new(plan.ids[i] as u64 ^ 0xA5A5);
+    let every = plan.refresh_every_windows();
+    let refresh_at = (rng.unit() * plan.window_ns as f64) as i64;
+    for k in plan.first..=plan.last {
+        if (k + i as u64).is_multiple_of(every) {
+            plan.sleep_until_local(i, plan.end_ns(k) + refresh_at).await;
+            refresh(&mut disc, &mut log).await;
+        }
+    }
+    log
+}
+
+/// A member of the store exchange: its fits put and its result read every
+/// window, its refresh too if asked.
+async fn store_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> MemberLog {
     let mut log = MemberLog::default();
     let mut rng = Rng::new(plan.ids[i] as u64 ^ 0xA5A5);
     let (fit, solve, fetch) = phases_ns(plan.window_ns);
@@ -451,7 +487,7 @@ async fn put_fits(
     log: &mut MemberLog,
 ) -> bool {
     let t = Instant::now();
-    match disc.put_edges(name, s).await {
+    match disc.put_edges(name, &codec::window_fits_from_pb(s)).await {
         Ok(()) => {
             log.put_ms.push(t.elapsed().as_secs_f64() * 1e3);
             log.put_bytes += (s.encoded_len() + name.len() + 22) as u64;
@@ -487,13 +523,13 @@ async fn read_result(
             None
         }
     };
-    log.get_bytes += r.as_ref().map_or(0, |r| r.encoded_len()) as u64;
+    log.get_bytes += r.as_ref().map_or(0, |r| codec::encode_result(r).len()) as u64;
     if k < plan.first + plan.warmup {
         return;
     }
-    let outcome = match r.filter(|r| r.window == k) {
+    let outcome = match r.filter(|r| r.window == WindowIndex(k)) {
         Some(r) => {
-            let (err_ns, covered) = plan.truth.score(i, reference, &r);
+            let (err_ns, covered) = plan.truth.score(i, reference, &codec::result_to_pb(&r));
             Outcome::Got {
                 after_end_ms,
                 err_ns,
@@ -594,6 +630,12 @@ async fn leader_windows(
     plan: &Schedule,
 ) -> LeaderLog {
     let mut log = LeaderLog::default();
+    if plan.exchange == Exchange::Relay {
+        // Nothing per window through etcd: it holds its lease and seat.
+        plan.sleep_until_local(i, plan.end_ns(plan.last) + plan.window_ns)
+            .await;
+        return log;
+    }
     let (fit, solve, fetch) = phases_ns(plan.window_ns);
     let mut rng = Rng::new(0x1EAD);
     for k in plan.first..=plan.last {
@@ -645,7 +687,7 @@ impl LeaderCtx<'_> {
             Action::PutFits(s) => {
                 let snapshot = self.plan.truth.snapshot(
                     self.i,
-                    s.window,
+                    s.window.0,
                     self.plan.window_ns,
                     &self.plan.ids,
                     &self.plan.names,
@@ -664,7 +706,10 @@ impl LeaderCtx<'_> {
                     }
                 };
                 self.log.fetch_ms.push(t.elapsed().as_secs_f64() * 1e3);
-                let bytes: usize = snapshots.iter().map(|s| s.encoded_len()).sum();
+                let bytes: usize = snapshots
+                    .iter()
+                    .map(|s| codec::encode_window_fits(s).len())
+                    .sum();
                 self.log.fetch_bytes.push(bytes as f64);
                 self.log.fetched_snapshots.push(snapshots.len() as f64);
                 let t = Instant::now();
@@ -765,6 +810,10 @@ fn report(
     let sum_u = |f: &dyn Fn(&MemberLog) -> u64| logs.iter().map(f).sum::<u64>() as f64;
     let txns = cfg.members.div_ceil(128);
     EtcdReport {
+        exchange: match cfg.exchange {
+            Exchange::Relay => "relay",
+            Exchange::Store => "store",
+        },
         members: cfg.members,
         windows: cfg.windows,
         window_s: cfg.window_s,

@@ -36,8 +36,8 @@ pub struct RelayCfg {
     pub window_s: u64,
     pub degree: usize,
     pub seed: u64,
-    /// SO_RCVBUFFORCE for the leader's socket, bytes (None: the kernel's
-    /// default, as the agent leaves it).
+    /// SO_RCVBUFFORCE for the leader's socket, bytes (None: as the agent
+    /// sets its probe socket's).
     pub rcvbuf: Option<usize>,
 }
 
@@ -98,8 +98,10 @@ pub fn run(cfg: &RelayCfg) -> anyhow::Result<RelayReport> {
     );
     let leader_sock = UdpSocket::bind(SocketAddrV4::new(member_ip(0), 0))?;
     let port = leader_sock.local_addr()?.port();
-    if let Some(bytes) = cfg.rcvbuf {
-        set_rcvbuf_force(&leader_sock, bytes)?;
+    match cfg.rcvbuf {
+        Some(bytes) => set_rcvbuf_force(&leader_sock, bytes)?,
+        // What the agent does to its probe socket.
+        None => clockmesh::runtime::raise_receive_buffer(&leader_sock),
     }
     let rcvbuf_bytes = rcvbuf(&leader_sock)?;
     let all = members(cfg.members, port);
@@ -404,40 +406,13 @@ fn read_results(socks: &[UdpSocket], plan: &Plan, k: u64, scored: bool, log: &mu
 }
 
 fn set_rcvbuf_force(sock: &UdpSocket, bytes: usize) -> anyhow::Result<()> {
-    use std::os::fd::AsRawFd as _;
-    let v = libc::c_int::try_from(bytes).context("--relay-rcvbuf too large")?;
-    // SAFETY: a valid socket and a c_int of the size given.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    anyhow::ensure!(
-        rc == 0,
-        "SO_RCVBUFFORCE: {}",
-        std::io::Error::last_os_error()
-    );
-    Ok(())
+    use nix::sys::socket::{setsockopt, sockopt};
+    setsockopt(sock, sockopt::RcvBufForce, &bytes).context("SO_RCVBUFFORCE")
 }
 
+/// The socket's receive buffer, bytes (what the kernel reports: twice
+/// the size asked for, its bookkeeping share included).
 fn rcvbuf(sock: &UdpSocket) -> anyhow::Result<usize> {
-    use std::os::fd::AsRawFd as _;
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: a valid socket, and v/len sized for the option.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    anyhow::ensure!(rc == 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
-    Ok(v as usize)
+    use nix::sys::socket::{getsockopt, sockopt};
+    getsockopt(sock, sockopt::RcvBuf).context("SO_RCVBUF")
 }
