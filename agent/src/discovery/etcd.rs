@@ -125,7 +125,12 @@ impl EtcdDiscovery {
         let campaign_client = Client::connect(&cfg.endpoints, Some(no_timeout))
             .await
             .map_err(|e| unavailable(format!("connecting to {:?}: {e}", cfg.endpoints)))?;
-        Ok(EtcdDiscovery {
+        Ok(Self::on(client, campaign_client, cfg))
+    }
+
+    /// A backend on these connections, not registered yet.
+    fn on(client: Client, campaign_client: Client, cfg: EtcdConfig) -> Self {
+        EtcdDiscovery {
             client,
             campaign_client,
             cfg,
@@ -137,7 +142,7 @@ impl EtcdDiscovery {
             my_id: None,
             member_watch: None,
             leader_watch: None,
-        })
+        }
     }
 
     /// Another member's backend on this one's two connections, with its
@@ -146,19 +151,11 @@ impl EtcdDiscovery {
     /// connections for (`clockmesh-demo bench-scale`). An agent uses
     /// [`EtcdDiscovery::connect`].
     pub fn share_connections(&self) -> Self {
-        EtcdDiscovery {
-            client: self.client.clone(),
-            campaign_client: self.campaign_client.clone(),
-            cfg: self.cfg.clone(),
-            me: None,
-            lease: None,
-            keepalive: None,
-            campaign: None,
-            won: None,
-            my_id: None,
-            member_watch: None,
-            leader_watch: None,
-        }
+        Self::on(
+            self.client.clone(),
+            self.campaign_client.clone(),
+            self.cfg.clone(),
+        )
     }
 
     pub(crate) fn client(&mut self) -> &mut Client {
