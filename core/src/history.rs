@@ -42,6 +42,7 @@ use clockmesh_estimator::{EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, est
 use crate::settings::{
     LONG_SILENCE_NS, NIC_STARVED_POINTS, PATH_JUDGED_NS, StampClass, windows_covering,
 };
+use crate::time::Nanos;
 
 /// Windows of raw probes kept per out-edge (32 s at the shipped 1 s
 /// windows): the longest span of any class of stamps.
@@ -100,11 +101,11 @@ impl HistoryFit {
     /// by their pure points made the simulator's harsh NIC scenario worse,
     /// p99 10.5 → 15–18 ns: a history cut by a path change is on the
     /// current path).
-    pub fn history_share(&self, window_ns: i64) -> f64 {
+    pub fn history_share(&self, window: Nanos) -> f64 {
         match self.stamps {
             StampClass::Nic => 1.0,
             StampClass::Software => {
-                let full = self.stamps.max_history_windows(window_ns);
+                let full = self.stamps.max_history_windows(window);
                 count_f64(self.windows.clamp(1, full)) / count_f64(full)
             }
         }
@@ -162,7 +163,7 @@ impl EdgeHistory {
     /// The longest span whose fit agrees with every shorter one; `None`
     /// only before the first window. The one-window span is always tried,
     /// so a failed fit is reported when no span fits. Windows are
-    /// `window_ns` long.
+    /// `window` long.
     ///
     /// When the newest second saw a faster path than every older window of
     /// a full history (the class's longest span), those windows are
@@ -170,8 +171,8 @@ impl EdgeHistory {
     /// faster than its path), and a later span that held them, pinned at
     /// its newest end by a few fast windows, would lean towards the old
     /// path's bias.
-    pub fn fit(&mut self, cfg: &EstimatorConfig, window_ns: i64) -> Option<HistoryFit> {
-        let (chosen, faster_since) = self.fit_kept(cfg, window_ns);
+    pub fn fit(&mut self, cfg: &EstimatorConfig, window: Nanos) -> Option<HistoryFit> {
+        let (chosen, faster_since) = self.fit_kept(cfg, window);
         if let Some(newest) = faster_since {
             self.windows.drain(..self.windows.len() - newest);
         }
@@ -193,7 +194,7 @@ impl EdgeHistory {
     fn fit_kept(
         &self,
         cfg: &EstimatorConfig,
-        window_ns: i64,
+        window: Nanos,
     ) -> (Option<HistoryFit>, Option<usize>) {
         let mut chosen: Option<HistoryFit> = None;
         let mut accepted: Vec<EdgeFit> = Vec::new();
@@ -201,7 +202,7 @@ impl EdgeHistory {
         let Some(newest_stamps) = self.windows.back().map(|w| w.stamps) else {
             return (None, None);
         };
-        let longest = newest_stamps.max_history_windows(window_ns);
+        let longest = newest_stamps.max_history_windows(window);
         // Grows past the class's longest span one span at a time while
         // each fit holds too few pure points, up to the starved limit.
         let mut limit = longest;
@@ -210,7 +211,7 @@ impl EdgeHistory {
             if !self.spannable(span, limit, newest_stamps) {
                 break;
             }
-            if self.thin_after_silence(span, window_ns) {
+            if self.thin_after_silence(span, window) {
                 // Longer spans bridge the same silence with the same few pairs.
                 break;
             }
@@ -224,9 +225,9 @@ impl EdgeHistory {
             if !accepted.iter().all(|short| agree(fit, short)) {
                 break; // the clocks were not affine over this span
             }
-            let seen = self.path_seen(span, fit, stamps, window_ns);
+            let seen = self.path_seen(span, fit, stamps, window);
             if seen == PathSeen::Faster && span == longest {
-                faster_since = Some(windows_covering(PATH_JUDGED_NS, window_ns));
+                faster_since = Some(windows_covering(Nanos(PATH_JUDGED_NS), window));
             }
             if seen.cuts(stamps) {
                 // Its older windows saw another path, or a slow patch; a
@@ -235,14 +236,14 @@ impl EdgeHistory {
                 continue;
             }
             if span >= longest && starved(fit) {
-                let starved_limit = newest_stamps.starved_history_windows(window_ns);
+                let starved_limit = newest_stamps.starved_history_windows(window);
                 limit = limit.max((2 * span).min(starved_limit));
             }
             accepted.push(fit.clone());
             chosen = Some(HistoryFit::spanning(outcome, span, stamps));
         }
         if let Some(chosen) = chosen.as_mut() {
-            self.steady_drift(chosen, &accepted, cfg, window_ns);
+            self.steady_drift(chosen, &accepted, cfg, window);
         }
         (chosen, faster_since)
     }
@@ -273,14 +274,14 @@ impl EdgeHistory {
     /// still better ([`crate::publication::keeps_the_held`]). Until the
     /// windows after the silence hold a window's worth, they are fitted
     /// alone.
-    fn thin_after_silence(&self, span: usize, window_ns: i64) -> bool {
+    fn thin_after_silence(&self, span: usize, window: Nanos) -> bool {
         let since = self.windows_since_silence();
         if span <= since || span > self.windows.len() {
             return false;
         }
         let last = self.windows.len() - since;
         let silent = self.windows[last].k - self.windows[last - 1].k - 1;
-        if ns_i64(silent).saturating_mul(window_ns) < LONG_SILENCE_NS {
+        if window.saturating_mul(ns_i64(silent)).0 < LONG_SILENCE_NS {
             return false;
         }
         let probes = |w: &KeptWindow| w.probes.forward.len().min(w.probes.backward.len());
@@ -318,9 +319,9 @@ impl EdgeHistory {
         chosen: &mut HistoryFit,
         accepted: &[EdgeFit],
         cfg: &EstimatorConfig,
-        window_ns: i64,
+        window: Nanos,
     ) {
-        let Some(longest) = chosen.stamps.drift_history_windows(window_ns) else {
+        let Some(longest) = chosen.stamps.drift_history_windows(window) else {
             return;
         };
         if accepted.is_empty() {
@@ -336,7 +337,7 @@ impl EdgeHistory {
         let Ok(long) = &outcome.fit else { return };
         if stamps != chosen.stamps
             || !accepted.iter().all(|short| agree(long, short))
-            || self.path_seen(span, long, stamps, window_ns).cuts(stamps)
+            || self.path_seen(span, long, stamps, window).cuts(stamps)
         {
             return;
         }
@@ -356,14 +357,8 @@ impl EdgeHistory {
     /// newest probes are the newest windows covering
     /// [`crate::settings::PATH_JUDGED_NS`]; which seen paths cut a span is
     /// [`PathSeen::cuts`].
-    fn path_seen(
-        &self,
-        span: usize,
-        fit: &EdgeFit,
-        stamps: StampClass,
-        window_ns: i64,
-    ) -> PathSeen {
-        let newest_windows = windows_covering(PATH_JUDGED_NS, window_ns);
+    fn path_seen(&self, span: usize, fit: &EdgeFit, stamps: StampClass, window: Nanos) -> PathSeen {
+        let newest_windows = windows_covering(Nanos(PATH_JUDGED_NS), window);
         if span <= newest_windows {
             return PathSeen::Same;
         }
@@ -445,7 +440,7 @@ fn fit_probes(probes: &EdgeProbes, stamps: StampClass, cfg: &EstimatorConfig) ->
     let mut fit_cfg = cfg.fit.clone();
     fit_cfg.model_slack_ns += cfg.holdover_wander_ppb * 1e-9 * time_span(probes) / 8.0;
     let mut purity = cfg.purity.clone();
-    purity.tolerance_ns = stamps.purity_tolerance_ns();
+    purity.tolerance_ns = stamps.purity_tolerance().0;
     estimate_edge(probes, &purity, &fit_cfg)
 }
 
@@ -569,7 +564,7 @@ mod tests {
             for w in 0..MAX_WINDOWS as i64 + 2 {
                 h.push(window_of(len_ns, w, |_| 1_000, 0), StampClass::Software);
             }
-            let fit = h.fit(&cfg(), len_ns).unwrap();
+            let fit = h.fit(&cfg(), Nanos(len_ns)).unwrap();
             assert_eq!(fit.windows, windows, "{len_ns} ns windows");
             let f = fit.outcome.fit.unwrap();
             let (base, frac) = f.offset_at(f.epoch_ns);
@@ -585,7 +580,9 @@ mod tests {
             for w in 0..windows {
                 h.push(window_of(len_ns, w, |_| 1_000, 0), stamps);
             }
-            h.fit(&cfg(), len_ns).unwrap().history_share(len_ns)
+            h.fit(&cfg(), Nanos(len_ns))
+                .unwrap()
+                .history_share(Nanos(len_ns))
         };
         // A restarted agent's edge: 1, then 4 of the 32 windows of a full span.
         assert_eq!(share_after(1, StampClass::Software), 1.0 / 32.0);
@@ -604,7 +601,7 @@ mod tests {
         for w in 0..8 {
             h.push(window(w, offset), StampClass::Software);
         }
-        let fit = h.fit(&cfg(), W_NS).unwrap();
+        let fit = h.fit(&cfg(), Nanos(W_NS)).unwrap();
         assert!(fit.windows <= 2, "{} windows", fit.windows);
         let f = fit.outcome.fit.unwrap();
         let (base, frac) = f.offset_at(f.epoch_ns);
@@ -624,13 +621,13 @@ mod tests {
             for w in 0..MAX_WINDOWS as i64 - 1 {
                 h.push(window_via(w, |_| 1_000, before), StampClass::Software);
             }
-            let fit = h.fit(&cfg(), W_NS).unwrap();
+            let fit = h.fit(&cfg(), Nanos(W_NS)).unwrap();
             assert!(fit.windows > 1, "a steady path: a span of several windows");
             h.push(
                 window_via(MAX_WINDOWS as i64 - 1, |_| 1_000, after),
                 StampClass::Software,
             );
-            let chosen = h.fit(&cfg(), W_NS).unwrap();
+            let chosen = h.fit(&cfg(), Nanos(W_NS)).unwrap();
             let f = chosen.outcome.fit.unwrap();
             let (base, frac) = f.offset_at(f.epoch_ns);
             // What the fastest probes see: half the detour of the path
@@ -659,9 +656,9 @@ mod tests {
         for w in 0..2 {
             h.push(window_of(SHORT_NS, w, |_| 1_000, 0), StampClass::Nic);
         }
-        assert_eq!(h.fit(&cfg(), SHORT_NS).unwrap().windows, 2);
+        assert_eq!(h.fit(&cfg(), Nanos(SHORT_NS)).unwrap().windows, 2);
         h.push(window_of(SHORT_NS, 2, |_| 1_000, 800), StampClass::Nic);
-        assert_eq!(h.fit(&cfg(), SHORT_NS).unwrap().windows, 1);
+        assert_eq!(h.fit(&cfg(), Nanos(SHORT_NS)).unwrap().windows, 1);
     }
 
     /// A detour that came and went inside the span: the newest window is
@@ -672,12 +669,12 @@ mod tests {
     #[test]
     fn a_detour_inside_the_span_leaves_the_fit_on_the_faster_path() {
         let mut h = EdgeHistory::default();
-        let span = StampClass::Software.max_history_windows(W_NS);
+        let span = StampClass::Software.max_history_windows(Nanos(W_NS));
         for w in 0..span as i64 {
             let detour = if (2..6).contains(&w) { 800 } else { 0 };
             h.push(window_via(w, |_| 1_000, detour), StampClass::Software);
         }
-        let chosen = h.fit(&cfg(), W_NS).unwrap();
+        let chosen = h.fit(&cfg(), Nanos(W_NS)).unwrap();
         let f = chosen.outcome.fit.unwrap();
         let (base, frac) = f.offset_at(f.epoch_ns);
         let error = base as f64 + frac - 1_000.0;
@@ -693,7 +690,7 @@ mod tests {
             for w in 0..MAX_WINDOWS as i64 {
                 h.push(window_of(len_ns, w, |_| 1_000, 0), StampClass::Nic);
             }
-            let fit = h.fit(&cfg(), len_ns).unwrap();
+            let fit = h.fit(&cfg(), Nanos(len_ns)).unwrap();
             assert_eq!(fit.windows, windows, "{len_ns} ns windows");
         }
     }
@@ -724,7 +721,7 @@ mod tests {
                     StampClass::Nic,
                 );
             }
-            let fit = h.fit(&cfg(), S).unwrap();
+            let fit = h.fit(&cfg(), Nanos(S)).unwrap();
             assert_eq!(fit.windows, windows, "one pair in {keep} pure");
             let f = fit.outcome.fit.unwrap();
             assert!((f.offset_at(f.epoch_ns).0 - 1_000).abs() < 50, "{f:?}");
@@ -753,7 +750,7 @@ mod tests {
                 window_of(SHORT_NS, w, |_| 1_000, 3_000),
                 StampClass::Software,
             );
-            let chosen = h.fit(&cfg(), SHORT_NS).unwrap();
+            let chosen = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
             assert_eq!(chosen.windows, MAX_WINDOWS, "window {w}");
             let f = chosen.outcome.fit.unwrap();
             let (base, frac) = f.offset_at(f.epoch_ns);
@@ -777,7 +774,7 @@ mod tests {
         for w in 0..8 {
             h.push(window_of(SHORT_NS, w, offset, 0), StampClass::Nic);
         }
-        let chosen = h.fit(&cfg(), SHORT_NS).unwrap();
+        let chosen = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
         assert_eq!((chosen.windows, chosen.drift_windows), (2, 3));
         let fit = chosen.outcome.fit.unwrap();
         let own = h.fit_span(2, &cfg()).0.fit.unwrap();
@@ -801,7 +798,7 @@ mod tests {
         for w in 0..7 {
             h.push(window_of(SHORT_NS, w, offset, 0), StampClass::Nic);
         }
-        let chosen = h.fit(&cfg(), SHORT_NS).unwrap();
+        let chosen = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
         assert_eq!((chosen.windows, chosen.drift_windows), (2, 2));
         let own = h.fit_span(2, &cfg()).0.fit.unwrap();
         assert_eq!(chosen.outcome.fit.unwrap().drift, own.drift);
@@ -834,15 +831,15 @@ mod tests {
                 StampClass::Software,
             );
         }
-        let before = h.fit(&cfg(), SHORT_NS).unwrap().outcome.fit.unwrap();
+        let before = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap().outcome.fit.unwrap();
         for w in 32..60 {
             h.push_window(w as u64, silent(w, SHORT_NS), StampClass::Software);
-            let during = h.fit(&cfg(), SHORT_NS).unwrap().outcome.fit.unwrap();
+            let during = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap().outcome.fit.unwrap();
             assert_eq!(during.epoch_ns, before.epoch_ns, "window {w}");
             assert!(!h.is_outlived_by(w as u64), "window {w}");
         }
         h.push_window(60, window_of(SHORT_NS, 60, offset, 0), StampClass::Software);
-        let after = h.fit(&cfg(), SHORT_NS).unwrap();
+        let after = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
         assert_eq!(after.windows, MAX_WINDOWS);
         let per_window = 2 * 2 * (SHORT_NS / 100_000_000) as usize;
         let probes = after.outcome.forward.probes + after.outcome.backward.probes;
@@ -871,15 +868,15 @@ mod tests {
         }
         let partial = thinned(window_of(SHORT_NS, 40, offset, 0), 6);
         h.push_window(40, partial, StampClass::Software);
-        let first = h.fit(&cfg(), SHORT_NS).unwrap();
+        let first = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
         assert_eq!(first.windows, 1, "six probes each way after the silence");
         h.push_window(41, window_of(SHORT_NS, 41, offset, 0), StampClass::Software);
-        let next = h.fit(&cfg(), SHORT_NS).unwrap();
+        let next = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
         assert_eq!(next.windows, 16, "bridged once a full window came");
         assert!(next.outcome.fit.unwrap().bound_ns < first.outcome.fit.unwrap().bound_ns);
         let after_a_lost_report = thinned(window_of(SHORT_NS, 43, offset, 0), 6);
         h.push_window(43, after_a_lost_report, StampClass::Software);
-        let short = h.fit(&cfg(), SHORT_NS).unwrap();
+        let short = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
         assert_eq!(short.windows, 16, "a one-window silence is bridged at once");
     }
 
@@ -901,7 +898,7 @@ mod tests {
             h.push_window(w as u64, silent(w, SHORT_NS), StampClass::Software);
         }
         h.push_window(8, window_of(SHORT_NS, 8, |_| 1_000, 0), StampClass::Nic);
-        let after = h.fit(&cfg(), SHORT_NS).unwrap();
+        let after = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
         let probes = after.outcome.forward.probes + after.outcome.backward.probes;
         assert_eq!(
             probes,
@@ -923,7 +920,7 @@ mod tests {
             window_of(SHORT_NS, MAX_WINDOWS as i64 - 1, |_| 1_000, 0),
             StampClass::Software,
         );
-        assert_eq!(h.fit(&cfg(), SHORT_NS).unwrap().windows, 1);
+        assert_eq!(h.fit(&cfg(), Nanos(SHORT_NS)).unwrap().windows, 1);
     }
 
     /// A detour on one direction for the whole history, then gone: the
@@ -941,11 +938,11 @@ mod tests {
         for w in 0..40 {
             let probes = window_of(SHORT_NS, w, offset, DETOUR_NS);
             h.push(probes, StampClass::Software);
-            h.fit(&cfg(), SHORT_NS);
+            h.fit(&cfg(), Nanos(SHORT_NS));
         }
         for w in 40..44 {
             h.push(window_of(SHORT_NS, w, offset, 0), StampClass::Software);
-            let fit = h.fit(&cfg(), SHORT_NS).unwrap();
+            let fit = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
             assert!(
                 fit.windows <= (w - 39) as usize,
                 "window {w}: {}",

@@ -246,7 +246,7 @@ impl Node {
         Node {
             graph: ProbeGraph::build(&[cfg.me.id], cfg.settings.degree),
             history: BTreeMap::new(),
-            windows: WindowClock::new(cfg.settings.window_ns(), cfg.exchange == Exchange::Store),
+            windows: WindowClock::new(cfg.settings.window(), cfg.exchange == Exchange::Store),
             peers: Peers::new(HandshakeConfig::default(), cfg.nonce_base),
             collector: Collector::new(SETTLE_NS, MAX_PENDING_PAIRS),
             book: PairBook::new(MAX_PENDING_PER_DIRECTION),
@@ -319,7 +319,7 @@ impl Node {
     /// ([`crate::succession`]). The driver then does not call
     /// [`Node::handle_leader`].
     pub fn lead_by_succession(&mut self) {
-        self.succession = Some(Succession::new(self.me.id, self.settings.window_ns()));
+        self.succession = Some(Succession::new(self.me.id, self.settings.window()));
     }
 
     /// After a restart: this node's last published result (read back from
@@ -486,7 +486,7 @@ impl Node {
         }
         // Anchor at the window's end (reference clock): the fits' epochs lie
         // there, so the result carries no extrapolation of its own.
-        let epoch = self.windows.end_ns(k);
+        let epoch = self.windows.end(WindowIndex(k)).0;
         let started = (self.work_clock)();
         let Some(estimator) = self.estimator.as_mut() else {
             return Vec::new();
@@ -748,7 +748,7 @@ impl Node {
                 actions.push(self.send(&msg, addr));
             }
         }
-        let settled_window = self.windows.index(now_ns - SETTLE_NS) - 1;
+        let settled_window = self.windows.index(LocalNs(now_ns - SETTLE_NS)) - 1;
         let window_ended = settled_window > self.reports_sent_through;
         self.reports_sent_through = settled_window;
         let peers: Vec<NodeId> = self.pending_reports.keys().copied().collect();
@@ -834,15 +834,19 @@ impl Node {
     // ---- windows ----
 
     fn run_window_phases(&mut self, now_ns: i64, actions: &mut Vec<Action>) {
-        if let Some(k) = self.windows.take_due(Phase::Fit, now_ns) {
+        if let Some(WindowIndex(k)) = self.windows.take_due(Phase::Fit, LocalNs(now_ns)) {
             actions.extend(self.fit_window(k, now_ns));
         }
-        if let Some(k) = self.windows.take_due(Phase::Solve, now_ns)
+        if let Some(WindowIndex(k)) = self.windows.take_due(Phase::Solve, LocalNs(now_ns))
             && self.is_leader()
         {
             actions.extend(self.start_solve(k));
         }
-        if self.windows.take_due(Phase::Fetch, now_ns).is_some() {
+        if self
+            .windows
+            .take_due(Phase::Fetch, LocalNs(now_ns))
+            .is_some()
+        {
             actions.extend(self.fetch_result());
         }
     }
@@ -856,7 +860,7 @@ impl Node {
             let history = self.history.entry(peer).or_default();
             let (probes, stamps) = self.book.take_edge_classified(me.id, peer);
             history.push_window(k, probes, stamps);
-            let Some(chosen) = history.fit(&self.est_cfg, self.settings.window_ns()) else {
+            let Some(chosen) = history.fit(&self.est_cfg, self.settings.window()) else {
                 continue;
             };
             let peer_name = self
@@ -867,7 +871,7 @@ impl Node {
                 from_name: me.name.clone(),
                 to_name: peer_name.clone(),
                 measurement: EdgeMeasurement::new(me.id, peer, f.clone())
-                    .with_history_share(chosen.history_share(self.settings.window_ns())),
+                    .with_history_share(chosen.history_share(self.settings.window())),
             });
             self.windows
                 .record_edge(peer, edge_status(k, &chosen, fit.as_ref()));
@@ -942,7 +946,7 @@ impl Node {
         if self.timeline != LeaderTimeline::Undecided {
             return Vec::new();
         }
-        let now = self.windows.end_ns(k);
+        let now = self.windows.end(WindowIndex(k)).0;
         let wander_ppb = self.est_cfg.holdover_wander_ppb;
         let continuation = self.own_result.as_ref().and_then(|r| {
             // A result read back after a restart knows its reference by id:
@@ -1010,7 +1014,7 @@ impl Node {
     }
 
     fn lone_result(&self, k: u64, me: NodeId) -> NodeResult {
-        let anchor = LocalNs(self.windows.end_ns(k));
+        let anchor = self.windows.end(WindowIndex(k));
         let mut r = NodeResult {
             node: me,
             node_name: self.me.name.clone(),
@@ -1064,7 +1068,7 @@ impl Node {
     }
 
     fn publish_if_new(&mut self, r: NodeResult) -> Vec<Action> {
-        if !self.windows.take_new_result(r.window.0, r.anchor.0) {
+        if !self.windows.take_new_result(r.window, r.anchor) {
             return Vec::new();
         }
         if let Some(held) = &self.own_result
@@ -1216,7 +1220,7 @@ fn edge_status(k: u64, h: &HistoryFit, shared: Option<&SharedFit>) -> EdgeStatus
         history_windows: h.windows,
         drift_windows: h.drift_windows,
         stamps: h.stamps.as_str().into(),
-        purity_tolerance_ns: h.stamps.purity_tolerance_ns(),
+        purity_tolerance_ns: h.stamps.purity_tolerance().0,
     }
 }
 
@@ -1244,7 +1248,7 @@ fn edge_line(
         history_windows: h.windows,
         drift_windows: h.drift_windows,
         stamps: h.stamps.as_str().into(),
-        purity_tolerance_ns: h.stamps.purity_tolerance_ns(),
+        purity_tolerance_ns: h.stamps.purity_tolerance().0,
         fit: fit.map(|f| FitLine::from(&f.measurement)),
         error: o.fit.as_ref().err().map(|e| e.to_string()),
     }
@@ -1497,7 +1501,7 @@ mod tests {
     /// two windows from `T0`.
     fn hand_over_of(n: &mut Node) -> Option<HandOverLine> {
         n.handle_leader(Some("n2".into()));
-        let w = Settings::default().window_ns();
+        let w = Settings::default().window().0;
         (0..=2 * w / 100_000_000)
             .flat_map(|i| n.handle_tick(LocalNs(T0 + i * 100_000_000)))
             .find_map(|a| match a {
@@ -1594,7 +1598,7 @@ mod tests {
 
     #[test]
     fn under_succession_a_silent_leader_is_passed_over_and_its_return_taken_back() {
-        let w = Settings::default().window_ns();
+        let w = Settings::default().window().0;
         let mut n = successor();
         let _ = n.handle_tick(LocalNs(T0));
         assert_eq!(n.leader(), Some("n1"), "the lowest id leads first");
@@ -1609,7 +1613,7 @@ mod tests {
         assert_eq!(n.counters().results_received, 1);
         assert_eq!(published_windows(&taken), [1], "published on arrival");
         // 1 falls silent: passed over after the results rule's silence.
-        let silent = crate::succession::results_silence_ns(w);
+        let silent = crate::succession::results_silence(Nanos(w)).0;
         let _ = n.handle_tick(LocalNs(T0 + w + silent));
         assert_eq!(n.leader(), Some("n1"), "not yet");
         let _ = n.handle_tick(LocalNs(T0 + w + silent + 1));
@@ -1644,7 +1648,7 @@ mod tests {
             probe_window_s: 4,
             ..Settings::default()
         };
-        let w = settings.window_ns();
+        let w = settings.window().0;
         let silence = crate::succession::PEER_SILENCE_NS.max(w);
         let mut n = successor_with(settings);
         let _ = n.handle_tick(LocalNs(T0));
@@ -1713,7 +1717,7 @@ mod tests {
             probe_window_s: 4,
             ..Settings::default()
         };
-        let window_ns = settings.window_ns();
+        let window_ns = settings.window().0;
         let mut a = shaken_with(wire::capability::STAMP_BATCH, settings);
         // In a window (T0 starts one) past the previous one's flush, early
         // enough that no window ends in what follows.
@@ -1736,7 +1740,7 @@ mod tests {
     #[test]
     fn a_window_s_last_reports_are_sent_before_the_peers_fit_it() {
         let mut a = shaken(wire::capability::STAMP_BATCH);
-        let window_end = T0 + Settings::default().window_ns();
+        let window_end = T0 + Settings::default().window().0;
         let last_pairs = window_end - 100_000_000;
         assert!(datagrams(&a.handle_tick(LocalNs(last_pairs))).is_empty());
         queue_tx_reports(&mut a, 3, last_pairs);

@@ -33,7 +33,7 @@ impl Publication {
     /// The publication of `result` under `settings` (window length and
     /// holdover ceiling).
     pub fn of(result: NodeResult, settings: &Settings) -> Self {
-        let entry = history_entry(&result, settings.window_ns());
+        let entry = history_entry(&result, settings.window());
         let status = ResultStatus::of(&result, settings);
         let mut view = reader_view(&result, settings.holdover_max_bound_ns);
         if result.is_reference() {
@@ -76,7 +76,7 @@ impl Publication {
 }
 
 /// The history line of `r`, solved with windows of `window_ns`.
-fn history_entry(r: &NodeResult, window_ns: i64) -> HistoryEntry {
+fn history_entry(r: &NodeResult, window: Nanos) -> HistoryEntry {
     HistoryEntry {
         host: r.node_name.clone(),
         window: r.window.0,
@@ -84,7 +84,7 @@ fn history_entry(r: &NodeResult, window_ns: i64) -> HistoryEntry {
         offset_ns: r.offset_ns,
         drift_ppb: r.drift_ppb,
         bound_ns: r.bound_ns,
-        valid_from_ns: Some(r.valid_from(Nanos(window_ns)).0),
+        valid_from_ns: Some(r.valid_from(window).0),
         valid_until_ns: Some(r.valid_until.0),
         reference: Some(r.reference_label()),
         node_id: Some(r.node),
@@ -214,7 +214,7 @@ impl ResultStatus {
             holdover_max_bound_ns: settings.holdover_max_bound_ns,
             state: None,
             bound_growth_ppb: r.bound_growth_ppb,
-            window_ns: settings.window_ns(),
+            window_ns: settings.window().0,
             drift_bound_ppb: r.drift_bound_ppb,
             hops: r.hops,
             rms_update_ns: None,
@@ -266,7 +266,7 @@ pub fn keeps_the_held(held: &NodeResult, new: &NodeResult, settings: &Settings) 
     // the record it is published as.
     let held_view = reader_view(held, settings.holdover_max_bound_ns);
     let answers_until = held_view.check_fresh(new.valid_until.0).is_ok();
-    let next = new.anchor + Nanos(settings.window_ns());
+    let next = new.anchor + settings.window();
     answers_until && held.bound_at(next) < new.bound_at(next)
 }
 

@@ -4,12 +4,13 @@
 //! `[agent]` table) both go through [`estimator_config`], so a simulated
 //! run uses exactly the settings that ship.
 
-use clockmesh_estimator::convert::{ns_i64, unsigned_ns_f64};
+use clockmesh_estimator::convert::unsigned_ns_f64;
 use clockmesh_estimator::{EstimatorConfig, FitConfig, PurityConfig};
 use serde::{Deserialize, Serialize};
 
 #[cfg(doc)]
 use crate::setting;
+use crate::time::Nanos;
 
 /// Longest time a software-stamp fit spans (32 s: 32 windows of the
 /// shipped 1 s). Their noise needs the long span, and its tight drift
@@ -83,22 +84,22 @@ impl StampClass {
     /// window, at least one (the caller caps it at the windows it keeps).
     /// The simulator's figures per limit, dated, are in docs/estimator.md
     /// ("At the agent's shipped settings").
-    pub fn max_history_windows(self, window_ns: i64) -> usize {
+    pub fn max_history_windows(self, window: Nanos) -> usize {
         let history_ns = match self {
             StampClass::Nic => NIC_HISTORY_NS,
             StampClass::Software => SOFTWARE_HISTORY_NS,
         };
-        windows_within(history_ns, window_ns)
+        windows_within(Nanos(history_ns), window)
     }
 
     /// Most windows of `window_ns` an edge's fit may span when its fit over
     /// [`StampClass::max_history_windows`] is starved of pure points
     /// ([`NIC_STARVED_HISTORY_NS`]; software spans already grow to their
     /// longest while they agree).
-    pub fn starved_history_windows(self, window_ns: i64) -> usize {
+    pub fn starved_history_windows(self, window: Nanos) -> usize {
         match self {
-            StampClass::Nic => windows_within(NIC_STARVED_HISTORY_NS, window_ns),
-            StampClass::Software => self.max_history_windows(window_ns),
+            StampClass::Nic => windows_within(Nanos(NIC_STARVED_HISTORY_NS), window),
+            StampClass::Software => self.max_history_windows(window),
         }
     }
 
@@ -106,9 +107,9 @@ impl StampClass {
     /// beyond its offset's: [`NIC_DRIFT_HISTORY_NS`] for NIC stamps; `None`
     /// for software stamps, whose drift is their offset's (its span is
     /// already the longest that agrees).
-    pub fn drift_history_windows(self, window_ns: i64) -> Option<usize> {
+    pub fn drift_history_windows(self, window: Nanos) -> Option<usize> {
         match self {
-            StampClass::Nic => Some(windows_within(NIC_DRIFT_HISTORY_NS, window_ns)),
+            StampClass::Nic => Some(windows_within(Nanos(NIC_DRIFT_HISTORY_NS), window)),
             StampClass::Software => None,
         }
     }
@@ -148,11 +149,11 @@ impl StampClass {
     }
 
     /// The purity tolerance this class of stamps needs.
-    pub fn purity_tolerance_ns(self) -> i64 {
-        match self {
+    pub fn purity_tolerance(self) -> Nanos {
+        Nanos(match self {
             StampClass::Nic => NIC_PURITY_NS,
             StampClass::Software => SOFTWARE_PURITY_NS,
-        }
+        })
     }
 }
 /// The sender sleeps between the packets of a pair; sleeps overshoot, so TX
@@ -204,38 +205,40 @@ pub const PATH_JUDGED_NS: i64 = 1_000_000_000;
 /// before it pin the line as well as ever.
 pub const LONG_SILENCE_NS: i64 = 4_000_000_000;
 
-/// How many whole windows of `window_ns` fit in `span_ns`: rounded down
-/// (a span must not exceed its history), at least one.
-fn windows_within(span_ns: i64, window_ns: i64) -> usize {
-    usize::try_from(span_ns / window_ns.max(1)).map_or(1, |w| w.max(1))
+/// How many whole windows fit in `span`: rounded down (a span must not
+/// exceed its history), at least one.
+fn windows_within(span: Nanos, window: Nanos) -> usize {
+    usize::try_from(span.0 / window.0.max(1)).map_or(1, |w| w.max(1))
 }
 
-/// How many windows of `window_ns` cover `span_ns`: rounded up, at least
-/// one.
-pub fn windows_covering(span_ns: i64, window_ns: i64) -> usize {
-    let window_ns = window_ns.max(1);
-    let windows = span_ns.saturating_add(window_ns - 1) / window_ns;
+/// How many windows cover `span`: rounded up, at least one.
+pub fn windows_covering(span: Nanos, window: Nanos) -> usize {
+    let window_ns = window.0.max(1);
+    let windows = span.0.saturating_add(window_ns - 1) / window_ns;
     usize::try_from(windows).map_or(1, |w| w.max(1))
 }
 
 impl Settings {
-    pub fn window_ns(&self) -> i64 {
-        ns_i64(self.probe_window_s).saturating_mul(1_000_000_000)
+    /// The estimation window (`probe_window_s`).
+    pub fn window(&self) -> Nanos {
+        Nanos::from_unsigned(self.probe_window_s, 1_000_000_000)
     }
 
-    pub fn spacing_ns(&self) -> i64 {
-        ns_i64(self.packet_spacing_us).saturating_mul(1_000)
+    /// The spacing of a pair's two probes (`packet_spacing_us`).
+    pub fn spacing(&self) -> Nanos {
+        Nanos::from_unsigned(self.packet_spacing_us, 1_000)
     }
 
-    pub fn cadence_ns(&self) -> i64 {
-        ns_i64(self.probe_cadence_us).saturating_mul(1_000)
+    /// The interval between pairs on one edge (`probe_cadence_us`).
+    pub fn cadence(&self) -> Nanos {
+        Nanos::from_unsigned(self.probe_cadence_us, 1_000)
     }
 }
 
 /// The estimator configuration for `settings`: purity from the spacing and
 /// the software-stamp tolerance; results usable for a few missed windows.
 pub fn estimator_config(settings: &Settings) -> EstimatorConfig {
-    let spacing_ns = settings.spacing_ns();
+    let spacing_ns = settings.spacing().0;
     EstimatorConfig {
         purity: PurityConfig {
             spacing_ns,
@@ -244,7 +247,7 @@ pub fn estimator_config(settings: &Settings) -> EstimatorConfig {
             ..PurityConfig::default()
         },
         // Results stay usable for a few missed windows, never less than 10 s.
-        max_age_ns: (3 * settings.window_ns()).max(10_000_000_000),
+        max_age_ns: settings.window().saturating_mul(3).0.max(10_000_000_000),
         fit: FitConfig {
             max_path_asymmetry_ns: settings.max_path_asymmetry_ns.map(unsigned_ns_f64),
             ..FitConfig::default()
@@ -259,7 +262,7 @@ pub fn estimator_config(settings: &Settings) -> EstimatorConfig {
 /// fit edges of one known class (the simulator's estimator mode).
 pub fn estimator_config_for(settings: &Settings, class: StampClass) -> EstimatorConfig {
     let mut config = estimator_config(settings);
-    config.purity.tolerance_ns = class.purity_tolerance_ns();
+    config.purity.tolerance_ns = class.purity_tolerance().0;
     config
 }
 

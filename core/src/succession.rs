@@ -1,6 +1,6 @@
 //! Reference succession for static membership, where no engine elects a
 //! leader: the lowest-id member leads while its results arrive; one that
-//! stays silent for [`results_silence_ns`] (four windows, at least 8 s) is
+//! stays silent for [`results_silence`] (four windows, at least 8 s) is
 //! passed over for the next id, until a result from it shows it leads again. A new leader
 //! continues the global timeline from its own last result
 //! ([`crate::timeline`]), so neither the hand-over nor the return of the
@@ -8,7 +8,7 @@
 //!
 //! Liveness comes from what the protocol already sees. The leader sends
 //! every member its result once per window: a leader whose results stop
-//! for [`results_silence_ns`] is passed over by every member. Its
+//! for [`results_silence`] is passed over by every member. Its
 //! probe peers know sooner: a live peer sends tens of datagrams a window
 //! (probes, stamp reports), so a leader that has sent a peer nothing at
 //! all for [`PEER_SILENCE_NS`] — no result either — while other
@@ -22,6 +22,8 @@
 use std::collections::BTreeSet;
 
 use clockmesh_estimator::NodeId;
+
+use crate::time::Nanos;
 
 /// Windows without a result from the leader before it is passed over (at
 /// least [`FAILOVER_MIN_NS`]): long enough that datagram loss alone rarely
@@ -41,10 +43,13 @@ pub const FAILOVER_MIN_NS: i64 = 8_000_000_000;
 /// How long the leader's results may stop before it is passed over, with
 /// windows of `window_ns`: [`FAILOVER_WINDOWS`] windows, at least
 /// [`FAILOVER_MIN_NS`].
-pub fn results_silence_ns(window_ns: i64) -> i64 {
-    window_ns
-        .saturating_mul(FAILOVER_WINDOWS)
-        .max(FAILOVER_MIN_NS)
+pub fn results_silence(window: Nanos) -> Nanos {
+    Nanos(
+        window
+            .0
+            .saturating_mul(FAILOVER_WINDOWS)
+            .max(FAILOVER_MIN_NS),
+    )
 }
 
 /// How long a leader that is a probe peer of this member may send it
@@ -54,7 +59,7 @@ pub fn results_silence_ns(window_ns: i64) -> i64 {
 /// 100 ms cadence, tens of probes a second), so at 30 % datagram loss a
 /// live leader goes unheard for 4 s at most 0.3^5 ≈ 0.2 % of the time, and
 /// its next result then brings it back; a dead one is passed over about
-/// 4 s after it died instead of after [`results_silence_ns`].
+/// 4 s after it died instead of after [`results_silence`].
 pub const PEER_SILENCE_NS: i64 = 4_000_000_000;
 
 /// Who leads, from the members' ids and the leader's silence.
@@ -83,7 +88,7 @@ pub enum LeaderChange {
 /// Which silence passed a leader over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Silence {
-    /// No result for [`results_silence_ns`].
+    /// No result for [`results_silence`].
     Results,
     /// A probe peer that sent nothing for [`PEER_SILENCE_NS`] while
     /// other members were heard.
@@ -91,20 +96,20 @@ pub enum Silence {
 }
 
 impl Succession {
-    /// For member `me`, with windows of `window_ns`.
-    pub fn new(me: NodeId, window_ns: i64) -> Self {
+    /// For member `me`, with windows of `window`.
+    pub fn new(me: NodeId, window: Nanos) -> Self {
         Succession {
             me,
-            silence_ns: results_silence_ns(window_ns),
-            peer_silence_ns: PEER_SILENCE_NS.max(window_ns),
+            silence_ns: results_silence(window).0,
+            peer_silence_ns: PEER_SILENCE_NS.max(window.0),
             passed_over: BTreeSet::new(),
             following: None,
         }
     }
 
-    /// How long the leader may be silent before it is passed over, ns.
-    pub fn silence_ns(&self) -> i64 {
-        self.silence_ns
+    /// How long the leader may be silent before it is passed over.
+    pub fn leader_silence(&self) -> Nanos {
+        Nanos(self.silence_ns)
     }
 
     /// The leader among `ids`: the lowest not passed over (never `me`).
@@ -253,7 +258,7 @@ mod tests {
 
     /// Node 3 following node 1, whose result it last heard at `W`.
     fn following_1_heard_at_w() -> Succession {
-        let mut s = Succession::new(3, W);
+        let mut s = Succession::new(3, Nanos(W));
         s.tick(&IDS, 0, no_peers);
         s.heard_result(1, &IDS, W);
         s
@@ -264,7 +269,7 @@ mod tests {
     #[test]
     fn short_windows_wait_the_minimum_silence_for_results() {
         const SHORT: i64 = 1_000_000_000;
-        let mut s = Succession::new(3, SHORT);
+        let mut s = Succession::new(3, Nanos(SHORT));
         s.tick(&IDS, 0, no_peers);
         s.heard_result(1, &IDS, SHORT);
         let four_windows = SHORT + FAILOVER_WINDOWS * SHORT + 1;
@@ -285,7 +290,7 @@ mod tests {
 
     #[test]
     fn the_lowest_id_leads_while_its_results_arrive() {
-        let mut s = Succession::new(3, W);
+        let mut s = Succession::new(3, Nanos(W));
         assert_eq!(s.tick(&IDS, 0, no_peers), LeaderChange::Kept);
         assert_eq!(s.leader(&IDS), Some(1));
         for k in 1..20 {
@@ -338,7 +343,7 @@ mod tests {
 
     #[test]
     fn a_member_that_left_is_forgotten() {
-        let mut s = Succession::new(3, W);
+        let mut s = Succession::new(3, Nanos(W));
         s.tick(&IDS, 0, no_peers);
         s.tick(&IDS, 10 * W, no_peers);
         assert_eq!(s.leader(&IDS), Some(2));

@@ -7,6 +7,7 @@ use clockmesh_estimator::NodeId;
 use clockmesh_estimator::convert::ns_i64;
 
 use crate::report::EdgeStatus;
+use crate::time::{LocalNs, Nanos, WindowIndex};
 
 /// Phase delays after a window ends: (cap ns, percent of the window).
 /// The fit waits for the window's last reports: its last pairs settle
@@ -47,11 +48,11 @@ pub struct WindowClock {
 }
 
 impl WindowClock {
-    /// Windows of `window_ns`; `stored_fits`: fits reach the leader through
+    /// Windows of `window`; `stored_fits`: fits reach the leader through
     /// a shared store rather than as datagrams.
-    pub fn new(window_ns: i64, stored_fits: bool) -> Self {
+    pub fn new(window: Nanos, stored_fits: bool) -> Self {
         WindowClock {
-            window_ns: window_ns.max(1),
+            window_ns: window.0.max(1),
             solve_delay: if stored_fits {
                 SOLVE_DELAY_STORED
             } else {
@@ -65,24 +66,24 @@ impl WindowClock {
         }
     }
 
-    /// The window whose `phase` is due at `now_ns` and has not run yet;
+    /// The window whose `phase` is due at `now` and has not run yet;
     /// marks it run.
-    pub fn take_due(&mut self, phase: Phase, now_ns: i64) -> Option<u64> {
+    pub fn take_due(&mut self, phase: Phase, now: LocalNs) -> Option<WindowIndex> {
         let (delay, done) = match phase {
             Phase::Fit => (FIT_DELAY, &mut self.fitted),
             Phase::Solve => (self.solve_delay, &mut self.solved),
             Phase::Fetch => (FETCH_DELAY, &mut self.fetched),
         };
-        let k = due(self.window_ns, now_ns, delay, *done)?;
+        let k = due(self.window_ns, now.0, delay, *done)?;
         *done = Some(k);
-        Some(k)
+        Some(WindowIndex(k))
     }
 
-    /// Whether the result of `window` anchored at `anchor_ns` is new (not
-    /// the one published last); marks it published.
-    pub fn take_new_result(&mut self, window: u64, anchor_ns: i64) -> bool {
-        let new = self.published != Some((window, anchor_ns));
-        self.published = Some((window, anchor_ns));
+    /// Whether the result of `window` anchored at `anchor` is new (not the
+    /// one published last); marks it published.
+    pub fn take_new_result(&mut self, window: WindowIndex, anchor: LocalNs) -> bool {
+        let new = self.published != Some((window.0, anchor.0));
+        self.published = Some((window.0, anchor.0));
         new
     }
 
@@ -95,14 +96,14 @@ impl WindowClock {
         self.published.is_some()
     }
 
-    /// The window local time `now_ns` falls in.
-    pub fn index(&self, now_ns: i64) -> i64 {
-        now_ns.div_euclid(self.window_ns)
+    /// The window local time `now` falls in (negative before the epoch).
+    pub fn index(&self, now: LocalNs) -> i64 {
+        now.0.div_euclid(self.window_ns)
     }
 
     /// Local time at which window `k` ends.
-    pub fn end_ns(&self, k: u64) -> i64 {
-        ns_i64(k).saturating_add(1).saturating_mul(self.window_ns)
+    pub fn end(&self, k: WindowIndex) -> LocalNs {
+        LocalNs(ns_i64(k.0).saturating_add(1).saturating_mul(self.window_ns))
     }
 
     pub fn last_fitted(&self) -> u64 {
@@ -140,7 +141,7 @@ mod tests {
     #[test]
     fn the_fit_waits_for_the_window_s_last_reports() {
         use crate::node::{SETTLE_NS, TICK_NS};
-        let w = crate::settings::Settings::default().window_ns();
+        let w = crate::settings::Settings::default().window().0;
         let delay = delay_ns(w, FIT_DELAY);
         assert!(delay >= SETTLE_NS + TICK_NS + 50_000_000, "{delay} ns");
     }
@@ -148,7 +149,7 @@ mod tests {
     #[test]
     fn phases_fire_once_per_window_after_their_delay() {
         let w = 4_000_000_000;
-        let mut c = WindowClock::new(w, false);
+        let mut c = WindowClock::new(Nanos(w), false);
         assert_eq!(
             due(c.window_ns, 10 * w + 100, FIT_DELAY, None),
             None,
@@ -158,7 +159,10 @@ mod tests {
             due(c.window_ns, 10 * w + FIT_DELAY.0, FIT_DELAY, None),
             Some(9)
         );
-        assert_eq!(c.take_due(Phase::Fit, 10 * w + FIT_DELAY.0), Some(9));
+        assert_eq!(
+            c.take_due(Phase::Fit, LocalNs(10 * w + FIT_DELAY.0)),
+            Some(WindowIndex(9))
+        );
         assert_eq!(
             due(c.window_ns, 10 * w + 2 * FIT_DELAY.0, FIT_DELAY, c.fitted),
             None
@@ -168,7 +172,7 @@ mod tests {
             Some(10)
         );
         // Short windows scale the delays down so every phase still fits.
-        let short = WindowClock::new(1_000_000_000, false);
+        let short = WindowClock::new(Nanos::from_secs(1), false);
         assert_eq!(
             due(
                 short.window_ns,

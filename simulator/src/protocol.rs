@@ -20,6 +20,7 @@ use clockmesh_core::{
     node::{Action, Exchange, LocalNs, Member, Node, NodeConfig, TICK_NS, Target},
     result::NodeResult,
     tally::{DropCounts, NodeCounters},
+    time::Nanos,
     timeline::{Carry, HandOverLine},
     wire::{Message, StampSource, WireStamp, kind},
 };
@@ -45,7 +46,7 @@ const WARMUP_NS: i64 = 8_000_000_000;
 
 /// [`WARMUP_NS`] in windows of `window_ns` (rounded up, at least 2).
 fn warmup_windows(window_ns: i64) -> u32 {
-    let windows = clockmesh_core::settings::windows_covering(WARMUP_NS, window_ns);
+    let windows = clockmesh_core::settings::windows_covering(Nanos(WARMUP_NS), Nanos(window_ns));
     u32::try_from(windows).unwrap_or(u32::MAX).max(2)
 }
 
@@ -305,7 +306,7 @@ struct Sim<'a> {
 pub fn run_protocol(s: &Scenario) -> Result<ProtocolReport, SimError> {
     s.validate()?;
     let started = std::time::Instant::now();
-    let window_ns = s.agent.window_ns();
+    let window_ns = s.agent.window().0;
     let warmup = warmup_windows(window_ns);
     let total_windows = s.windows + warmup;
     // One more window so the last scored window's result is fetched.
@@ -416,7 +417,7 @@ impl<'a> Sim<'a> {
             self.perform(i, actions);
             let phase = self.rng.random_range(0..TICK_NS);
             self.schedule(phase, Event::Tick(i));
-            let cadence = self.s.agent.cadence_ns().max(1);
+            let cadence = self.s.agent.cadence().0.max(1);
             let phase = self.rng.random_range(0..cadence);
             self.schedule(phase, Event::SendRound(i));
         }
@@ -429,7 +430,7 @@ impl<'a> Sim<'a> {
         let Some(iso) = &self.s.isolation else {
             return;
         };
-        let window_ns = self.s.agent.window_ns();
+        let window_ns = self.s.agent.window().0;
         let from = window_ns * i64::from(warmup + iso.after_window);
         let until = from + window_ns * i64::from(iso.windows);
         self.isolated_span = (from, until);
@@ -447,7 +448,7 @@ impl<'a> Sim<'a> {
     fn recovery_rule(&self) -> RecoveryRule {
         let down = self.s.isolation.as_ref().map_or(0, |iso| iso.windows);
         let stamps = self.s.timestamps.stamp_class();
-        RecoveryRule::for_fault(stamps, down, self.s.agent.window_ns())
+        RecoveryRule::for_fault(stamps, down, self.s.agent.window().0)
     }
 
     /// Whether the link between hosts `i` and `j` is cut now (`isolation`).
@@ -470,7 +471,7 @@ impl<'a> Sim<'a> {
     /// came back.
     fn note_resumed(&mut self, i: usize, r: &NodeResult) {
         let until = self.isolated_span.1;
-        let window_ns = self.s.agent.window_ns();
+        let window_ns = self.s.agent.window().0;
         // Local clocks are within a few ms of true time; windows are seconds.
         let about_after = r.anchor.0 - READING_BASE_NS > until + window_ns / 2;
         if about_after {
@@ -483,7 +484,7 @@ impl<'a> Sim<'a> {
     /// published file would (the value a reader extrapolates, and its
     /// bound grown at the published rate).
     fn read_readers(&mut self) {
-        let since_end = (self.now - self.isolated_span.1) as f64 / self.s.agent.window_ns() as f64;
+        let since_end = (self.now - self.isolated_span.1) as f64 / self.s.agent.window().0 as f64;
         let mut recovery = std::mem::take(&mut self.recovery);
         recovery.read_all(since_end, |i| {
             let r = self.hosts[i].last_result.as_ref()?;
@@ -567,7 +568,7 @@ impl<'a> Sim<'a> {
                 self.send_pair(i, targets[(first + k) % targets.len()]);
             }
         }
-        let cadence = self.s.agent.cadence_ns() as f64;
+        let cadence = self.s.agent.cadence().0 as f64;
         let next = self.now + (cadence * self.rng.random_range(0.8..1.2)) as i64;
         self.schedule(next, Event::SendRound(i));
     }
@@ -577,7 +578,7 @@ impl<'a> Sim<'a> {
         let seq = self.hosts[i].next_seq;
         self.hosts[i].next_seq += 1;
         let me = self.hosts[i].node.me().id;
-        let spacing = self.s.agent.spacing_ns();
+        let spacing = self.s.agent.spacing().0;
         let mut prev_tx = i64::MIN;
         for index in 0..2u8 {
             let t_send = self.now as f64 + f64::from(index) * spacing as f64;
@@ -834,7 +835,7 @@ impl<'a> Sim<'a> {
     fn report(mut self, wall_ms: f64) -> ProtocolReport {
         let leader = self.s.reference as usize;
         let others = self.hosts.len().saturating_sub(1).max(1) as f64;
-        let warmup = warmup_windows(self.s.agent.window_ns());
+        let warmup = warmup_windows(self.s.agent.window().0);
         let per_window = 1.0 / f64::from(self.s.windows + warmup + 1);
         let mut node_sum = HostTraffic::default();
         let mut coordination_max = Traffic::default();

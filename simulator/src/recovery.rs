@@ -16,7 +16,7 @@
 //! span plus one publication ([`RecoveryRule`]), and within 2 windows
 //! wherever the history survived the fault.
 
-use clockmesh_core::settings::StampClass;
+use clockmesh_core::{settings::StampClass, time::Nanos};
 use serde::{Deserialize, Serialize};
 
 /// Windows after the isolation ends over which readers are read at least
@@ -48,7 +48,7 @@ impl RecoveryRule {
     /// 2 windows if the history survived it, else the history span (NIC
     /// 2 s, software 32 s, in windows) plus one publication.
     pub fn for_fault(stamps: StampClass, fault_windows: u32, window_ns: i64) -> Self {
-        let span = stamps.max_history_windows(window_ns) as f64;
+        let span = stamps.max_history_windows(Nanos(window_ns)) as f64;
         let history_survived = f64::from(fault_windows) < span;
         let deadline_windows = if history_survived {
             BACK_WITH_HISTORY_WINDOWS

@@ -18,6 +18,7 @@ use clockmesh_core::{
     publication::{Publication, ResultStatus},
     result::NodeResult,
     tally::StampTally,
+    time::Nanos,
 };
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -389,7 +390,7 @@ impl<D: Discovery + Coordination> Agent<D> {
     }
 
     pub(super) fn window_index(&self, now_ns: i64) -> i64 {
-        now_ns.div_euclid(self.node.settings().window_ns().max(1))
+        Nanos(now_ns).div_floor(self.node.settings().window())
     }
 
     fn measure_clock_maps(&mut self) {
