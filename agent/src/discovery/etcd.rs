@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 use super::{
     Coordination, Discovery, DiscoveryError, Leadership, Member, NoStore, Store, check_unique,
-    prefix_watch::PrefixWatch,
+    prefix_watch::{Parse, PrefixWatch},
 };
 
 /// How to reach etcd and how long a silent member stays listed.
@@ -50,8 +50,9 @@ pub struct EtcdDiscovery {
     /// This member's id once registered.
     my_id: Option<u32>,
     /// The member list and the election, kept current by watches.
-    member_watch: Option<PrefixWatch>,
-    leader_watch: Option<PrefixWatch>,
+    member_watch: Option<PrefixWatch<Member>>,
+    /// Candidates' values as written (the leader's name).
+    leader_watch: Option<PrefixWatch<Vec<u8>>>,
 }
 
 /// A member record; `None` (with a warning) for one that does not parse.
@@ -194,21 +195,33 @@ impl EtcdDiscovery {
 
     /// `watch`, current: caught up, or started again (read whole) where
     /// it was lost or never started.
-    async fn current(
+    async fn current<T>(
         &mut self,
-        watch: fn(&mut Self) -> &mut Option<PrefixWatch>,
-        prefix: String,
+        watch: fn(&mut Self) -> &mut Option<PrefixWatch<T>>,
+        (prefix, parse): (String, Parse<T>),
         what: &str,
     ) -> Result<(), DiscoveryError> {
         if watch(self).as_mut().is_some_and(|w| w.catch_up(what)) {
             return Ok(());
         }
         *watch(self) = None; // aborts a lost watch's task
-        let started = PrefixWatch::start(&mut self.client, &mut self.campaign_client, prefix)
+        let (client, streaming) = (&mut self.client, &mut self.campaign_client);
+        let started = PrefixWatch::start(client, streaming, prefix, parse)
             .await
             .map_err(unavailable)?;
         *watch(self) = Some(started);
         Ok(())
+    }
+
+    /// The member list's watch, current.
+    async fn members_current(&mut self) -> Result<(), DiscoveryError> {
+        let prefix = self.members_prefix();
+        self.current(
+            |d| &mut d.member_watch,
+            (prefix, parse_member),
+            "member list",
+        )
+        .await
     }
 
     fn election(&self) -> String {
@@ -307,8 +320,7 @@ impl EtcdDiscovery {
         let older = self
             .member_watch
             .iter()
-            .flat_map(PrefixWatch::entries)
-            .filter_map(|(key, e)| parse_member(key, &e.value))
+            .flat_map(PrefixWatch::values)
             .filter(|m| m.id < me)
             .count();
         older < CANDIDATES
@@ -338,14 +350,12 @@ impl Discovery for EtcdDiscovery {
     /// and after a lost watch): eventually consistent, within the watch's
     /// delivery delay (milliseconds) of etcd.
     async fn members(&mut self) -> Result<Vec<Member>, DiscoveryError> {
-        let prefix = self.members_prefix();
-        self.current(|d| &mut d.member_watch, prefix, "member list")
-            .await?;
+        self.members_current().await?;
         let mut members: Vec<Member> = self
             .member_watch
             .iter()
-            .flat_map(PrefixWatch::entries)
-            .filter_map(|(key, e)| parse_member(key, &e.value))
+            .flat_map(PrefixWatch::values)
+            .cloned()
             .collect();
         members.sort();
         check_unique(&members)?;
@@ -356,12 +366,11 @@ impl Discovery for EtcdDiscovery {
     /// (etcd's election rule), read whole only at the start and after a
     /// lost watch.
     async fn leadership(&mut self) -> Result<Leadership, DiscoveryError> {
-        let members = self.members_prefix();
-        self.current(|d| &mut d.member_watch, members, "member list")
-            .await?;
+        self.members_current().await?;
         self.campaign_if_candidate().await;
         let prefix = format!("{}/", self.election());
-        self.current(|d| &mut d.leader_watch, prefix, "election")
+        let as_written: Parse<Vec<u8>> = |_, value| Some(value.to_vec());
+        self.current(|d| &mut d.leader_watch, (prefix, as_written), "election")
             .await?;
         let leader = self
             .leader_watch

@@ -11,16 +11,23 @@ use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchStream};
 use tokio::{sync::mpsc, task::JoinHandle};
 use tracing::warn;
 
-/// One key's value and when it was created (etcd's create revision: the
-/// election's order).
+/// One key's value, parsed, and when it was created (etcd's create
+/// revision: the election's order).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Entry {
+pub(super) struct Entry<T> {
     pub create_revision: i64,
-    pub value: Vec<u8>,
+    pub value: T,
 }
 
-pub(super) struct PrefixWatch {
-    entries: BTreeMap<Vec<u8>, Entry>,
+/// Reads a key's value (`key`, `value`); `None` leaves the key out.
+pub(super) type Parse<T> = fn(&[u8], &[u8]) -> Option<T>;
+
+/// The prefix's keys with their values parsed once, as they arrive (not at
+/// every refresh: at 10,000 members that was 10,000 records read again
+/// every 2 s, twice).
+pub(super) struct PrefixWatch<T> {
+    entries: BTreeMap<Vec<u8>, Entry<T>>,
+    parse: Parse<T>,
     changes: mpsc::UnboundedReceiver<Change>,
     task: JoinHandle<()>,
 }
@@ -29,7 +36,7 @@ pub(super) struct PrefixWatch {
 enum Change {
     Put {
         key: Vec<u8>,
-        entry: Entry,
+        entry: Entry<Vec<u8>>,
     },
     Delete {
         key: Vec<u8>,
@@ -39,14 +46,15 @@ enum Change {
     Lost(String),
 }
 
-impl PrefixWatch {
+impl<T> PrefixWatch<T> {
     /// Reads `prefix` whole through `client` and watches it from the next
     /// revision through `streaming` (a connection without a request
-    /// timeout: a stream outlives any timeout).
+    /// timeout: a stream outlives any timeout); each value read by `parse`.
     pub(super) async fn start(
         client: &mut Client,
         streaming: &mut Client,
         prefix: String,
+        parse: Parse<T>,
     ) -> Result<Self, etcd_client::Error> {
         let resp = client
             .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
@@ -55,12 +63,12 @@ impl PrefixWatch {
         let entries = resp
             .kvs()
             .iter()
-            .map(|kv| {
+            .filter_map(|kv| {
                 let entry = Entry {
                     create_revision: kv.create_revision(),
-                    value: kv.value().to_vec(),
+                    value: parse(kv.key(), kv.value())?,
                 };
-                (kv.key().to_vec(), entry)
+                Some((kv.key().to_vec(), entry))
             })
             .collect();
         let options = WatchOptions::new()
@@ -70,6 +78,7 @@ impl PrefixWatch {
         let (tx, changes) = mpsc::unbounded_channel();
         Ok(PrefixWatch {
             entries,
+            parse,
             changes,
             task: tokio::spawn(forward_changes(stream, tx)),
         })
@@ -80,9 +89,21 @@ impl PrefixWatch {
     pub(super) fn catch_up(&mut self, what: &str) -> bool {
         loop {
             match self.changes.try_recv() {
-                Ok(Change::Put { key, entry }) => {
-                    self.entries.insert(key, entry);
-                }
+                Ok(Change::Put { key, entry }) => match (self.parse)(&key, &entry.value) {
+                    Some(value) => {
+                        let create_revision = entry.create_revision;
+                        self.entries.insert(
+                            key,
+                            Entry {
+                                create_revision,
+                                value,
+                            },
+                        );
+                    }
+                    None => {
+                        self.entries.remove(&key);
+                    }
+                },
                 Ok(Change::Delete { key }) => {
                     self.entries.remove(&key);
                 }
@@ -96,20 +117,21 @@ impl PrefixWatch {
         }
     }
 
-    pub(super) fn entries(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
-        self.entries.iter().map(|(k, e)| (k.as_slice(), e))
+    /// The parsed values, by key.
+    pub(super) fn values(&self) -> impl Iterator<Item = &T> {
+        self.entries.values().map(|e| &e.value)
     }
 
     /// The value of the oldest key (etcd's election: the leader's).
-    pub(super) fn oldest(&self) -> Option<&[u8]> {
+    pub(super) fn oldest(&self) -> Option<&T> {
         self.entries
             .values()
             .min_by_key(|e| e.create_revision)
-            .map(|e| e.value.as_slice())
+            .map(|e| &e.value)
     }
 }
 
-impl Drop for PrefixWatch {
+impl<T> Drop for PrefixWatch<T> {
     fn drop(&mut self) {
         self.task.abort();
     }
