@@ -96,25 +96,30 @@ fn history_entry(r: &NodeResult, window: Nanos) -> HistoryEntry {
 
 /// What readers see of `r` (without `REFERENCE`).
 fn reader_view(r: &NodeResult, holdover_max_bound_ns: u64) -> Snapshot {
-    let map = NodeMap {
-        anchor_local_ns: r.anchor.0,
-        offset_ns: r.offset_ns,
-        drift_ps_per_s: ps_per_s(r.drift_ppb),
-        bound_ns: r.bound_ns,
-        bound_growth_ps_per_s: growth_ps_per_s(r.bound_growth_ppb),
-    };
+    let map = node_map(
+        r.anchor.0,
+        (r.offset_ns, r.drift_ppb),
+        (r.bound_ns, r.bound_growth_ppb),
+    );
     view_of(r.is_holdover(), r.valid_until.0, map, holdover_max_bound_ns)
 }
 
-/// A rate in ppb as the node map carries it, ps/s.
-fn ps_per_s(ppb: f64) -> i64 {
-    round_ns(ppb * 1e3)
-}
-
-/// A bound's growth in ppb as the node map carries it, ps/s: rounded up,
-/// a bound must never be understated.
-fn growth_ps_per_s(ppb: f64) -> u64 {
-    ceil_bound_ns(ppb * 1e3)
+/// A result as the offsets file's node map carries it: at `anchor_ns`,
+/// the offset and its rate (ppb, carried in ps/s), the bound and its
+/// growth (ppb, carried in ps/s and rounded up: a bound must never be
+/// understated).
+fn node_map(
+    anchor_ns: i64,
+    (offset_ns, drift_ppb): (i64, f64),
+    (bound_ns, growth_ppb): (u64, f64),
+) -> NodeMap {
+    NodeMap {
+        anchor_local_ns: anchor_ns,
+        offset_ns,
+        drift_ps_per_s: round_ns(drift_ppb * 1e3),
+        bound_ns,
+        bound_growth_ps_per_s: ceil_bound_ns(growth_ppb * 1e3),
+    }
 }
 
 /// The readers' view of a node map: `VALID`, and `HOLDOVER` when it was
@@ -224,13 +229,11 @@ impl ResultStatus {
     /// The result as the offsets file's readers see it (but `REFERENCE`):
     /// the same view the publication's record is made of.
     pub fn reader_view(&self) -> Snapshot {
-        let map = NodeMap {
-            anchor_local_ns: self.anchor_ns,
-            offset_ns: self.offset_ns,
-            drift_ps_per_s: ps_per_s(self.drift_ppb),
-            bound_ns: self.bound_ns,
-            bound_growth_ps_per_s: growth_ps_per_s(self.bound_growth_ppb),
-        };
+        let map = node_map(
+            self.anchor_ns,
+            (self.offset_ns, self.drift_ppb),
+            (self.bound_ns, self.bound_growth_ppb),
+        );
         let holdover = self.anchor_kind == AnchorKind::Holdover;
         view_of(
             holdover,
