@@ -3,7 +3,7 @@
 //! A packet can be stamped several times (NIC, kernel socket stamp, tp_btf,
 //! tc) and the candidates arrive by different paths (ring buffer, socket
 //! error queue, RX control messages) at slightly different times. Each pair
-//! waits `settle_ns` after its first candidate, then the best candidate of
+//! waits its settle time after its first candidate, then the best candidate of
 //! each packet is chosen ([`crate::pairs::best`]).
 //!
 //! Received probes are only believed once the datagram itself passed the
@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::{
     pairs::best,
+    time::{LocalNs, Nanos},
     wire::{StampSource, WireStamp},
 };
 
@@ -38,7 +39,7 @@ pub struct PairKey {
 
 #[derive(Default)]
 struct Pending {
-    first_seen_ns: i64,
+    first_seen: LocalNs,
     candidates: [Vec<WireStamp>; 2],
     confirmed: bool,
 }
@@ -64,18 +65,18 @@ pub struct CollectorStats {
 const MAX_CANDIDATES: usize = 6;
 
 pub struct Collector {
-    settle_ns: i64,
+    settle: Nanos,
     max_pairs: usize,
     pending: HashMap<(Side, PairKey), Pending>,
     /// Arrival order, for settling and eviction.
-    order: BTreeMap<(i64, Side, PairKey), ()>,
+    order: BTreeMap<(LocalNs, Side, PairKey), ()>,
     stats: CollectorStats,
 }
 
 impl Collector {
-    pub fn new(settle_ns: i64, max_pairs: usize) -> Self {
+    pub fn new(settle: Nanos, max_pairs: usize) -> Self {
         Collector {
-            settle_ns,
+            settle,
             max_pairs: max_pairs.max(1),
             pending: HashMap::new(),
             order: BTreeMap::new(),
@@ -84,11 +85,11 @@ impl Collector {
     }
 
     /// Adds a candidate stamp of packet `index` (0 or 1) of a pair.
-    pub fn add(&mut self, side: Side, key: PairKey, index: u8, stamp: WireStamp, now_ns: i64) {
+    pub fn add(&mut self, side: Side, key: PairKey, index: u8, stamp: WireStamp, now: LocalNs) {
         if index > 1 || stamp.source == StampSource::Missing {
             return;
         }
-        let entry = self.entry(side, key, now_ns);
+        let entry = self.entry(side, key, now);
         let slot = &mut entry.candidates[usize::from(index)];
         if slot.len() < MAX_CANDIDATES {
             slot.push(stamp);
@@ -96,20 +97,20 @@ impl Collector {
     }
 
     /// Marks a pair as genuine: our own TX, or an RX datagram that passed the checks.
-    pub fn confirm(&mut self, side: Side, key: PairKey, now_ns: i64) {
-        self.entry(side, key, now_ns).confirmed = true;
+    pub fn confirm(&mut self, side: Side, key: PairKey, now: LocalNs) {
+        self.entry(side, key, now).confirmed = true;
     }
 
-    fn entry(&mut self, side: Side, key: PairKey, now_ns: i64) -> &mut Pending {
+    fn entry(&mut self, side: Side, key: PairKey, now: LocalNs) -> &mut Pending {
         if !self.pending.contains_key(&(side, key)) {
             while self.pending.len() >= self.max_pairs {
                 self.evict_oldest();
             }
-            self.order.insert((now_ns, side, key), ());
+            self.order.insert((now, side, key), ());
             self.pending.insert(
                 (side, key),
                 Pending {
-                    first_seen_ns: now_ns,
+                    first_seen: now,
                     ..Pending::default()
                 },
             );
@@ -125,17 +126,17 @@ impl Collector {
     }
 
     /// Pairs whose settle time has passed, confirmed ones with their best stamps.
-    pub fn settle(&mut self, now_ns: i64) -> Vec<Settled> {
+    pub fn settle(&mut self, now: LocalNs) -> Vec<Settled> {
         let mut out = Vec::new();
         while let Some((&(t, side, key), ())) = self.order.first_key_value() {
-            if now_ns.saturating_sub(t) < self.settle_ns {
+            if now.since(t) < self.settle {
                 break;
             }
             self.order.pop_first();
             let Some(p) = self.pending.remove(&(side, key)) else {
                 continue;
             };
-            debug_assert_eq!(p.first_seen_ns, t);
+            debug_assert_eq!(p.first_seen, t);
             if !p.confirmed {
                 self.stats.unconfirmed += 1;
                 continue;
@@ -183,13 +184,19 @@ mod tests {
 
     #[test]
     fn best_candidate_wins_after_settling() {
-        let mut c = Collector::new(100, 16);
-        c.add(Side::Tx, KEY, 0, st(10, StampSource::Tc), 0);
-        c.add(Side::Tx, KEY, 0, st(12, StampSource::Kernel), 5);
-        c.add(Side::Tx, KEY, 1, st(20, StampSource::Tracepoint), 6);
-        c.confirm(Side::Tx, KEY, 7);
-        assert!(c.settle(99).is_empty(), "not settled yet");
-        let s = c.settle(100);
+        let mut c = Collector::new(Nanos(100), 16);
+        c.add(Side::Tx, KEY, 0, st(10, StampSource::Tc), LocalNs(0));
+        c.add(Side::Tx, KEY, 0, st(12, StampSource::Kernel), LocalNs(5));
+        c.add(
+            Side::Tx,
+            KEY,
+            1,
+            st(20, StampSource::Tracepoint),
+            LocalNs(6),
+        );
+        c.confirm(Side::Tx, KEY, LocalNs(7));
+        assert!(c.settle(LocalNs(99)).is_empty(), "not settled yet");
+        let s = c.settle(LocalNs(100));
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].stamps[0].realtime_ns, 12);
         assert_eq!(s[0].stamps[1].source, StampSource::Tracepoint);
@@ -198,24 +205,30 @@ mod tests {
 
     #[test]
     fn unconfirmed_pairs_are_dropped_and_counted() {
-        let mut c = Collector::new(10, 16);
-        c.add(Side::Rx, KEY, 0, st(10, StampSource::Kernel), 0);
-        assert!(c.settle(50).is_empty());
+        let mut c = Collector::new(Nanos(10), 16);
+        c.add(Side::Rx, KEY, 0, st(10, StampSource::Kernel), LocalNs(0));
+        assert!(c.settle(LocalNs(50)).is_empty());
         assert_eq!(c.stats().unconfirmed, 1);
     }
 
     #[test]
     fn memory_is_bounded() {
-        let mut c = Collector::new(1_000, 8);
+        let mut c = Collector::new(Nanos(1_000), 8);
         for seq in 0..1_000 {
             let key = PairKey { seq, ..KEY };
-            c.add(Side::Rx, key, 0, st(1, StampSource::Kernel), seq as i64);
+            c.add(
+                Side::Rx,
+                key,
+                0,
+                st(1, StampSource::Kernel),
+                LocalNs(seq as i64),
+            );
         }
         assert_eq!(c.len(), 8);
         assert_eq!(c.stats().evicted, 992);
         // Bad index and missing stamps are ignored.
-        c.add(Side::Rx, KEY, 2, st(1, StampSource::Kernel), 0);
-        c.add(Side::Rx, KEY, 0, WireStamp::MISSING, 0);
+        c.add(Side::Rx, KEY, 2, st(1, StampSource::Kernel), LocalNs(0));
+        c.add(Side::Rx, KEY, 0, WireStamp::MISSING, LocalNs(0));
         assert_eq!(c.len(), 8);
     }
 }

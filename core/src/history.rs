@@ -42,7 +42,7 @@ use clockmesh_estimator::{EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, est
 use crate::settings::{
     LONG_SILENCE_NS, NIC_STARVED_POINTS, PATH_JUDGED_NS, StampClass, windows_covering,
 };
-use crate::time::Nanos;
+use crate::time::{LocalNs, Nanos};
 
 /// Windows of raw probes kept per out-edge (32 s at the shipped 1 s
 /// windows): the longest span of any class of stamps.
@@ -454,8 +454,8 @@ fn starved(fit: &EdgeFit) -> bool {
 /// of their bounds there.
 fn agree(long: &EdgeFit, short: &EdgeFit) -> bool {
     let t = short.epoch_ns;
-    let (lb, lf) = long.offset_at(t);
-    let (sb, sf) = short.offset_at(t);
+    let (lb, lf) = long.offset_at(LocalNs(t));
+    let (sb, sf) = short.offset_at(LocalNs(t));
     let gap = ns_f64(lb - sb) + (lf - sf);
     let age = unsigned_ns_f64(t.saturating_sub(long.epoch_ns).unsigned_abs());
     gap.abs() <= long.bound_ns + long.drift_bound * age + short.bound_ns
@@ -467,11 +467,11 @@ fn agree(long: &EdgeFit, short: &EdgeFit) -> bool {
 fn best_round_trip(w: &EdgeProbes, fit: &EdgeFit) -> Option<f64> {
     // Offsets are on the `from` clock's time: TX forward, RX backward.
     let forward = w.forward.iter().map(|p| {
-        let (base, rel) = fit.offset_at(p.tx_ns);
+        let (base, rel) = fit.offset_at(LocalNs(p.tx_ns));
         ns_f64(p.rx_ns - p.tx_ns - base) - rel
     });
     let backward = w.backward.iter().map(|p| {
-        let (base, rel) = fit.offset_at(p.rx_ns);
+        let (base, rel) = fit.offset_at(LocalNs(p.rx_ns));
         ns_f64(p.rx_ns - p.tx_ns + base) + rel
     });
     Some(forward.reduce(f64::min)? + backward.reduce(f64::min)?)
@@ -567,7 +567,7 @@ mod tests {
             let fit = h.fit(&cfg(), Nanos(len_ns)).unwrap();
             assert_eq!(fit.windows, windows, "{len_ns} ns windows");
             let f = fit.outcome.fit.unwrap();
-            let (base, frac) = f.offset_at(f.epoch_ns);
+            let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
             assert!(((base as f64 + frac) - 1_000.0).abs() <= f.bound_ns);
         }
     }
@@ -604,7 +604,7 @@ mod tests {
         let fit = h.fit(&cfg(), Nanos(W_NS)).unwrap();
         assert!(fit.windows <= 2, "{} windows", fit.windows);
         let f = fit.outcome.fit.unwrap();
-        let (base, frac) = f.offset_at(f.epoch_ns);
+        let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
         let truth = offset(f.epoch_ns) as f64;
         assert!(((base as f64 + frac) - truth).abs() <= f.bound_ns, "{f:?}");
     }
@@ -629,7 +629,7 @@ mod tests {
             );
             let chosen = h.fit(&cfg(), Nanos(W_NS)).unwrap();
             let f = chosen.outcome.fit.unwrap();
-            let (base, frac) = f.offset_at(f.epoch_ns);
+            let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
             // What the fastest probes see: half the detour of the path
             // they took, which no endpoint can see.
             let seen = 1_000.0 + before.min(after) as f64 / 2.0;
@@ -676,7 +676,7 @@ mod tests {
         }
         let chosen = h.fit(&cfg(), Nanos(W_NS)).unwrap();
         let f = chosen.outcome.fit.unwrap();
-        let (base, frac) = f.offset_at(f.epoch_ns);
+        let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
         let error = base as f64 + frac - 1_000.0;
         assert_eq!(chosen.windows, span);
         assert!(error.abs() < 20.0, "{error} ns");
@@ -724,7 +724,10 @@ mod tests {
             let fit = h.fit(&cfg(), Nanos(S)).unwrap();
             assert_eq!(fit.windows, windows, "one pair in {keep} pure");
             let f = fit.outcome.fit.unwrap();
-            assert!((f.offset_at(f.epoch_ns).0 - 1_000).abs() < 50, "{f:?}");
+            assert!(
+                (f.offset_at(LocalNs(f.epoch_ns)).0 - 1_000).abs() < 50,
+                "{f:?}"
+            );
         }
     }
 
@@ -753,7 +756,7 @@ mod tests {
             let chosen = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
             assert_eq!(chosen.windows, MAX_WINDOWS, "window {w}");
             let f = chosen.outcome.fit.unwrap();
-            let (base, frac) = f.offset_at(f.epoch_ns);
+            let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
             assert!((base as f64 + frac - 1_000.0).abs() < 100.0, "window {w}");
         }
     }
@@ -781,7 +784,10 @@ mod tests {
         let long = h.fit_span(3, &cfg()).0.fit.unwrap();
         assert_ne!(own.drift, long.drift, "the test needs spans that differ");
         assert_eq!((fit.drift, fit.drift_bound), (long.drift, long.drift_bound));
-        assert_eq!(fit.offset_at(fit.epoch_ns), own.offset_at(own.epoch_ns));
+        assert_eq!(
+            fit.offset_at(LocalNs(fit.epoch_ns)),
+            own.offset_at(LocalNs(own.epoch_ns))
+        );
     }
 
     /// A frequency step inside the drift's span but before the offset's:
@@ -849,7 +855,7 @@ mod tests {
             "the windows before the silence"
         );
         let f = after.outcome.fit.unwrap();
-        let (base, frac) = f.offset_at(f.epoch_ns);
+        let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
         assert!((base as f64 + frac - 1_000.0).abs() <= f.bound_ns);
     }
 
@@ -949,7 +955,7 @@ mod tests {
                 fit.windows
             );
             let f = fit.outcome.fit.unwrap();
-            let (base, frac) = f.offset_at(f.epoch_ns);
+            let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
             let error = base as f64 + frac - 1_000.0;
             assert!(error.abs() < 500.0, "window {w}: {error} ns off");
         }

@@ -48,14 +48,14 @@ use crate::{
 /// The driver calls [`Node::handle_tick`] this often: it settles stamps and
 /// sends reports and handshakes. Nothing needs lower latency (every stamp
 /// is taken by the kernel), and waking per packet costs far more CPU.
-pub const TICK_NS: i64 = 100_000_000;
+pub const TICK: Nanos = Nanos::from_millis(100);
 /// A pair is settled this long after its first stamp (two ticks).
-pub const SETTLE_NS: i64 = 150_000_000;
+pub const SETTLE: Nanos = Nanos::from_millis(150);
 /// A report waits at most this long for others to the same peer: one
 /// datagram then carries up to `MAX_BATCH_ENTRIES` of them instead of one
 /// per tick. Whatever waits is sent once a window's last pairs have settled
-/// too ([`SETTLE_NS`] after its end), before the peers fit it.
-pub const REPORT_DELAY_NS: i64 = 1_000_000_000;
+/// too ([`SETTLE`] after its end), before the peers fit it.
+pub const REPORT_DELAY: Nanos = Nanos::from_secs(1);
 use crate::fits::{SharedFit, WindowFits};
 use crate::publication::{self, Publication};
 pub use crate::report::{EdgeLine, EdgeStatus, Timings};
@@ -225,7 +225,7 @@ pub struct Node {
     /// Last stamp batch's sequence number (replay protection).
     batch_seq: u64,
     /// Reports waiting to fill a batch, per peer, with the time each was queued.
-    pending_reports: BTreeMap<NodeId, Vec<(i64, BatchEntry)>>,
+    pending_reports: BTreeMap<NodeId, Vec<(LocalNs, BatchEntry)>>,
     /// The window whose reports were all sent, settled pairs included.
     reports_sent_through: i64,
     /// This node's last published result (what it carries if it becomes leader).
@@ -248,7 +248,7 @@ impl Node {
             history: BTreeMap::new(),
             windows: WindowClock::new(cfg.settings.window(), cfg.exchange == Exchange::Store),
             peers: Peers::new(HandshakeConfig::default(), cfg.nonce_base),
-            collector: Collector::new(SETTLE_NS, MAX_PENDING_PAIRS),
+            collector: Collector::new(SETTLE, MAX_PENDING_PAIRS),
             book: PairBook::new(MAX_PENDING_PER_DIRECTION),
             replay: ReplayWindow::new(MAX_REPLAY_SENDERS),
             est_cfg,
@@ -286,7 +286,6 @@ impl Node {
         members: Vec<Member>,
         now: LocalNs,
     ) -> Result<Vec<Action>, NodeError> {
-        let now_ns = now.0;
         if members == self.members {
             return Ok(Vec::new());
         }
@@ -305,7 +304,7 @@ impl Node {
             .filter(|m| neighbours.contains(&m.id))
             .map(|m| (m.id, m.name.clone(), m.probe_addr()))
             .collect();
-        for id in self.peers.set(&wanted, now_ns) {
+        for id in self.peers.set(&wanted, now) {
             self.book.forget(id);
             self.pending_reports.remove(&id);
         }
@@ -350,22 +349,20 @@ impl Node {
         stamps: &[WireStamp],
         now: LocalNs,
     ) {
-        let now_ns = now.0;
         for s in stamps {
-            self.collector.add(side, key, index, *s, now_ns);
+            self.collector.add(side, key, index, *s, now);
         }
     }
 
     /// The sender sent both probes of pair `seq` to `to`.
     pub fn handle_sent(&mut self, to: NodeId, seq: u64, now: LocalNs) {
-        let now_ns = now.0;
         self.counters.pairs_sent += 1;
         let key = PairKey {
             from: self.me.id,
             to,
             seq,
         };
-        self.collector.confirm(Side::Tx, key, now_ns);
+        self.collector.confirm(Side::Tx, key, now);
     }
 
     /// A datagram from `from`, with the receive stamps its socket gave.
@@ -377,7 +374,6 @@ impl Node {
         rx_stamps: &[WireStamp],
         now: LocalNs,
     ) -> Vec<Action> {
-        let now_ns = now.0;
         let msg = match wire::parse(bytes, self.key.as_ref()) {
             Ok(m) => m,
             Err(e) => return self.drop_msg(wire_drop_reason(&e)),
@@ -395,9 +391,9 @@ impl Node {
         if self.key.is_some() && !self.replay.accept(&h) {
             return self.drop_msg(DropReason::Replayed);
         }
-        self.peers.heard(h.sender, now_ns);
+        self.peers.heard(h.sender, now);
         match msg {
-            Message::Probe { header } => self.on_probe(header, rx_stamps, now_ns),
+            Message::Probe { header } => self.on_probe(header, rx_stamps, now),
             Message::FollowUp { header, tx } => {
                 self.on_report(header.sender, Report::FollowUp, header.seq, tx)
             }
@@ -412,32 +408,31 @@ impl Node {
             }
             Message::Hello { header, .. } => return self.on_hello(header),
             Message::HelloAck { header, hello } => {
-                return self.on_hello_ack(header, hello, now_ns);
+                return self.on_hello_ack(header, hello, now);
             }
             Message::Warmup { .. } => self.counters.warmups_received += 1,
             Message::EdgeFit { header, payload } => self.on_edge_fit(header, &payload),
             Message::Result { header, payload } => {
-                return self.on_result(header, &payload, now_ns);
+                return self.on_result(header, &payload, now);
             }
         }
         Vec::new()
     }
 
     /// Timers: settles stamps (follow-ups, RX reports), handshakes, and the
-    /// window phases due at `now_ns`.
+    /// window phases due at `now`.
     #[must_use = "the actions are what the node asks its driver to do"]
     pub fn handle_tick(&mut self, now: LocalNs) -> Vec<Action> {
-        let now_ns = now.0;
-        self.follow_succession(now_ns);
+        self.follow_succession(now);
         let reports: Vec<_> = self
             .collector
-            .settle(now_ns)
+            .settle(now)
             .into_iter()
             .map(|s| self.on_settled(s))
             .collect();
-        let mut actions = self.send_reports(reports, now_ns);
+        let mut actions = self.send_reports(reports, now);
         let was_ready = self.peers.ready().count();
-        for h in self.peers.due_hellos(now_ns) {
+        for h in self.peers.due_hellos(now) {
             let hello = Message::Hello {
                 header: control_header(kind::HELLO, self.me.id, h.id, h.nonce),
                 hello: self.my_hello(),
@@ -447,7 +442,7 @@ impl Node {
         if self.peers.ready().count() != was_ready {
             actions.push(self.targets()); // a silent peer went back to the handshake
         }
-        self.run_window_phases(now_ns, &mut actions);
+        self.run_window_phases(now, &mut actions);
         actions
     }
 
@@ -491,7 +486,7 @@ impl Node {
         let Some(estimator) = self.estimator.as_mut() else {
             return Vec::new();
         };
-        let solution = match estimator.apply_fits(epoch, measurements) {
+        let solution = match estimator.apply_fits(LocalNs(epoch), measurements) {
             Ok(s) => s.clone(),
             Err(_) => {
                 self.counters.solve_errors += 1;
@@ -665,15 +660,11 @@ impl Node {
         vec![self.send(&ack, addr)]
     }
 
-    fn on_hello_ack(&mut self, header: ProbeHeader, hello: Hello, now_ns: i64) -> Vec<Action> {
+    fn on_hello_ack(&mut self, header: ProbeHeader, hello: Hello, now: LocalNs) -> Vec<Action> {
         let version = hello.max_version.min(PROBE_VERSION);
-        let ready = self.peers.acked(
-            header.sender,
-            header.seq,
-            version,
-            hello.capabilities,
-            now_ns,
-        );
+        let ready = self
+            .peers
+            .acked(header.sender, header.seq, version, hello.capabilities, now);
         if ready {
             vec![self.targets()]
         } else {
@@ -681,15 +672,15 @@ impl Node {
         }
     }
 
-    fn on_probe(&mut self, header: ProbeHeader, stamps: &[WireStamp], now_ns: i64) {
+    fn on_probe(&mut self, header: ProbeHeader, stamps: &[WireStamp], now: LocalNs) {
         self.counters.probes_received += 1;
         let key = PairKey {
             from: header.sender,
             to: self.me.id,
             seq: header.seq,
         };
-        self.collector.confirm(Side::Rx, key, now_ns);
-        self.handle_stamps(Side::Rx, key, header.pair_index, stamps, LocalNs(now_ns));
+        self.collector.confirm(Side::Rx, key, now);
+        self.handle_stamps(Side::Rx, key, header.pair_index, stamps, now);
     }
 
     /// A settled pair: into the pair book; returns the report its stamps
@@ -725,10 +716,10 @@ impl Node {
 
     /// Queues this tick's reports and sends what is due: a peer that takes
     /// batches gets full batches at once and the rest once its oldest
-    /// report waited [`REPORT_DELAY_NS`] or a window ended (its last pairs
+    /// report waited [`REPORT_DELAY`] or a window ended (its last pairs
     /// settled), so that the peer's fit of that window has all of them; a
     /// peer that does not gets one message per report now.
-    fn send_reports(&mut self, reports: Vec<(NodeId, BatchEntry)>, now_ns: i64) -> Vec<Action> {
+    fn send_reports(&mut self, reports: Vec<(NodeId, BatchEntry)>, now: LocalNs) -> Vec<Action> {
         let mut actions = Vec::new();
         for (peer, entry) in reports {
             *match entry.report {
@@ -742,18 +733,18 @@ impl Node {
                 self.pending_reports
                     .entry(peer)
                     .or_default()
-                    .push((now_ns, entry));
+                    .push((now, entry));
             } else {
                 let msg = self.single_report(peer, entry);
                 actions.push(self.send(&msg, addr));
             }
         }
-        let settled_window = self.windows.index(LocalNs(now_ns - SETTLE_NS)) - 1;
+        let settled_window = self.windows.index(now - SETTLE) - 1;
         let window_ended = settled_window > self.reports_sent_through;
         self.reports_sent_through = settled_window;
         let peers: Vec<NodeId> = self.pending_reports.keys().copied().collect();
         for peer in peers {
-            actions.extend(self.flush_reports(peer, now_ns, window_ended));
+            actions.extend(self.flush_reports(peer, now, window_ended));
         }
         actions
     }
@@ -766,24 +757,24 @@ impl Node {
 
     /// The full batches of `peer`'s queue, and the rest once it waited long
     /// enough or a window ended.
-    fn flush_reports(&mut self, peer: NodeId, now_ns: i64, window_ended: bool) -> Vec<Action> {
+    fn flush_reports(&mut self, peer: NodeId, now: LocalNs, window_ended: bool) -> Vec<Action> {
         let Some(queue) = self.pending_reports.remove(&peer) else {
             return Vec::new();
         };
         let due = window_ended
             || queue
                 .first()
-                .is_some_and(|(queued, _)| now_ns - queued >= REPORT_DELAY_NS);
+                .is_some_and(|(queued, _)| now.since(*queued) >= REPORT_DELAY);
         let full = queue.len() / MAX_BATCH_ENTRIES * MAX_BATCH_ENTRIES;
         let send = if due { queue.len() } else { full };
-        let (now, later) = queue.split_at(send);
+        let (due_now, later) = queue.split_at(send);
         if !later.is_empty() {
             self.pending_reports.insert(peer, later.to_vec());
         }
         let Some(addr) = self.member(peer).map(Member::probe_addr) else {
             return Vec::new();
         };
-        let entries: Vec<BatchEntry> = now.iter().map(|(_, e)| *e).collect();
+        let entries: Vec<BatchEntry> = due_now.iter().map(|(_, e)| *e).collect();
         let mut actions = Vec::new();
         for chunk in entries.chunks(MAX_BATCH_ENTRIES) {
             self.batch_seq += 1;
@@ -833,25 +824,21 @@ impl Node {
 
     // ---- windows ----
 
-    fn run_window_phases(&mut self, now_ns: i64, actions: &mut Vec<Action>) {
-        if let Some(WindowIndex(k)) = self.windows.take_due(Phase::Fit, LocalNs(now_ns)) {
-            actions.extend(self.fit_window(k, now_ns));
+    fn run_window_phases(&mut self, now: LocalNs, actions: &mut Vec<Action>) {
+        if let Some(WindowIndex(k)) = self.windows.take_due(Phase::Fit, now) {
+            actions.extend(self.fit_window(k, now));
         }
-        if let Some(WindowIndex(k)) = self.windows.take_due(Phase::Solve, LocalNs(now_ns))
+        if let Some(WindowIndex(k)) = self.windows.take_due(Phase::Solve, now)
             && self.is_leader()
         {
             actions.extend(self.start_solve(k));
         }
-        if self
-            .windows
-            .take_due(Phase::Fetch, LocalNs(now_ns))
-            .is_some()
-        {
+        if self.windows.take_due(Phase::Fetch, now).is_some() {
             actions.extend(self.fetch_result());
         }
     }
 
-    fn fit_window(&mut self, k: u64, now_ns: i64) -> Vec<Action> {
+    fn fit_window(&mut self, k: u64, now: LocalNs) -> Vec<Action> {
         let started = (self.work_clock)();
         let me = self.me.clone();
         let mut fits = Vec::new();
@@ -886,15 +873,15 @@ impl Node {
         self.book.clear_complete();
         self.timings.last_fit_us = self.work_us_since(started);
         self.timings.windows += 1;
-        actions.extend(self.share_fits(k, fits, now_ns));
+        actions.extend(self.share_fits(k, fits, now));
         actions
     }
 
-    fn share_fits(&mut self, k: u64, fits: Vec<SharedFit>, now_ns: i64) -> Vec<Action> {
+    fn share_fits(&mut self, k: u64, fits: Vec<SharedFit>, now: LocalNs) -> Vec<Action> {
         if self.exchange == Exchange::Store {
             return vec![Action::PutFits(WindowFits {
                 window: WindowIndex(k),
-                produced_at: LocalNs(now_ns),
+                produced_at: now,
                 fits,
             })];
         }
@@ -946,7 +933,7 @@ impl Node {
         if self.timeline != LeaderTimeline::Undecided {
             return Vec::new();
         }
-        let now = self.windows.end(WindowIndex(k)).0;
+        let now = self.windows.end(WindowIndex(k));
         let wander_ppb = self.est_cfg.holdover_wander_ppb;
         let continuation = self.own_result.as_ref().and_then(|r| {
             // A result read back after a restart knows its reference by id:
@@ -978,8 +965,8 @@ impl Node {
         epoch: i64,
         n: &clockmesh_estimator::NodeEstimate,
     ) -> NodeResult {
-        let off = n.offset_ns_rounded();
-        let anchor = LocalNs(epoch) + Nanos(off);
+        let off = n.offset_rounded();
+        let anchor = LocalNs(epoch) + off;
         let wander = self.est_cfg.holdover_wander_ppb * 1e-9;
         let mut r = NodeResult {
             node: n.node,
@@ -988,7 +975,7 @@ impl Node {
             reference_name: Some(self.name_of(reference)),
             window: WindowIndex(k),
             anchor,
-            offset_ns: -off,
+            offset_ns: -off.0,
             drift_ppb: -n.drift * 1e9,
             bound_ns: ceil_bound_ns(n.bound_ns),
             bound_growth_ppb: (n.drift_bound + wander) * 1e9,
@@ -997,14 +984,14 @@ impl Node {
             valid_until: anchor + Nanos(self.est_cfg.max_age_ns),
             anchor_kind: published_anchor_kind(n.anchor_kind),
         };
-        self.onto_timeline(&mut r, epoch);
+        self.onto_timeline(&mut r, LocalNs(epoch));
         r
     }
 
     /// A result solved against this node's clock, onto the timeline it continues.
-    fn onto_timeline(&self, r: &mut NodeResult, epoch_ns: i64) {
+    fn onto_timeline(&self, r: &mut NodeResult, epoch: LocalNs) {
         if let LeaderTimeline::Carried(continuation) = &self.timeline {
-            continuation.apply(r, epoch_ns);
+            continuation.apply(r, epoch);
         }
     }
 
@@ -1031,7 +1018,7 @@ impl Node {
             valid_until: anchor + Nanos(self.est_cfg.max_age_ns),
             anchor_kind: AnchorKind::Reference,
         };
-        self.onto_timeline(&mut r, anchor.0);
+        self.onto_timeline(&mut r, LocalNs(anchor.0));
         r
     }
 
@@ -1107,7 +1094,7 @@ impl Node {
     /// Published at once: every second between the window's end and the
     /// publication is a second more that readers extrapolate with the
     /// drift (the fetch phase then finds it published already).
-    fn on_result(&mut self, header: ProbeHeader, payload: &[u8], now_ns: i64) -> Vec<Action> {
+    fn on_result(&mut self, header: ProbeHeader, payload: &[u8], now: LocalNs) -> Vec<Action> {
         let r = match codec::decode_result(payload) {
             Ok(r) => r,
             Err(e) => return self.drop_msg(record_drop(e)),
@@ -1116,7 +1103,7 @@ impl Node {
         if r.node != self.me.id || r.reference != header.sender {
             return self.drop_msg(DropReason::BadRecord);
         }
-        if !self.is_leader_heard(header.sender, now_ns) {
+        if !self.is_leader_heard(header.sender, now) {
             return self.drop_msg(DropReason::NotFromLeader);
         }
         self.counters.results_received += 1;
@@ -1137,12 +1124,12 @@ impl Node {
 
     /// Whether `sender`, whose result arrived, leads (under succession, a
     /// result is what shows a leader alive, or back).
-    fn is_leader_heard(&mut self, sender: NodeId, now_ns: i64) -> bool {
+    fn is_leader_heard(&mut self, sender: NodeId, now: LocalNs) -> bool {
         let ids = self.member_ids();
         let Some(s) = self.succession.as_mut() else {
             return self.reference() == Some(sender);
         };
-        let (leads, change) = s.heard_result(sender, &ids, now_ns);
+        let (leads, change) = s.heard_result(sender, &ids, now);
         self.note_leader_change(change);
         if leads {
             self.set_leader_id(Some(sender));
@@ -1151,7 +1138,7 @@ impl Node {
     }
 
     /// Under succession: passes over a leader silent for too long.
-    fn follow_succession(&mut self, now_ns: i64) {
+    fn follow_succession(&mut self, now: LocalNs) {
         if self.succession.is_none() {
             return; // an engine elects: nothing to do each tick
         }
@@ -1160,7 +1147,7 @@ impl Node {
             return;
         };
         let peers = &self.peers;
-        let change = s.tick(&ids, now_ns, |id| peers.get(id).map(|p| p.last_heard_ns));
+        let change = s.tick(&ids, now, |id| peers.get(id).map(|p| p.last_heard));
         let leader = s.leader(&ids);
         self.note_leader_change(change);
         if leader != self.reference() {
@@ -1376,8 +1363,8 @@ mod tests {
             a.handle_stamps(Side::Tx, key, 0, &[stamp(T0)], LocalNs(T0));
             a.handle_stamps(Side::Tx, key, 1, &[stamp(T0 + 100_000)], LocalNs(T0));
         }
-        let settled = datagrams(&a.handle_tick(LocalNs(T0 + SETTLE_NS + 1)));
-        let waited = datagrams(&a.handle_tick(LocalNs(T0 + SETTLE_NS + 1 + REPORT_DELAY_NS)));
+        let settled = datagrams(&a.handle_tick(LocalNs(T0 + SETTLE.0 + 1)));
+        let waited = datagrams(&a.handle_tick(LocalNs(T0 + SETTLE.0 + 1 + REPORT_DELAY.0)));
         [settled, waited].concat()
     }
 
@@ -1649,7 +1636,7 @@ mod tests {
             ..Settings::default()
         };
         let w = settings.window().0;
-        let silence = crate::succession::PEER_SILENCE_NS.max(w);
+        let silence = crate::succession::PEER_SILENCE.0.max(w);
         let mut n = successor_with(settings);
         let _ = n.handle_tick(LocalNs(T0));
         result_from(&mut n, 1, 1, T0 + w);
@@ -1721,18 +1708,18 @@ mod tests {
         let mut a = shaken_with(wire::capability::STAMP_BATCH, settings);
         // In a window (T0 starts one) past the previous one's flush, early
         // enough that no window ends in what follows.
-        let base = T0 + SETTLE_NS + 50_000_000;
-        assert!(base + SETTLE_NS + REPORT_DELAY_NS < T0 + window_ns);
+        let base = T0 + SETTLE.0 + 50_000_000;
+        assert!(base + SETTLE.0 + REPORT_DELAY.0 < T0 + window_ns);
         assert!(datagrams(&a.handle_tick(LocalNs(base))).is_empty());
         queue_tx_reports(&mut a, MAX_BATCH_ENTRIES as u64 + 3, base);
-        let settled = base + SETTLE_NS + 1;
+        let settled = base + SETTLE.0 + 1;
         assert_eq!(
             batch_sizes(&a.handle_tick(LocalNs(settled))),
             [MAX_BATCH_ENTRIES]
         );
-        assert!(datagrams(&a.handle_tick(LocalNs(settled + REPORT_DELAY_NS - 1))).is_empty());
+        assert!(datagrams(&a.handle_tick(LocalNs(settled + REPORT_DELAY.0 - 1))).is_empty());
         assert_eq!(
-            batch_sizes(&a.handle_tick(LocalNs(settled + REPORT_DELAY_NS))),
+            batch_sizes(&a.handle_tick(LocalNs(settled + REPORT_DELAY.0))),
             [3]
         );
     }
@@ -1745,12 +1732,12 @@ mod tests {
         assert!(datagrams(&a.handle_tick(LocalNs(last_pairs))).is_empty());
         queue_tx_reports(&mut a, 3, last_pairs);
         // Settled after the window's end, but not yet the window's last pairs.
-        let settled = last_pairs + SETTLE_NS + 1;
+        let settled = last_pairs + SETTLE.0 + 1;
         assert!(datagrams(&a.handle_tick(LocalNs(settled))).is_empty());
-        // Those settle by SETTLE_NS after the end: everything goes then,
-        // long before REPORT_DELAY_NS and before the peer's fit.
-        let sent = window_end + SETTLE_NS;
-        assert!(sent - last_pairs < REPORT_DELAY_NS);
+        // Those settle by SETTLE.0 after the end: everything goes then,
+        // long before REPORT_DELAY.0 and before the peer's fit.
+        let sent = window_end + SETTLE.0;
+        assert!(sent - last_pairs < REPORT_DELAY.0);
         assert_eq!(batch_sizes(&a.handle_tick(LocalNs(sent))), [3]);
     }
 

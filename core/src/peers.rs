@@ -15,21 +15,23 @@ use std::net::SocketAddr;
 use clockmesh_estimator::NodeId;
 use serde::Serialize;
 
-/// Handshake timing, ns.
+use crate::time::{LocalNs, Nanos};
+
+/// Handshake timing.
 #[derive(Clone, Copy, Debug)]
 pub struct HandshakeConfig {
-    pub first_retry_ns: i64,
-    pub max_retry_ns: i64,
+    pub first_retry: Nanos,
+    pub max_retry: Nanos,
     /// A ready peer silent for this long is handshaken again.
-    pub silence_ns: i64,
+    pub silence: Nanos,
 }
 
 impl Default for HandshakeConfig {
     fn default() -> Self {
         HandshakeConfig {
-            first_retry_ns: 250_000_000,
-            max_retry_ns: 1_000_000_000,
-            silence_ns: 15_000_000_000,
+            first_retry: Nanos::from_millis(250),
+            max_retry: Nanos::from_secs(1),
+            silence: Nanos::from_secs(15),
         }
     }
 }
@@ -65,12 +67,12 @@ pub struct Peer {
     /// Hellos sent without an answer since the last success.
     pub attempts: u32,
     #[serde(skip)]
-    next_hello_ns: i64,
+    next_hello: LocalNs,
     /// When the last hello went (`i64::MIN` before the first).
     #[serde(skip)]
-    hello_sent_ns: i64,
+    hello_sent: LocalNs,
     #[serde(skip)]
-    pub last_heard_ns: i64,
+    pub last_heard: LocalNs,
     /// Hello nonce we expect echoed back.
     #[serde(skip)]
     nonce: u64,
@@ -101,7 +103,7 @@ impl Peers {
 
     /// Makes the peer set equal to `wanted`; returns the ids that left.
     /// Peers that stay keep their state (no re-handshake on graph changes).
-    pub fn set(&mut self, wanted: &[(NodeId, String, SocketAddr)], now_ns: i64) -> Vec<NodeId> {
+    pub fn set(&mut self, wanted: &[(NodeId, String, SocketAddr)], now: LocalNs) -> Vec<NodeId> {
         let gone: Vec<NodeId> = self
             .peers
             .keys()
@@ -124,9 +126,9 @@ impl Peers {
                         version: 0,
                         capabilities: 0,
                         attempts: 0,
-                        next_hello_ns: now_ns,
-                        hello_sent_ns: i64::MIN,
-                        last_heard_ns: now_ns,
+                        next_hello: now,
+                        hello_sent: LocalNs(i64::MIN),
+                        last_heard: now,
                         nonce: 0,
                     },
                 );
@@ -136,25 +138,25 @@ impl Peers {
     }
 
     /// Hellos to send now; schedules their retries with backoff.
-    pub fn due_hellos(&mut self, now_ns: i64) -> Vec<HelloDue> {
+    pub fn due_hellos(&mut self, now: LocalNs) -> Vec<HelloDue> {
         let cfg = self.cfg;
         let mut out = Vec::new();
         for p in self.peers.values_mut() {
-            if p.state == PeerState::Ready && now_ns - p.last_heard_ns > cfg.silence_ns {
+            if p.state == PeerState::Ready && now.since(p.last_heard) > cfg.silence {
                 p.state = PeerState::Connecting;
                 p.attempts = 0;
-                p.next_hello_ns = now_ns;
+                p.next_hello = now;
             }
-            if p.state != PeerState::Connecting || now_ns < p.next_hello_ns {
+            if p.state != PeerState::Connecting || now < p.next_hello {
                 continue;
             }
             let backoff = cfg
-                .first_retry_ns
+                .first_retry
                 .saturating_mul(1 << p.attempts.min(20))
-                .min(cfg.max_retry_ns);
+                .min(cfg.max_retry);
             p.attempts += 1;
-            p.next_hello_ns = now_ns + backoff;
-            p.hello_sent_ns = now_ns;
+            p.next_hello = now + backoff;
+            p.hello_sent = now;
             self.next_nonce += 1;
             p.nonce = self.next_nonce;
             out.push(HelloDue {
@@ -173,7 +175,7 @@ impl Peers {
         nonce: u64,
         version: u8,
         capabilities: u32,
-        now_ns: i64,
+        now: LocalNs,
     ) -> bool {
         let Some(p) = self.peers.get_mut(&id) else {
             return false;
@@ -185,7 +187,7 @@ impl Peers {
         p.version = version;
         p.capabilities = capabilities;
         p.attempts = 0;
-        p.last_heard_ns = now_ns;
+        p.last_heard = now;
         true
     }
 
@@ -193,13 +195,13 @@ impl Peers {
     /// we are handshaking with brings our next hello forward to now — unless
     /// one went within the first retry, whose answer may still be on its
     /// way (a new hello's nonce would turn that answer stale).
-    pub fn heard(&mut self, id: NodeId, now_ns: i64) {
-        let first_retry_ns = self.cfg.first_retry_ns;
+    pub fn heard(&mut self, id: NodeId, now: LocalNs) {
+        let first_retry = self.cfg.first_retry;
         if let Some(p) = self.peers.get_mut(&id) {
-            p.last_heard_ns = now_ns;
-            let answer_due = now_ns.saturating_sub(p.hello_sent_ns) < first_retry_ns;
+            p.last_heard = now;
+            let answer_due = now.since(p.hello_sent) < first_retry;
             if p.state == PeerState::Connecting && !answer_due {
-                p.next_hello_ns = p.next_hello_ns.min(now_ns);
+                p.next_hello = p.next_hello.min(now);
             }
         }
     }
@@ -222,80 +224,87 @@ impl Peers {
 mod tests {
     use super::*;
 
+    fn at(ns: i64) -> LocalNs {
+        LocalNs(ns)
+    }
+
     fn addr(i: u8) -> SocketAddr {
         SocketAddr::from(([198, 18, 0, i], 31_900))
     }
 
     fn peers() -> Peers {
         let mut p = Peers::new(HandshakeConfig::default(), 1000);
-        p.set(&[(2, "b".into(), addr(2)), (3, "c".into(), addr(3))], 0);
+        p.set(&[(2, "b".into(), addr(2)), (3, "c".into(), addr(3))], at(0));
         p
     }
 
     #[test]
     fn hello_retries_back_off_until_answered() {
         let mut p = peers();
-        let first = p.due_hellos(0);
+        let first = p.due_hellos(at(0));
         assert_eq!(first.len(), 2);
-        assert!(p.due_hellos(249_999_999).is_empty());
-        assert_eq!(p.due_hellos(250_000_000).len(), 2, "first retry");
-        assert!(p.due_hellos(700_000_000).is_empty(), "second waits 500 ms");
-        let again = p.due_hellos(750_000_000);
+        assert!(p.due_hellos(at(249_999_999)).is_empty());
+        assert_eq!(p.due_hellos(at(250_000_000)).len(), 2, "first retry");
+        assert!(
+            p.due_hellos(at(700_000_000)).is_empty(),
+            "second waits 500 ms"
+        );
+        let again = p.due_hellos(at(750_000_000));
         assert_eq!(again.len(), 2);
         // A stale nonce is not an answer; the current one is.
-        assert!(!p.acked(2, first[0].nonce, 1, 0, 1));
-        assert!(p.acked(2, again[0].nonce, 1, 3, 1));
+        assert!(!p.acked(2, first[0].nonce, 1, 0, at(1)));
+        assert!(p.acked(2, again[0].nonce, 1, 3, at(1)));
         assert_eq!(p.ready().map(|x| x.id).collect::<Vec<_>>(), [2]);
         // Backoff is capped at a second: a link that comes back is
         // handshaken again within one.
         for k in 0..40 {
-            p.due_hellos(1_000_000_000 * k);
+            p.due_hellos(at(1_000_000_000 * k));
         }
         let c = p.get(3).unwrap();
-        assert!(c.next_hello_ns - 39_000_000_000 <= 1_000_000_000);
+        assert!(c.next_hello.since(at(39_000_000_000)) <= Nanos::from_secs(1));
     }
 
     #[test]
     fn a_message_from_a_silent_peer_brings_our_hello_forward() {
         let mut p = peers();
-        let h = p.due_hellos(0);
-        p.acked(2, h[0].nonce, 1, 0, 0);
+        let h = p.due_hellos(at(0));
+        p.acked(2, h[0].nonce, 1, 0, at(0));
         // Silent for 16 s: handshaken again, unanswered (the link is down).
-        assert!(p.due_hellos(16_000_000_000).iter().any(|d| d.id == 2));
-        assert!(p.due_hellos(16_300_000_000).iter().any(|d| d.id == 2));
+        assert!(p.due_hellos(at(16_000_000_000)).iter().any(|d| d.id == 2));
+        assert!(p.due_hellos(at(16_300_000_000)).iter().any(|d| d.id == 2));
         // Its hello gets through 100 ms after ours went: ours may still be
         // answered, so the next waits for its backoff.
-        p.heard(2, 16_400_000_000);
-        assert!(p.due_hellos(16_400_000_000).iter().all(|d| d.id != 2));
+        p.heard(2, at(16_400_000_000));
+        assert!(p.due_hellos(at(16_400_000_000)).iter().all(|d| d.id != 2));
         // Later, a message from it sends ours at once.
-        p.heard(2, 16_600_000_000);
-        let now = p.due_hellos(16_600_000_000);
+        p.heard(2, at(16_600_000_000));
+        let now = p.due_hellos(at(16_600_000_000));
         let again = now
             .iter()
             .find(|d| d.id == 2)
             .expect("hello brought forward");
-        assert!(p.acked(2, again.nonce, 1, 0, 16_600_100_000));
+        assert!(p.acked(2, again.nonce, 1, 0, at(16_600_100_000)));
         assert_eq!(p.get(2).unwrap().state, PeerState::Ready);
         // A ready peer's messages bring nothing forward.
-        p.heard(2, 17_000_000_000);
-        assert!(p.due_hellos(17_000_000_000).iter().all(|d| d.id != 2));
+        p.heard(2, at(17_000_000_000));
+        assert!(p.due_hellos(at(17_000_000_000)).iter().all(|d| d.id != 2));
     }
 
     #[test]
     fn silent_peers_handshake_again_and_departures_are_reported() {
         let mut p = peers();
-        let h = p.due_hellos(0);
-        p.acked(2, h[0].nonce, 1, 0, 0);
-        p.heard(2, 10_000_000_000);
-        assert!(p.due_hellos(20_000_000_000).iter().all(|d| d.id != 2));
-        let later = p.due_hellos(26_000_000_000);
+        let h = p.due_hellos(at(0));
+        p.acked(2, h[0].nonce, 1, 0, at(0));
+        p.heard(2, at(10_000_000_000));
+        assert!(p.due_hellos(at(20_000_000_000)).iter().all(|d| d.id != 2));
+        let later = p.due_hellos(at(26_000_000_000));
         assert!(later.iter().any(|d| d.id == 2), "silent > 15 s");
         assert_eq!(p.get(2).unwrap().state, PeerState::Connecting);
         assert_eq!(
             serde_json::to_value(PeerState::Connecting).unwrap(),
             PeerState::Connecting.as_str()
         );
-        let gone = p.set(&[(3, "c".into(), addr(3))], 0);
+        let gone = p.set(&[(3, "c".into(), addr(3))], at(0));
         assert_eq!(gone, [2]);
         assert!(p.get(2).is_none());
     }

@@ -243,10 +243,10 @@ impl ResultStatus {
         )
     }
 
-    /// The result's state at `now_ns`, by the rule every reader of the
+    /// The result's state at `now`, by the rule every reader of the
     /// offsets file applies ([`Snapshot::status`]).
-    pub fn state_at(&self, now_ns: i64) -> ClockStatus {
-        self.reader_view().status(now_ns)
+    pub fn state_at(&self, now: LocalNs) -> ClockStatus {
+        self.reader_view().status(now)
     }
 }
 
@@ -268,7 +268,7 @@ pub fn keeps_the_held(held: &NodeResult, new: &NodeResult, settings: &Settings) 
     // Whether the held one still answers then: the readers' own rule on
     // the record it is published as.
     let held_view = reader_view(held, settings.holdover_max_bound_ns);
-    let answers_until = held_view.check_fresh(new.valid_until.0).is_ok();
+    let answers_until = held_view.check_fresh(new.valid_until).is_ok();
     let next = new.anchor + settings.window();
     answers_until && held.bound_at(next) < new.bound_at(next)
 }

@@ -11,7 +11,7 @@
 //! for [`results_silence`] is passed over by every member. Its
 //! probe peers know sooner: a live peer sends tens of datagrams a window
 //! (probes, stamp reports), so a leader that has sent a peer nothing at
-//! all for [`PEER_SILENCE_NS`] — no result either — while other
+//! all for [`PEER_SILENCE`] — no result either — while other
 //! members were heard is passed over then (a member whose own link is
 //! down hears nobody and waits for the longer rule, and never leads
 //! itself while it hears nobody: it holds over, and the silence it could
@@ -23,10 +23,10 @@ use std::collections::BTreeSet;
 
 use clockmesh_estimator::NodeId;
 
-use crate::time::Nanos;
+use crate::time::{LocalNs, Nanos};
 
 /// Windows without a result from the leader before it is passed over (at
-/// least [`FAILOVER_MIN_NS`]): long enough that datagram loss alone rarely
+/// least [`FAILOVER_MIN`]): long enough that datagram loss alone rarely
 /// triggers it (at 30 % loss, four results in a row are lost 0.8 % of the
 /// time), short enough that readers holding over see a bound grown for
 /// about five windows at most at windows of 2 s and longer.
@@ -37,19 +37,14 @@ pub const FAILOVER_WINDOWS: i64 = 4;
 /// be lost at 30 % loss once a window in 120, enough for a spurious
 /// failover in most minutes of such loss (the fault bench saw one); eight
 /// are lost once in 15,000. A dead leader's probe peers pass it over
-/// sooner ([`PEER_SILENCE_NS`]).
-pub const FAILOVER_MIN_NS: i64 = 8_000_000_000;
+/// sooner ([`PEER_SILENCE`]).
+pub const FAILOVER_MIN: Nanos = Nanos::from_secs(8);
 
 /// How long the leader's results may stop before it is passed over, with
 /// windows of `window_ns`: [`FAILOVER_WINDOWS`] windows, at least
-/// [`FAILOVER_MIN_NS`].
+/// [`FAILOVER_MIN`].
 pub fn results_silence(window: Nanos) -> Nanos {
-    Nanos(
-        window
-            .0
-            .saturating_mul(FAILOVER_WINDOWS)
-            .max(FAILOVER_MIN_NS),
-    )
+    window.saturating_mul(FAILOVER_WINDOWS).max(FAILOVER_MIN)
 }
 
 /// How long a leader that is a probe peer of this member may send it
@@ -60,18 +55,18 @@ pub fn results_silence(window: Nanos) -> Nanos {
 /// live leader goes unheard for 4 s at most 0.3^5 ≈ 0.2 % of the time, and
 /// its next result then brings it back; a dead one is passed over about
 /// 4 s after it died instead of after [`results_silence`].
-pub const PEER_SILENCE_NS: i64 = 4_000_000_000;
+pub const PEER_SILENCE: Nanos = Nanos::from_secs(4);
 
 /// Who leads, from the members' ids and the leader's silence.
 #[derive(Clone, Debug)]
 pub struct Succession {
     me: NodeId,
-    silence_ns: i64,
-    peer_silence_ns: i64,
+    silence: Nanos,
+    peer_silence: Nanos,
     /// Members passed over: silent while they led, not heard since.
     passed_over: BTreeSet<NodeId>,
     /// The leader we follow and when it was last heard (or became ours).
-    following: Option<(NodeId, i64)>,
+    following: Option<(NodeId, LocalNs)>,
 }
 
 /// What a step of the succession changed.
@@ -90,7 +85,7 @@ pub enum LeaderChange {
 pub enum Silence {
     /// No result for [`results_silence`].
     Results,
-    /// A probe peer that sent nothing for [`PEER_SILENCE_NS`] while
+    /// A probe peer that sent nothing for [`PEER_SILENCE`] while
     /// other members were heard.
     Peer,
 }
@@ -100,8 +95,8 @@ impl Succession {
     pub fn new(me: NodeId, window: Nanos) -> Self {
         Succession {
             me,
-            silence_ns: results_silence(window).0,
-            peer_silence_ns: PEER_SILENCE_NS.max(window.0),
+            silence: results_silence(window),
+            peer_silence: PEER_SILENCE.max(window),
             passed_over: BTreeSet::new(),
             following: None,
         }
@@ -109,7 +104,7 @@ impl Succession {
 
     /// How long the leader may be silent before it is passed over.
     pub fn leader_silence(&self) -> Nanos {
-        Nanos(self.silence_ns)
+        self.silence
     }
 
     /// The leader among `ids`: the lowest not passed over (never `me`).
@@ -130,10 +125,10 @@ impl Succession {
     fn heard_lately(
         &self,
         id: NodeId,
-        now_ns: i64,
-        heard: impl Fn(NodeId) -> Option<i64>,
+        now: LocalNs,
+        heard: impl Fn(NodeId) -> Option<LocalNs>,
     ) -> Option<bool> {
-        heard(id).map(|t| now_ns.saturating_sub(t) <= self.peer_silence_ns)
+        heard(id).map(|t| now.since(t) <= self.peer_silence)
     }
 
     /// Time passes: passes over the leader if it has been silent for too
@@ -143,8 +138,8 @@ impl Succession {
     pub fn tick(
         &mut self,
         ids: &[NodeId],
-        now_ns: i64,
-        heard: impl Fn(NodeId) -> Option<i64>,
+        now: LocalNs,
+        heard: impl Fn(NodeId) -> Option<LocalNs>,
     ) -> LeaderChange {
         self.passed_over.retain(|id| ids.contains(id));
         let Some(leader) = self.leader(ids) else {
@@ -153,26 +148,26 @@ impl Succession {
         };
         match self.following {
             Some((l, result_at)) if l == leader => {
-                let Some(why) = self.silence(leader, result_at, ids, now_ns, &heard) else {
+                let Some(why) = self.silence(leader, result_at, ids, now, &heard) else {
                     return LeaderChange::Kept;
                 };
-                if self.would_lead_alone(leader, ids, now_ns, &heard) {
+                if self.would_lead_alone(leader, ids, now, &heard) {
                     // Cut off, this member learns nothing of the leader:
                     // its silence counts again from when others are heard,
                     // so the leader's next result, not the first probe of
                     // another member, decides once the link is back.
-                    self.following = Some((leader, now_ns));
+                    self.following = Some((leader, now));
                     return LeaderChange::Kept;
                 }
                 self.passed_over.insert(leader);
-                self.follow(ids, now_ns);
+                self.follow(ids, LocalNs(now.0));
                 LeaderChange::FailedOver {
                     passed_over: leader,
                     why,
                 }
             }
             _ => {
-                self.following = Some((leader, now_ns));
+                self.following = Some((leader, now));
                 LeaderChange::Kept
             }
         }
@@ -184,17 +179,17 @@ impl Succession {
         &mut self,
         from: NodeId,
         ids: &[NodeId],
-        now_ns: i64,
+        now: LocalNs,
     ) -> (bool, LeaderChange) {
         let change = if self.passed_over.remove(&from) && self.leader(ids) == Some(from) {
-            self.following = Some((from, now_ns));
+            self.following = Some((from, now));
             LeaderChange::Returned { leader: from }
         } else {
             LeaderChange::Kept
         };
         let leads = self.leader(ids) == Some(from);
         if leads {
-            self.following = Some((from, now_ns));
+            self.following = Some((from, now));
         }
         (leads, change)
     }
@@ -204,24 +199,24 @@ impl Succession {
     fn silence(
         &self,
         leader: NodeId,
-        result_at: i64,
+        result_at: LocalNs,
         ids: &[NodeId],
-        now_ns: i64,
-        heard: impl Fn(NodeId) -> Option<i64>,
+        now: LocalNs,
+        heard: impl Fn(NodeId) -> Option<LocalNs>,
     ) -> Option<Silence> {
         if leader == self.me {
             return None;
         }
-        let without_result = now_ns.saturating_sub(result_at);
-        if without_result > self.silence_ns {
+        let without_result = now.since(result_at);
+        if without_result > self.silence {
             return Some(Silence::Results);
         }
-        let lately = |id: NodeId| self.heard_lately(id, now_ns, &heard);
+        let lately = |id: NodeId| self.heard_lately(id, now, &heard);
         let others_heard = ids
             .iter()
             .filter(|id| **id != leader && **id != self.me)
             .any(|id| lately(*id) == Some(true));
-        let peer_silent = without_result > self.peer_silence_ns && lately(leader) == Some(false);
+        let peer_silent = without_result > self.peer_silence && lately(leader) == Some(false);
         (peer_silent && others_heard).then_some(Silence::Peer)
     }
 
@@ -235,17 +230,17 @@ impl Succession {
         &self,
         leader: NodeId,
         ids: &[NodeId],
-        now_ns: i64,
-        heard: impl Fn(NodeId) -> Option<i64>,
+        now: LocalNs,
+        heard: impl Fn(NodeId) -> Option<LocalNs>,
     ) -> bool {
         let hears_someone = ids
             .iter()
-            .any(|id| *id != self.me && self.heard_lately(*id, now_ns, &heard) == Some(true));
+            .any(|id| *id != self.me && self.heard_lately(*id, now, &heard) == Some(true));
         self.leader_passing_over(ids, Some(leader)) == Some(self.me) && !hears_someone
     }
 
-    fn follow(&mut self, ids: &[NodeId], now_ns: i64) {
-        self.following = self.leader(ids).map(|l| (l, now_ns));
+    fn follow(&mut self, ids: &[NodeId], now: LocalNs) {
+        self.following = self.leader(ids).map(|l| (l, now));
     }
 }
 
@@ -253,29 +248,51 @@ impl Succession {
 mod tests {
     use super::*;
 
+    /// The succession driven with plain ns (the tests' arithmetic).
+    fn tick(
+        s: &mut Succession,
+        ids: &[NodeId],
+        now: i64,
+        heard: impl Fn(NodeId) -> Option<i64>,
+    ) -> LeaderChange {
+        s.tick(ids, LocalNs(now), |id| heard(id).map(LocalNs))
+    }
+
+    fn heard_result(
+        s: &mut Succession,
+        from: NodeId,
+        ids: &[NodeId],
+        now: i64,
+    ) -> (bool, LeaderChange) {
+        s.heard_result(from, ids, LocalNs(now))
+    }
+
     const W: i64 = 4_000_000_000;
     const IDS: [NodeId; 3] = [1, 2, 3];
 
     /// Node 3 following node 1, whose result it last heard at `W`.
     fn following_1_heard_at_w() -> Succession {
         let mut s = Succession::new(3, Nanos(W));
-        s.tick(&IDS, 0, no_peers);
-        s.heard_result(1, &IDS, W);
+        tick(&mut s, &IDS, 0, no_peers);
+        heard_result(&mut s, 1, &IDS, W);
         s
     }
 
-    /// Short windows: the results rule still waits [`FAILOVER_MIN_NS`],
+    /// Short windows: the results rule still waits [`FAILOVER_MIN.0`],
     /// not four windows, so loss alone rarely passes a live leader over.
     #[test]
     fn short_windows_wait_the_minimum_silence_for_results() {
         const SHORT: i64 = 1_000_000_000;
         let mut s = Succession::new(3, Nanos(SHORT));
-        s.tick(&IDS, 0, no_peers);
-        s.heard_result(1, &IDS, SHORT);
+        tick(&mut s, &IDS, 0, no_peers);
+        heard_result(&mut s, 1, &IDS, SHORT);
         let four_windows = SHORT + FAILOVER_WINDOWS * SHORT + 1;
-        assert_eq!(s.tick(&IDS, four_windows, no_peers), LeaderChange::Kept);
         assert_eq!(
-            s.tick(&IDS, SHORT + FAILOVER_MIN_NS + 1, no_peers),
+            tick(&mut s, &IDS, four_windows, no_peers),
+            LeaderChange::Kept
+        );
+        assert_eq!(
+            tick(&mut s, &IDS, SHORT + FAILOVER_MIN.0 + 1, no_peers),
             LeaderChange::FailedOver {
                 passed_over: 1,
                 why: Silence::Results
@@ -291,11 +308,17 @@ mod tests {
     #[test]
     fn the_lowest_id_leads_while_its_results_arrive() {
         let mut s = Succession::new(3, Nanos(W));
-        assert_eq!(s.tick(&IDS, 0, no_peers), LeaderChange::Kept);
+        assert_eq!(tick(&mut s, &IDS, 0, no_peers), LeaderChange::Kept);
         assert_eq!(s.leader(&IDS), Some(1));
         for k in 1..20 {
-            assert_eq!(s.heard_result(1, &IDS, k * W), (true, LeaderChange::Kept));
-            assert_eq!(s.tick(&IDS, k * W + W / 2, no_peers), LeaderChange::Kept);
+            assert_eq!(
+                heard_result(&mut s, 1, &IDS, k * W),
+                (true, LeaderChange::Kept)
+            );
+            assert_eq!(
+                tick(&mut s, &IDS, k * W + W / 2, no_peers),
+                LeaderChange::Kept
+            );
         }
         assert_eq!(s.leader(&IDS), Some(1));
     }
@@ -304,12 +327,12 @@ mod tests {
     fn a_silent_leader_is_passed_over_then_the_next_and_returns_on_its_first_result() {
         let mut s = following_1_heard_at_w();
         assert_eq!(
-            s.tick(&IDS, W + FAILOVER_WINDOWS * W, no_peers),
+            tick(&mut s, &IDS, W + FAILOVER_WINDOWS * W, no_peers),
             LeaderChange::Kept,
             "not yet"
         );
         assert_eq!(
-            s.tick(&IDS, W + FAILOVER_WINDOWS * W + 1, no_peers),
+            tick(&mut s, &IDS, W + FAILOVER_WINDOWS * W + 1, no_peers),
             LeaderChange::FailedOver {
                 passed_over: 1,
                 why: Silence::Results
@@ -318,24 +341,30 @@ mod tests {
         assert_eq!(s.leader(&IDS), Some(2));
         // A late result from 1 in between would bring it back; from 3 (not
         // the leader) it is not taken.
-        assert_eq!(s.heard_result(3, &IDS, 6 * W), (false, LeaderChange::Kept));
+        assert_eq!(
+            heard_result(&mut s, 3, &IDS, 6 * W),
+            (false, LeaderChange::Kept)
+        );
         // 2 sends no results either (it still probes): this node (3) leads
         // itself and is never passed over.
         let t = W + FAILOVER_WINDOWS * W + 1;
         let now = t + FAILOVER_WINDOWS * W + 1;
         assert_eq!(
-            s.tick(&IDS, now, |id| (id == 2).then_some(now)),
+            tick(&mut s, &IDS, now, |id| (id == 2).then_some(now)),
             LeaderChange::FailedOver {
                 passed_over: 2,
                 why: Silence::Results
             }
         );
         assert_eq!(s.leader(&IDS), Some(3));
-        assert_eq!(s.tick(&IDS, t + 100 * W, no_peers), LeaderChange::Kept);
+        assert_eq!(
+            tick(&mut s, &IDS, t + 100 * W, no_peers),
+            LeaderChange::Kept
+        );
         assert_eq!(s.leader(&IDS), Some(3));
         // 1 is back and leads again.
         assert_eq!(
-            s.heard_result(1, &IDS, t + 101 * W),
+            heard_result(&mut s, 1, &IDS, t + 101 * W),
             (true, LeaderChange::Returned { leader: 1 })
         );
         assert_eq!(s.leader(&IDS), Some(1));
@@ -344,11 +373,11 @@ mod tests {
     #[test]
     fn a_member_that_left_is_forgotten() {
         let mut s = Succession::new(3, Nanos(W));
-        s.tick(&IDS, 0, no_peers);
-        s.tick(&IDS, 10 * W, no_peers);
+        tick(&mut s, &IDS, 0, no_peers);
+        tick(&mut s, &IDS, 10 * W, no_peers);
         assert_eq!(s.leader(&IDS), Some(2));
         // 1 leaves the list and later comes back: it leads at once.
-        s.tick(&[2, 3], 11 * W, no_peers);
+        tick(&mut s, &[2, 3], 11 * W, no_peers);
         assert_eq!(s.leader(&IDS), Some(1));
     }
 
@@ -368,12 +397,12 @@ mod tests {
         let died = W + W / 2;
         let later = |t: i64| peers_heard(died, t);
         assert_eq!(
-            s.tick(&IDS, died + PEER_SILENCE_NS, later(died + W)),
+            tick(&mut s, &IDS, died + PEER_SILENCE.0, later(died + W)),
             LeaderChange::Kept,
             "not yet"
         );
         assert_eq!(
-            s.tick(&IDS, died + PEER_SILENCE_NS + 1, later(died + W)),
+            tick(&mut s, &IDS, died + PEER_SILENCE.0 + 1, later(died + W)),
             LeaderChange::FailedOver {
                 passed_over: 1,
                 why: Silence::Peer
@@ -383,7 +412,7 @@ mod tests {
         // The new leader gets a window of its own before the same rule
         // applies to it: 2 is heard, so it stays.
         let t = died + 3 * W;
-        assert_eq!(s.tick(&IDS, t, later(t)), LeaderChange::Kept);
+        assert_eq!(tick(&mut s, &IDS, t, later(t)), LeaderChange::Kept);
         assert_eq!(s.leader(&IDS), Some(2));
     }
 
@@ -394,10 +423,10 @@ mod tests {
         let down = W + W / 2;
         let nobody = peers_heard(down, down);
         for t in [3 * W, 4 * W, W + FAILOVER_WINDOWS * W] {
-            assert_eq!(s.tick(&IDS, t, &nobody), LeaderChange::Kept, "at {t}");
+            assert_eq!(tick(&mut s, &IDS, t, &nobody), LeaderChange::Kept, "at {t}");
         }
         assert_eq!(
-            s.tick(&IDS, W + FAILOVER_WINDOWS * W + 1, &nobody),
+            tick(&mut s, &IDS, W + FAILOVER_WINDOWS * W + 1, &nobody),
             LeaderChange::FailedOver {
                 passed_over: 1,
                 why: Silence::Results
@@ -407,7 +436,7 @@ mod tests {
         // it hears nobody: it holds its last result over.
         for k in 2..40 {
             let t = W + k * FAILOVER_WINDOWS * W + 1;
-            assert_eq!(s.tick(&IDS, t, &nobody), LeaderChange::Kept, "at {t}");
+            assert_eq!(tick(&mut s, &IDS, t, &nobody), LeaderChange::Kept, "at {t}");
         }
         assert_eq!(s.leader(&IDS), Some(2));
         // The link is back: 2's probes arrive before any result. It is not
@@ -415,12 +444,15 @@ mod tests {
         // does not lead itself.
         let up = W + 39 * FAILOVER_WINDOWS * W + 1 + W / 2;
         for t in [up, up + W / 4, up + W] {
-            assert_eq!(s.tick(&IDS, t, peers_heard(down, t)), LeaderChange::Kept);
+            assert_eq!(
+                tick(&mut s, &IDS, t, peers_heard(down, t)),
+                LeaderChange::Kept
+            );
             assert_eq!(s.leader(&IDS), Some(2), "at {t}");
         }
         // 1's next result is taken.
         assert_eq!(
-            s.heard_result(1, &IDS, up + W),
+            heard_result(&mut s, 1, &IDS, up + W),
             (true, LeaderChange::Returned { leader: 1 })
         );
     }
@@ -431,7 +463,7 @@ mod tests {
         // Its results are lost (or late) for three windows; its probes arrive.
         for k in 2..=FAILOVER_WINDOWS {
             let t = k * W + W / 2;
-            assert_eq!(s.tick(&IDS, t, peers_heard(t, t)), LeaderChange::Kept);
+            assert_eq!(tick(&mut s, &IDS, t, peers_heard(t, t)), LeaderChange::Kept);
         }
         assert_eq!(s.leader(&IDS), Some(1));
     }

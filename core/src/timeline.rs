@@ -13,7 +13,7 @@
 //! distance to the timeline as it was before the hand-over, not only to
 //! the one continued. The carried drift is the better of the node's own
 //! last fit and the chord through its own results over up to
-//! [`MAX_CARRY_AGE_NS`] ([`OwnMarks`]): minutes of results pin the rate far
+//! [`MAX_CARRY_AGE`] ([`OwnMarks`]): minutes of results pin the rate far
 //! better than a fit over one history span.
 
 use std::collections::VecDeque;
@@ -21,20 +21,23 @@ use std::collections::VecDeque;
 use clockmesh_estimator::convert::{ceil_bound_ns, ns_f64, round_ns, unsigned_ns_f64};
 use serde::{Deserialize, Serialize};
 
-use crate::result::NodeResult;
+use crate::{
+    result::NodeResult,
+    time::{LocalNs, Nanos},
+};
 
 /// Longest a published result is carried across a hand-over. Older, the
 /// drift's error would dominate; the new leader then starts a timeline of
 /// its own (recorded as a hand-over without a carry).
-pub const MAX_CARRY_AGE_NS: i64 = 600_000_000_000;
+pub const MAX_CARRY_AGE: Nanos = Nanos::from_secs(600);
 
 /// The new leader's offset to the timeline it continues (global − local,
 /// on its own clock).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Carry {
-    /// Local time at which `offset_ns` held.
-    pub anchor_ns: i64,
-    pub offset_ns: i64,
+    /// Local time at which `offset` held.
+    pub anchor: LocalNs,
+    pub offset: Nanos,
     pub drift_ppb: f64,
     /// The carried result's bound, grown to the hand-over: how far the
     /// continued timeline may sit from the old one.
@@ -45,33 +48,32 @@ pub struct Carry {
 
 impl Carry {
     /// The carry from this node's own last result, if it is recent enough
-    /// at local time `now_ns`.
-    pub fn from_result(own: &NodeResult, now_ns: i64) -> Option<Carry> {
-        let age = now_ns.saturating_sub(own.anchor.0);
-        if !(0..=MAX_CARRY_AGE_NS).contains(&age) {
+    /// at local time `now`.
+    pub fn from_result(own: &NodeResult, now: LocalNs) -> Option<Carry> {
+        let age = now.since(own.anchor);
+        if !(Nanos::ZERO..=MAX_CARRY_AGE).contains(&age) {
             return None;
         }
-        let growth = own.bound_growth_ppb.max(0.0) * ns_f64(age) / 1e9;
+        let growth = own.bound_growth_ppb.max(0.0) * age.as_secs_f64();
         Some(Carry {
-            anchor_ns: own.anchor.0,
-            offset_ns: own.offset_ns,
+            anchor: own.anchor,
+            offset: Nanos(own.offset_ns),
             drift_ppb: own.drift_ppb,
             bound_ns: own.bound_ns.saturating_add(ceil_bound_ns(growth)),
             from: own.reference_label(),
         })
     }
 
-    /// global − local of this node at its local time `t_ns`.
-    pub fn offset_at(&self, t_ns: i64) -> i64 {
-        let dt = ns_f64(t_ns.saturating_sub(self.anchor_ns));
-        self.offset_ns
-            .saturating_add(round_ns(self.drift_ppb * 1e-9 * dt))
+    /// global − local of this node at its local time `t`.
+    pub fn offset_at(&self, t: LocalNs) -> Nanos {
+        let dt = t.since(self.anchor).as_f64();
+        self.offset + Nanos(round_ns(self.drift_ppb * 1e-9 * dt))
     }
 
     /// `r` (solved against this node's clock, whose local time at the solve
-    /// epoch is `epoch_ns`) moved onto the continued timeline.
-    pub fn apply(&self, r: &mut NodeResult, epoch_ns: i64) {
-        r.offset_ns = r.offset_ns.saturating_add(self.offset_at(epoch_ns));
+    /// epoch is `epoch`) moved onto the continued timeline.
+    pub fn apply(&self, r: &mut NodeResult, epoch: LocalNs) {
+        r.offset_ns = r.offset_ns.saturating_add(self.offset_at(epoch).0);
         // First order: the rates add (drifts are parts per billion).
         r.drift_ppb += self.drift_ppb;
     }
@@ -79,22 +81,22 @@ impl Carry {
 
 /// Shortest chord through a node's own results that may set the carried
 /// drift: shorter, the results' bounds divided by the span say little.
-pub const MIN_CHORD_SPAN_NS: i64 = 10_000_000_000;
+pub const MIN_CHORD_SPAN: Nanos = Nanos::from_secs(10);
 
 /// Most of a node's own results kept for the chord (a span of
-/// [`MAX_CARRY_AGE_NS`] at 0.25 s windows); older ones are dropped first.
+/// [`MAX_CARRY_AGE`] at 0.25 s windows); older ones are dropped first.
 const MAX_MARKS: usize = 2_400;
 
 /// One of this node's published results, as the chord needs it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Mark {
-    anchor_ns: i64,
+    anchor: LocalNs,
     offset_ns: i64,
     bound_ns: u64,
     reference_id: u32,
 }
 
-/// This node's own published results of the last [`MAX_CARRY_AGE_NS`]:
+/// This node's own published results of the last [`MAX_CARRY_AGE`]:
 /// the chord from an old one to the latest gives the node's mean rate
 /// against the timeline, with an honest bound (the two results' bounds
 /// over the span, whatever their errors were).
@@ -112,34 +114,34 @@ pub struct Rate {
 
 impl OwnMarks {
     /// Records a published result; forgets those older than
-    /// [`MAX_CARRY_AGE_NS`] before it.
+    /// [`MAX_CARRY_AGE`] before it.
     pub fn record(&mut self, r: &NodeResult) {
         self.marks.push_back(Mark {
-            anchor_ns: r.anchor.0,
+            anchor: r.anchor,
             offset_ns: r.offset_ns,
             bound_ns: r.bound_ns,
             reference_id: r.reference,
         });
-        let oldest = r.anchor.0.saturating_sub(MAX_CARRY_AGE_NS);
+        let oldest = r.anchor - MAX_CARRY_AGE;
         while self
             .marks
             .front()
-            .is_some_and(|m| m.anchor_ns < oldest || self.marks.len() > MAX_MARKS)
+            .is_some_and(|m| m.anchor < oldest || self.marks.len() > MAX_MARKS)
         {
             self.marks.pop_front();
         }
     }
 
     /// The tightest chord ending at `latest`, from a result under the same
-    /// reference at least [`MIN_CHORD_SPAN_NS`] before it.
+    /// reference at least [`MIN_CHORD_SPAN`] before it.
     pub fn chord_to(&self, latest: &NodeResult) -> Option<Rate> {
         self.marks
             .iter()
             .filter(|m| m.reference_id == latest.reference)
             .filter_map(|m| {
-                let span = latest.anchor.0.checked_sub(m.anchor_ns)?;
-                (span >= MIN_CHORD_SPAN_NS).then(|| {
-                    let span = ns_f64(span);
+                let span = latest.anchor.since(m.anchor);
+                (span >= MIN_CHORD_SPAN).then(|| {
+                    let span = span.as_f64();
                     Rate {
                         drift_ppb: ns_f64(latest.offset_ns - m.offset_ns) / span * 1e9,
                         bound_ppb: unsigned_ns_f64(latest.bound_ns + m.bound_ns) / span * 1e9,
@@ -169,10 +171,10 @@ pub fn fitted_rate(own: &NodeResult, wander_ppb: f64) -> Rate {
 /// its bound.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Continuation {
-    /// `carry.bound_ns` holds at `handed_over_ns`.
+    /// `carry.bound_ns` holds at `handed_over`.
     pub carry: Carry,
     /// Local time of the hand-over.
-    pub handed_over_ns: i64,
+    pub handed_over: LocalNs,
     /// The carried drift's uncertainty, ppb.
     pub drift_bound_ppb: f64,
     /// How fast the continued timeline may move from the old one after the
@@ -184,16 +186,16 @@ pub struct Continuation {
 
 impl Continuation {
     /// The continuation of this node's last result `own` at local time
-    /// `now_ns` (None: too old, or from the future), its drift the tighter
+    /// `now` (None: too old, or from the future), its drift the tighter
     /// of its own fit's and the chord `chord` through its recent results.
     pub fn take(
         own: &NodeResult,
         chord: Option<Rate>,
-        now_ns: i64,
+        now: LocalNs,
         wander_ppb: f64,
     ) -> Option<Continuation> {
-        let age = now_ns.saturating_sub(own.anchor.0);
-        if !(0..=MAX_CARRY_AGE_NS).contains(&age) {
+        let age = now.since(own.anchor);
+        if !(Nanos::ZERO..=MAX_CARRY_AGE).contains(&age) {
             return None;
         }
         let fitted = fitted_rate(own, wander_ppb);
@@ -202,37 +204,37 @@ impl Continuation {
             _ => fitted,
         };
         let growth_ppb = rate.bound_ppb + wander_ppb.max(0.0);
-        let grown = growth_ppb * ns_f64(age) / 1e9;
+        let grown = growth_ppb * age.as_secs_f64();
         Some(Continuation {
             carry: Carry {
-                anchor_ns: own.anchor.0,
-                offset_ns: own.offset_ns,
+                anchor: own.anchor,
+                offset: Nanos(own.offset_ns),
                 drift_ppb: rate.drift_ppb,
                 bound_ns: own.bound_ns.saturating_add(ceil_bound_ns(grown)),
                 from: own.reference_label(),
             },
-            handed_over_ns: now_ns,
+            handed_over: now,
             drift_bound_ppb: rate.bound_ppb,
             growth_ppb,
         })
     }
 
     /// How far the continued timeline may be from the old one at local
-    /// time `t_ns` (at least the carried bound).
-    pub fn bound_at(&self, t_ns: i64) -> f64 {
-        let since_s = ns_f64(t_ns.saturating_sub(self.handed_over_ns).max(0)) / 1e9;
+    /// time `t` (at least the carried bound).
+    pub fn bound_at(&self, t: LocalNs) -> f64 {
+        let since_s = t.since(self.handed_over).max(Nanos::ZERO).as_secs_f64();
         unsigned_ns_f64(self.carry.bound_ns) + self.growth_ppb * since_s
     }
 
-    /// `r` (solved against this node's clock at local epoch `epoch_ns`)
+    /// `r` (solved against this node's clock at local epoch `epoch`)
     /// moved onto the continued timeline, its bound covering its distance
     /// to the old one: the carry's bound at the epoch is added, and the
     /// carry's growth to the rate its bound grows at as readers age it.
-    pub fn apply(&self, r: &mut NodeResult, epoch_ns: i64) {
-        self.carry.apply(r, epoch_ns);
+    pub fn apply(&self, r: &mut NodeResult, epoch: LocalNs) {
+        self.carry.apply(r, epoch);
         r.bound_ns = r
             .bound_ns
-            .saturating_add(ceil_bound_ns(self.bound_at(epoch_ns)));
+            .saturating_add(ceil_bound_ns(self.bound_at(epoch)));
         r.bound_growth_ppb += self.growth_ppb;
         r.drift_bound_ppb += self.growth_ppb;
     }
@@ -260,8 +262,8 @@ impl HandOverLine {
     /// The carry this line records, if the new leader carried one.
     pub fn carry(&self) -> Option<Carry> {
         Some(Carry {
-            anchor_ns: self.carried_anchor_ns?,
-            offset_ns: self.carried_offset_ns?,
+            anchor: LocalNs(self.carried_anchor_ns?),
+            offset: Nanos(self.carried_offset_ns?),
             drift_ppb: self.carried_drift_ppb?,
             bound_ns: self.carried_bound_ns?,
             from: self.previous_reference.clone().unwrap_or_default(),
@@ -273,8 +275,8 @@ impl HandOverLine {
             window,
             reference: reference.to_owned(),
             previous_reference: carry.map(|c| c.from.clone()),
-            carried_anchor_ns: carry.map(|c| c.anchor_ns),
-            carried_offset_ns: carry.map(|c| c.offset_ns),
+            carried_anchor_ns: carry.map(|c| c.anchor.0),
+            carried_offset_ns: carry.map(|c| c.offset.0),
             carried_drift_ppb: carry.map(|c| c.drift_ppb),
             carried_bound_ns: carry.map(|c| c.bound_ns),
         }
@@ -285,7 +287,6 @@ impl HandOverLine {
 mod tests {
     use super::*;
     use crate::result::tests::sample;
-    use crate::time::LocalNs;
 
     fn own(anchor_ns: i64, offset_ns: i64, drift_ppb: f64) -> NodeResult {
         NodeResult {
@@ -310,12 +311,12 @@ mod tests {
 
     #[test]
     fn a_carry_continues_the_old_timeline_at_its_rate() {
-        let c = Carry::from_result(&own(1_000, 5_000, 2_000.0), 1_000_001_000).unwrap();
-        assert_eq!(c.offset_at(1_000), 5_000);
-        assert_eq!(c.offset_at(1_000_001_000), 5_000 + 2_000);
+        let c = Carry::from_result(&own(1_000, 5_000, 2_000.0), LocalNs(1_000_001_000)).unwrap();
+        assert_eq!(c.offset_at(LocalNs(1_000)).0, 5_000);
+        assert_eq!(c.offset_at(LocalNs(1_000_001_000)).0, 5_000 + 2_000);
         assert_eq!(c.bound_ns, 100 + 50, "bound grown by 50 ppb over 1 s");
         let mut r = solved(-300, 10.0);
-        c.apply(&mut r, 1_000_001_000);
+        c.apply(&mut r, LocalNs(1_000_001_000));
         assert_eq!(r.offset_ns, 7_000 - 300);
         assert_eq!(r.drift_ppb, 2_010.0);
         let line = HandOverLine::new(3, "new", Some(&c));
@@ -354,7 +355,7 @@ mod tests {
         let latest = on_timeline(300, 7.0, 19);
         let chord = marks.chord_to(&latest).expect("a chord over 300 s");
         assert!((chord.bound_ppb - 40.0 / 300.0).abs() < 1e-9, "{chord:?}");
-        let c = Continuation::take(&latest, Some(chord), 305_000_000_000, 20.0).unwrap();
+        let c = Continuation::take(&latest, Some(chord), LocalNs(305_000_000_000), 20.0).unwrap();
         assert!(
             (c.carry.drift_ppb - 7.0).abs() <= c.drift_bound_ppb,
             "chord drift {} ± {} against 7 ppb",
@@ -371,7 +372,7 @@ mod tests {
         young.record(&on_timeline(295, 7.0, 0));
         assert_eq!(young.chord_to(&latest), None);
         // Without a chord the fit's drift and its bound are carried.
-        let fitted = Continuation::take(&latest, None, 305_000_000_000, 20.0).unwrap();
+        let fitted = Continuation::take(&latest, None, LocalNs(305_000_000_000), 20.0).unwrap();
         assert_eq!(
             (fitted.carry.drift_ppb, fitted.drift_bound_ppb),
             (10.0, 4.0)
@@ -382,19 +383,19 @@ mod tests {
     fn marks_older_than_the_longest_carry_are_forgotten() {
         let mut marks = OwnMarks::default();
         let step = 10;
-        for s in (0..=2 * MAX_CARRY_AGE_NS / 1_000_000_000).step_by(step) {
+        for s in (0..=2 * MAX_CARRY_AGE.0 / 1_000_000_000).step_by(step) {
             marks.record(&on_timeline(s, 0.0, 0));
         }
-        let oldest = marks.marks.front().unwrap().anchor_ns;
-        let newest = marks.marks.back().unwrap().anchor_ns;
-        assert!(newest - oldest <= MAX_CARRY_AGE_NS);
+        let oldest = marks.marks.front().unwrap().anchor.0;
+        let newest = marks.marks.back().unwrap().anchor.0;
+        assert!(newest - oldest <= MAX_CARRY_AGE.0);
     }
 
     #[test]
     fn every_result_on_a_continued_timeline_carries_the_carry_s_bound_and_growth() {
         let own = on_timeline(100, 7.0, 0);
         let handed_over = 104_000_000_000;
-        let c = Continuation::take(&own, None, handed_over, 20.0).unwrap();
+        let c = Continuation::take(&own, None, LocalNs(handed_over), 20.0).unwrap();
         // 4 s from the anchor to the hand-over at 4 + 20 ppb.
         assert_eq!(c.carry.bound_ns, 20 + 96);
         let solved = || NodeResult {
@@ -404,10 +405,10 @@ mod tests {
             ..solved(-300, 1.0)
         };
         let mut at_hand_over = solved();
-        c.apply(&mut at_hand_over, handed_over);
+        c.apply(&mut at_hand_over, LocalNs(handed_over));
         assert_eq!(at_hand_over.bound_ns, 15 + 116);
         let mut later = solved();
-        c.apply(&mut later, handed_over + 600_000_000_000);
+        c.apply(&mut later, LocalNs(handed_over + 600_000_000_000));
         // 600 s at 24 ppb more: the carried drift's bound and the wander.
         assert_eq!(later.bound_ns, 15 + 116 + 14_400);
         assert_eq!(later.bound_growth_ppb, 21.0 + 24.0);
@@ -415,15 +416,15 @@ mod tests {
         assert_eq!(later.drift_ppb, 1.0 + 10.0);
         assert_eq!(
             later.offset_ns,
-            -300 + c.carry.offset_at(handed_over + 600_000_000_000)
+            -300 + c.carry.offset_at(LocalNs(handed_over + 600_000_000_000)).0
         );
     }
 
     #[test]
     fn an_old_or_future_result_is_not_carried() {
         let r = own(0, 5, 0.0);
-        assert!(Carry::from_result(&r, MAX_CARRY_AGE_NS + 1).is_none());
-        assert!(Carry::from_result(&r, -1).is_none());
-        assert!(Carry::from_result(&r, MAX_CARRY_AGE_NS).is_some());
+        assert!(Carry::from_result(&r, LocalNs(MAX_CARRY_AGE.0 + 1)).is_none());
+        assert!(Carry::from_result(&r, LocalNs(-1)).is_none());
+        assert!(Carry::from_result(&r, LocalNs(MAX_CARRY_AGE.0)).is_some());
     }
 }

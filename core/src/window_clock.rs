@@ -11,8 +11,8 @@ use crate::time::{LocalNs, Nanos, WindowIndex};
 
 /// Phase delays after a window ends: (cap ns, percent of the window).
 /// The fit waits for the window's last reports: its last pairs settle
-/// [`crate::node::SETTLE_NS`] after its end, on the next tick
-/// ([`crate::node::TICK_NS`]), and then cross the link (300 ms at the
+/// [`crate::node::SETTLE`] after its end, on the next tick
+/// ([`crate::node::TICK`]), and then cross the link (300 ms at the
 /// shipped 1 s windows).
 const FIT_DELAY: (i64, i64) = (300_000_000, 30);
 /// The leader solves once the fits are in: relayed fits arrive within
@@ -140,10 +140,10 @@ mod tests {
     /// before would leave them out.
     #[test]
     fn the_fit_waits_for_the_window_s_last_reports() {
-        use crate::node::{SETTLE_NS, TICK_NS};
+        use crate::node::{SETTLE, TICK};
         let w = crate::settings::Settings::default().window().0;
         let delay = delay_ns(w, FIT_DELAY);
-        assert!(delay >= SETTLE_NS + TICK_NS + 50_000_000, "{delay} ns");
+        assert!(delay >= SETTLE.0 + TICK.0 + 50_000_000, "{delay} ns");
     }
 
     #[test]

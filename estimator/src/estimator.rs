@@ -8,6 +8,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use clockmesh_time::{LocalNs, Nanos};
+
 use crate::convert::{ns_f64, round_ns};
 
 use crate::{
@@ -18,27 +20,27 @@ use crate::{
 
 /// Source of "now" on the reference timeline, in ns.
 pub trait Clock {
-    fn now_ns(&self) -> i64;
+    fn now(&self) -> LocalNs;
 }
 
 /// A clock that only moves when told to (tests, simulator).
 #[derive(Debug, Default)]
-pub struct ManualClock(Cell<i64>);
+pub struct ManualClock(Cell<LocalNs>);
 
 impl ManualClock {
-    pub fn new(now_ns: i64) -> Self {
-        Self(Cell::new(now_ns))
+    pub fn new(now: LocalNs) -> Self {
+        Self(Cell::new(now))
     }
-    pub fn set(&self, now_ns: i64) {
-        self.0.set(now_ns);
+    pub fn set(&self, now: LocalNs) {
+        self.0.set(now);
     }
-    pub fn advance(&self, ns: i64) {
-        self.0.set(self.0.get().saturating_add(ns));
+    pub fn advance(&self, by: Nanos) {
+        self.0.set(self.0.get() + by);
     }
 }
 
 impl Clock for ManualClock {
-    fn now_ns(&self) -> i64 {
+    fn now(&self) -> LocalNs {
         self.0.get()
     }
 }
@@ -255,9 +257,10 @@ impl Estimator {
     /// to set each one's [`EdgeMeasurement::excess_rtt_ns`] from its edge's floor.
     pub fn apply_fits(
         &mut self,
-        epoch_ns: i64,
+        epoch: LocalNs,
         mut measurements: Vec<EdgeMeasurement>,
     ) -> Result<&NetworkSolution, EstimatorError> {
+        let epoch_ns = epoch.0;
         let net = NetConfig {
             epoch_ns,
             ..self.cfg.net.clone()
@@ -278,12 +281,12 @@ impl Estimator {
     /// [`Estimator::fit_edges`] then [`Estimator::apply_fits`] on the edges that fitted.
     pub fn process_window(
         &mut self,
-        epoch_ns: i64,
+        epoch: LocalNs,
         edges: &[EdgeProbes],
     ) -> Result<(Vec<EdgeOutcome>, &NetworkSolution), EstimatorError> {
         let outcomes = self.fit_edges(edges);
         let ms: Vec<EdgeMeasurement> = outcomes.iter().filter_map(|o| o.measurement()).collect();
-        let sol = self.apply_fits(epoch_ns, ms)?;
+        let sol = self.apply_fits(epoch, ms)?;
         Ok((outcomes, sol))
     }
 
@@ -291,12 +294,12 @@ impl Estimator {
         self.current.as_ref()
     }
 
-    /// The node's offset, drift and bound extrapolated to `now_ns`. `None` before the first
+    /// The node's offset, drift and bound extrapolated to `now`. `None` before the first
     /// window or when the node was not in the last window.
-    pub fn offset_at(&self, node: NodeId, now_ns: i64) -> Option<PublishedOffset> {
+    pub fn offset_at(&self, node: NodeId, now: LocalNs) -> Option<PublishedOffset> {
         let sol = self.current.as_ref()?;
         let est = sol.get(node)?;
-        let age_ns = now_ns.saturating_sub(sol.epoch_ns);
+        let age_ns = now.since(LocalNs(sol.epoch_ns)).0;
         let age = ns_f64(age_ns);
         let drift_allowance = est.drift_bound + self.cfg.holdover_wander_ppb * 1e-9;
         Some(PublishedOffset {
@@ -314,7 +317,7 @@ impl Estimator {
 
     /// [`Estimator::offset_at`] at the injected clock's now.
     pub fn offset_now(&self, node: NodeId, clock: &dyn Clock) -> Option<PublishedOffset> {
-        self.offset_at(node, clock.now_ns())
+        self.offset_at(node, clock.now())
     }
 
     /// Weighs the drift of each node whose edges are all young (none
@@ -372,7 +375,7 @@ impl Estimator {
             .iter()
             .filter(|n| n.component == comp)
             .filter_map(|n| {
-                let p = self.offset_at(n.node, sol.epoch_ns)?;
+                let p = self.offset_at(n.node, LocalNs(sol.epoch_ns))?;
                 is_on_the_timeline(p.anchor_kind).then_some((n.node, p))
             })
             .min_by(|a, b| a.1.bound_ns.total_cmp(&b.1.bound_ns).then(a.0.cmp(&b.0)));
@@ -453,7 +456,7 @@ mod tests {
             vec![biased, edge(1, 2, 0.0, 2_000.0), edge(2, 0, 0.0, 2_000.0)]
         };
         let node_1 = |est: &mut Estimator, epoch: i64, edges: &[EdgeMeasurement]| {
-            let sol = est.apply_fits(epoch, edges.to_vec()).unwrap();
+            let sol = est.apply_fits(LocalNs(epoch), edges.to_vec()).unwrap();
             sol.get(1).unwrap().offset_ns()
         };
         let mut seen = Estimator::new(EstimatorConfig::default());
@@ -481,7 +484,7 @@ mod tests {
             vec![e.with_history_share(share)]
         };
         let drift_of = |est: &mut Estimator, epoch: i64, edges: Vec<EdgeMeasurement>| {
-            let sol = est.apply_fits(epoch, edges).unwrap();
+            let sol = est.apply_fits(LocalNs(epoch), edges).unwrap();
             let n = sol.get(1).unwrap();
             (n.drift * 1e9, n.drift_bound * 1e9)
         };
@@ -515,12 +518,14 @@ mod tests {
             edge(1, 2, 0.0, 2_000.0),
             edge(2, 0, 0.0, 2_000.0),
         ];
-        est.apply_fits(0, triangle.to_vec()).unwrap();
+        est.apply_fits(LocalNs(0), triangle.to_vec()).unwrap();
         assert_eq!(est.rtt_floors.len(), 3);
         let pair = [edge(0, 1, 0.0, 2_000.0)];
-        est.apply_fits(RTT_FLOOR_AGE_NS, pair.to_vec()).unwrap();
+        est.apply_fits(LocalNs(RTT_FLOOR_AGE_NS), pair.to_vec())
+            .unwrap();
         assert_eq!(est.rtt_floors.len(), 3, "gone for exactly the age: kept");
-        est.apply_fits(RTT_FLOOR_AGE_NS + 1, pair.to_vec()).unwrap();
+        est.apply_fits(LocalNs(RTT_FLOOR_AGE_NS + 1), pair.to_vec())
+            .unwrap();
         let kept: Vec<_> = est.rtt_floors.keys().copied().collect();
         assert_eq!(kept, vec![(0, 1)]);
     }

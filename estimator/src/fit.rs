@@ -23,8 +23,10 @@
 //! distance, at the epoch, between the fitted line and any such line (two 2-variable LPs
 //! solved on the same hulls), and likewise for the slope. It contains the unobservable path
 //! asymmetry: it is never below the margin, i.e. half the best (detrended) pure RTT.
-use crate::convert::{count_f64, floor_count, ns_f64, saturate_i64, unsigned_ns_f64};
+use crate::convert::{count_f64, floor_count, ns_f64, saturate_i64};
 use serde::{Deserialize, Serialize};
+
+use clockmesh_time::LocalNs;
 
 use crate::EstimatorError;
 use crate::probe::PurePoint;
@@ -132,21 +134,21 @@ pub struct EdgeFit {
 }
 
 impl EdgeFit {
-    /// Offset at A-clock time `t_ns`, as (integer part, fraction).
-    pub fn offset_at(&self, t_ns: i64) -> (i64, f64) {
-        let dt = ns_f64(t_ns.saturating_sub(self.epoch_ns));
+    /// Offset at A-clock time `t`, as (integer part, fraction), ns.
+    pub fn offset_at(&self, t: LocalNs) -> (i64, f64) {
+        let dt = t.since(LocalNs(self.epoch_ns)).as_f64();
         (self.offset_base_ns, self.offset_rel_ns + self.drift * dt)
     }
 
-    /// Offset at `t_ns` as one f64 (loses precision for offsets beyond 2^53 ns).
-    pub fn offset_at_f64(&self, t_ns: i64) -> f64 {
-        let (base, rel) = self.offset_at(t_ns);
+    /// Offset at `t` as one f64, ns (loses precision for offsets beyond 2^53 ns).
+    pub fn offset_at_f64(&self, t: LocalNs) -> f64 {
+        let (base, rel) = self.offset_at(t);
         ns_f64(base) + rel
     }
 
-    /// Error bound at A-clock time `t_ns`: the epoch bound plus the drift bound times the age.
-    pub fn bound_at(&self, t_ns: i64) -> f64 {
-        let dt = unsigned_ns_f64(t_ns.saturating_sub(self.epoch_ns).unsigned_abs());
+    /// Error bound at A-clock time `t`, ns: the epoch bound plus the drift bound times the age.
+    pub fn bound_at(&self, t: LocalNs) -> f64 {
+        let dt = t.since(LocalNs(self.epoch_ns)).abs().as_f64();
         self.bound_ns + self.drift_bound * dt
     }
 }
@@ -660,7 +662,7 @@ mod tests {
         // drift 0 ppb keeps integer points exact; offset 1234 ns, delays 5 µs both ways.
         let (f, b) = synth(100, 1_234, 0, 5_000, 5_000);
         let fit = fit_edge(&f, &b, &FitConfig::default()).unwrap();
-        let (base, rel) = fit.offset_at(fit.epoch_ns);
+        let (base, rel) = fit.offset_at(LocalNs(fit.epoch_ns));
         assert!((base as f64 + rel - 1_234.0).abs() < 1e-6, "{fit:?}");
         assert!(fit.drift.abs() < 1e-15);
         assert!((fit.margin_ns - 5_000.0).abs() < 1e-6);
@@ -678,7 +680,7 @@ mod tests {
             fit.drift * 1e9
         );
         let truth = -7_000.0 + fit.epoch_ns as f64 * 1e-5;
-        assert!((fit.offset_at_f64(fit.epoch_ns) - truth).abs() < 2.0);
+        assert!((fit.offset_at_f64(LocalNs(fit.epoch_ns)) - truth).abs() < 2.0);
     }
 
     #[test]
@@ -690,7 +692,7 @@ mod tests {
         f[250].tx_ns += 300;
         let hard = fit_edge(&f, &b, &FitConfig::hard_margin()).unwrap();
         let soft = fit_edge(&f, &b, &FitConfig::default()).unwrap();
-        let at = |fit: &EdgeFit| fit.offset_at_f64(clean.epoch_ns);
+        let at = |fit: &EdgeFit| fit.offset_at_f64(LocalNs(clean.epoch_ns));
         assert!(
             (at(&hard) - at(&clean)).abs() > 100.0,
             "hard margin must be pulled"
@@ -791,7 +793,7 @@ mod tests {
         // Clocks 1.7e18 ns apart (PHC from boot vs TAI): f64 of the raw values would lose ~200 ns.
         let (f, b) = synth(50, 1_700_000_000_123_456_789, 0, 4_000, 4_000);
         let fit = fit_edge(&f, &b, &FitConfig::default()).unwrap();
-        let (base, rel) = fit.offset_at(fit.epoch_ns);
+        let (base, rel) = fit.offset_at(LocalNs(fit.epoch_ns));
         assert_eq!(base + rel.round() as i64, 1_700_000_000_123_456_789);
     }
 

@@ -36,6 +36,7 @@ mod fit;
 mod network;
 mod probe;
 
+pub use clockmesh_time::{LocalNs, Nanos};
 pub use error::EstimatorError;
 pub use estimator::{
     Clock, EdgeOutcome, EdgeProbes, Estimator, EstimatorConfig, ManualClock, PublishedOffset,

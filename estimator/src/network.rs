@@ -28,6 +28,8 @@ use nalgebra::DVector;
 use serde::{Deserialize, Serialize};
 
 use crate::convert::{ns_f64, round_ns};
+use clockmesh_time::{LocalNs, Nanos};
+
 use crate::{EdgeFit, EstimatorError};
 
 /// A node's or an edge's index in the solve's arrays, as u32.
@@ -176,9 +178,11 @@ impl NodeEstimate {
     }
 
     /// Offset rounded to an integer ns, computed without going through a large f64.
-    pub fn offset_ns_rounded(&self) -> i64 {
-        self.offset_base_ns
-            .saturating_add(round_ns(self.offset_rel_ns))
+    pub fn offset_rounded(&self) -> Nanos {
+        Nanos(
+            self.offset_base_ns
+                .saturating_add(round_ns(self.offset_rel_ns)),
+        )
     }
 }
 
@@ -242,7 +246,7 @@ pub fn solve_network(
         lin.from.push(index_u32(i));
         lin.to.push(index_u32(j));
         let t_from = cfg.epoch_ns.saturating_add(theta0[i]);
-        let (base, rel) = e.fit.offset_at(t_from);
+        let (base, rel) = e.fit.offset_at(LocalNs(t_from));
         let int_part = base
             .checked_sub(theta0[j])
             .and_then(|v| v.checked_add(theta0[i]))
@@ -251,7 +255,7 @@ pub fn solve_network(
                 value: base,
             })?;
         off_d.push(ns_f64(int_part) + rel);
-        let b = e.fit.bound_at(t_from);
+        let b = e.fit.bound_at(LocalNs(t_from));
         off_b.push(b);
         off_w.push(offset_weight(b, e, cfg));
         drift_d.push(e.fit.drift);
@@ -496,7 +500,9 @@ impl Graph {
                     } else {
                         theta[u].saturating_sub(e.fit.offset_base_ns)
                     };
-                    let (base, rel) = e.fit.offset_at(epoch_ns.saturating_add(from_theta));
+                    let (base, rel) = e
+                        .fit
+                        .offset_at(LocalNs(epoch_ns.saturating_add(from_theta)));
                     let delta = base.checked_add(round_ns(rel)).ok_or(overflow(base))?;
                     theta[v] = if forward {
                         theta[u].checked_add(delta)

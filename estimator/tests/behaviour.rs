@@ -3,8 +3,8 @@
 mod common;
 
 use clockmesh_estimator::{
-    AnchorKind, Clock, EdgeProbes, Estimator, EstimatorConfig, EstimatorError, FitConfig,
-    ManualClock, ProbeTimestamps, PurityConfig, estimate_edge, fit_edge,
+    AnchorKind, Clock, EdgeProbes, Estimator, EstimatorConfig, EstimatorError, FitConfig, LocalNs,
+    ManualClock, Nanos, ProbeTimestamps, PurityConfig, estimate_edge, fit_edge,
 };
 use common::{EdgeTruth, synth_edge};
 
@@ -23,7 +23,7 @@ fn mean_abs_error(n: usize, seeds: u64) -> f64 {
     for seed in 0..seeds {
         let (f, b) = synth_edge(&t, n, 1e9, 1_000.0, seed);
         let fit = fit_edge(&f, &b, &FitConfig::hard_margin()).unwrap();
-        sum += (fit.offset_at_f64(fit.epoch_ns) - t.offset_at(fit.epoch_ns as f64)).abs();
+        sum += (fit.offset_at_f64(LocalNs(fit.epoch_ns)) - t.offset_at(fit.epoch_ns as f64)).abs();
     }
     sum / seeds as f64
 }
@@ -33,7 +33,7 @@ fn noiseless_symmetric_edge_is_recovered_to_the_timestamp_resolution() {
     let t = truth();
     let (f, b) = synth_edge(&t, 1_000, 1e9, 0.0, 7);
     let fit = fit_edge(&f, &b, &FitConfig::default()).unwrap();
-    let err = fit.offset_at_f64(fit.epoch_ns) - t.offset_at(fit.epoch_ns as f64);
+    let err = fit.offset_at_f64(LocalNs(fit.epoch_ns)) - t.offset_at(fit.epoch_ns as f64);
     assert!(err.abs() <= 1.0, "error {err} ns (1 ns flooring)");
     assert!((fit.drift - t.drift).abs() < 2e-9, "drift {}", fit.drift);
     assert!((fit.margin_ns - 2_000.0).abs() <= 1.0);
@@ -60,7 +60,7 @@ fn late_tx_outliers_do_not_move_the_soft_fit() {
     }
     let soft = fit_edge(&f, &b, &FitConfig::default()).unwrap();
     let hard = fit_edge(&f, &b, &FitConfig::hard_margin()).unwrap();
-    let at = |fit: &clockmesh_estimator::EdgeFit| fit.offset_at_f64(clean.epoch_ns);
+    let at = |fit: &clockmesh_estimator::EdgeFit| fit.offset_at_f64(LocalNs(clean.epoch_ns));
     assert!(
         (at(&soft) - at(&clean)).abs() < 1.0,
         "soft moved by {}",
@@ -131,9 +131,9 @@ fn estimator_ages_bounds_with_the_injected_clock() {
     };
     let mut est = Estimator::new(EstimatorConfig::default());
     let edges = [line.edge(0, 1, 0.0, 1), line.edge(1, 2, 0.0, 2)];
-    let (outcomes, _) = est.process_window(1_000_000_000, &edges).unwrap();
+    let (outcomes, _) = est.process_window(LocalNs(1_000_000_000), &edges).unwrap();
     assert!(outcomes.iter().all(|o| o.fit.is_ok()));
-    let clock = ManualClock::new(1_000_000_000);
+    let clock = ManualClock::new(LocalNs(1_000_000_000));
     let fresh = est.offset_now(2, &clock).unwrap();
     let truth_at = |t: f64| line.offsets[2] + line.drifts[2] * t;
     assert!((fresh.offset_ns as f64 - truth_at(1e9)).abs() <= fresh.bound_ns);
@@ -143,7 +143,7 @@ fn estimator_ages_bounds_with_the_injected_clock() {
         fresh.bound_ns
     );
     assert!(!fresh.stale);
-    clock.advance(5_000_000_000);
+    clock.advance(Nanos(5_000_000_000));
     let aged = est.offset_now(2, &clock).unwrap();
     assert_eq!(aged.age_ns, 5_000_000_000);
     assert!(
@@ -151,7 +151,7 @@ fn estimator_ages_bounds_with_the_injected_clock() {
         "wander × age added"
     );
     assert!((aged.offset_ns as f64 - truth_at(6e9)).abs() <= aged.bound_ns);
-    clock.advance(10_000_000_000);
+    clock.advance(Nanos(10_000_000_000));
     assert!(est.offset_now(2, &clock).unwrap().stale);
     assert!(est.offset_now(9, &clock).is_none());
 }
@@ -164,13 +164,13 @@ fn reference_loss_reanchors_through_holdover() {
     };
     let mut est = Estimator::new(EstimatorConfig::default());
     est.process_window(
-        1_000_000_000,
+        LocalNs(1_000_000_000),
         &[line.edge(0, 1, 0.0, 1), line.edge(1, 2, 0.0, 2)],
     )
     .unwrap();
     // Window 2: node 0 (the reference) is gone; only 1 – 2 remains.
     let (_, sol) = est
-        .process_window(2_000_000_000, &[line.edge(1, 2, 1e9, 3)])
+        .process_window(LocalNs(2_000_000_000), &[line.edge(1, 2, 1e9, 3)])
         .unwrap();
     assert!(!sol.reference_present);
     let n2 = sol.get(2).unwrap().clone();
@@ -185,7 +185,7 @@ fn reference_loss_reanchors_through_holdover() {
     // Without a previous window the substitute stays flagged as such.
     let mut fresh = Estimator::new(EstimatorConfig::default());
     let (_, sol) = fresh
-        .process_window(2_000_000_000, &[line.edge(1, 2, 1e9, 3)])
+        .process_window(LocalNs(2_000_000_000), &[line.edge(1, 2, 1e9, 3)])
         .unwrap();
     assert_eq!(sol.get(2).unwrap().anchor_kind, AnchorKind::Substitute);
 }
@@ -194,7 +194,7 @@ fn reference_loss_reanchors_through_holdover() {
 fn bad_windows_are_errors_not_panics() {
     let mut est = Estimator::new(EstimatorConfig::default());
     assert!(matches!(
-        est.process_window(0, &[]),
+        est.process_window(LocalNs(0), &[]),
         Err(EstimatorError::Empty(_))
     ));
     let line = Line3 {
@@ -214,7 +214,7 @@ fn bad_windows_are_errors_not_panics() {
     );
     // All edges failed → nothing to solve: an error, not a panic.
     assert!(matches!(
-        est.process_window(0, &[one_sided]),
+        est.process_window(LocalNs(0), &[one_sided]),
         Err(EstimatorError::Empty(_))
     ));
     let mut dup = line.edge(0, 1, 0.0, 1);
@@ -229,8 +229,8 @@ fn bad_windows_are_errors_not_panics() {
 
 #[test]
 fn manual_clock_is_a_clock() {
-    let c = ManualClock::new(5);
-    c.set(10);
-    c.advance(-3);
-    assert_eq!(c.now_ns(), 7);
+    let c = ManualClock::new(LocalNs(5));
+    c.set(LocalNs(10));
+    c.advance(Nanos(-3));
+    assert_eq!(c.now(), LocalNs(7));
 }

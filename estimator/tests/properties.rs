@@ -1,7 +1,7 @@
 //! Property tests of the per-edge fit.
 mod common;
 
-use clockmesh_estimator::{FitConfig, PurePoint, fit_edge};
+use clockmesh_estimator::{FitConfig, LocalNs, PurePoint, fit_edge};
 use common::{EdgeTruth, synth_edge};
 use proptest::prelude::*;
 
@@ -35,7 +35,7 @@ proptest! {
         let (fwd, bwd) = synth_edge(&truth, n, 1e9, noise, seed);
         let fit = fit_edge(&fwd, &bwd, &FitConfig::hard_margin()).unwrap();
         prop_assert!(fit.margin_ns >= -1.0, "margin {}", fit.margin_ns); // 1 ns: flooring
-        let line = |t: i64| fit.offset_at_f64(t);
+        let line = |t: i64| fit.offset_at_f64(LocalNs(t));
         for p in &fwd {
             let y = (p.rx_ns - p.tx_ns) as f64;
             prop_assert!(y >= line(p.tx_ns) + fit.margin_ns - 1e-6 * (1.0 + y.abs()));
@@ -46,7 +46,7 @@ proptest! {
         }
         // And the truth lies inside the bound (slack covers the flooring).
         let truth_at_epoch = truth.offset_at(fit.epoch_ns as f64);
-        prop_assert!((fit.offset_at_f64(fit.epoch_ns) - truth_at_epoch).abs() <= fit.bound_ns);
+        prop_assert!((fit.offset_at_f64(LocalNs(fit.epoch_ns)) - truth_at_epoch).abs() <= fit.bound_ns);
         prop_assert!((fit.drift - truth.drift).abs() <= fit.drift_bound + 1e-12);
     }
 
@@ -69,9 +69,9 @@ proptest! {
         let (f2, b2) = swap(&fwd, &bwd);
         let ba = fit_edge(&f2, &b2, &FitConfig::hard_margin()).unwrap();
         // A's clock reads clock_B + (clock_A − clock_B) at B's epoch.
-        let t_a = ba.epoch_ns + ba.offset_at_f64(ba.epoch_ns).round() as i64;
-        let sum = ab.offset_at_f64(t_a) + ba.offset_at_f64(ba.epoch_ns);
-        prop_assert!(sum.abs() < 1.0, "offsets {} and {}", ab.offset_at_f64(t_a), ba.offset_at_f64(ba.epoch_ns));
+        let t_a = ba.epoch_ns + ba.offset_at_f64(LocalNs(ba.epoch_ns)).round() as i64;
+        let sum = ab.offset_at_f64(LocalNs(t_a)) + ba.offset_at_f64(LocalNs(ba.epoch_ns));
+        prop_assert!(sum.abs() < 1.0, "offsets {} and {}", ab.offset_at_f64(LocalNs(t_a)), ba.offset_at_f64(LocalNs(ba.epoch_ns)));
         // d(A−B)/dB = −β/(1+β) exactly for d(B−A)/dA = β.
         prop_assert!((ba.drift * (1.0 + ab.drift) + ab.drift).abs() < 1e-10, "drifts {} {}", ab.drift, ba.drift);
         prop_assert!((ab.margin_ns - ba.margin_ns).abs() < 1.0);

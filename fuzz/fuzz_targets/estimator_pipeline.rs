@@ -3,7 +3,8 @@
 #![no_main]
 
 use clockmesh_estimator::{
-    EdgeProbes, Estimator, EstimatorConfig, FitConfig, ProbeTimestamps, PurePoint, fit_edge,
+    EdgeProbes, Estimator, EstimatorConfig, FitConfig, LocalNs, ProbeTimestamps, PurePoint,
+    fit_edge,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -79,11 +80,11 @@ fuzz_target!(|data: &[u8]| {
         });
     }
     let mut est = Estimator::new(EstimatorConfig::default());
-    if est.process_window(base, &edges).is_ok() {
+    if est.process_window(LocalNs(base), &edges).is_ok() {
         for node in 0..5 {
-            let _ = est.offset_at(node, base.wrapping_add(1_000_000_000));
-            let _ = est.offset_at(node, i64::MAX);
-            let _ = est.offset_at(node, i64::MIN);
+            let _ = est.offset_at(node, LocalNs(base.wrapping_add(1_000_000_000)));
+            let _ = est.offset_at(node, LocalNs(i64::MAX));
+            let _ = est.offset_at(node, LocalNs(i64::MIN));
         }
     }
 });

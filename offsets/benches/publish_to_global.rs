@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
+use clockmesh_offsets::LocalNs;
 use clockmesh_offsets::{
     NodeMap, OffsetsReader, OffsetsWriter, Record, flags, realtime_coarse_ns, realtime_now_ns,
 };
@@ -27,7 +28,7 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("offsets");
     let writer = OffsetsWriter::open(&path).unwrap();
-    let now = realtime_now_ns();
+    let now = realtime_now_ns().0;
     writer
         .publish(&Record {
             flags: flags::VALID,
@@ -78,7 +79,7 @@ fn main() {
     let mut sum = 0i64;
     let t = Instant::now();
     for i in 0..CALLS as i64 {
-        sum = sum.wrapping_add(reader.to_global(now + i).unwrap().0);
+        sum = sum.wrapping_add((reader.to_global(LocalNs(now + i)).unwrap().0).0);
     }
     let rust_ns = t.elapsed().as_nanos() as f64 / CALLS as f64;
     std::hint::black_box(sum);
@@ -90,14 +91,14 @@ fn main() {
         }
         t.elapsed().as_nanos() as f64 / CALLS as f64
     };
-    let precise_ns = per_call(&realtime_now_ns);
-    let coarse_ns = per_call(&realtime_coarse_ns);
+    let precise_ns = per_call(&|| realtime_now_ns().0);
+    let coarse_ns = per_call(&|| realtime_coarse_ns().0);
     let bare_ns = per_call(&|| {
         nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME)
             .map(|t| t.tv_nsec())
             .unwrap_or(0)
     });
-    let rust_now_ns = per_call(&|| reader.now().map(|n| n.latest_ns).unwrap_or(0));
+    let rust_now_ns = per_call(&|| reader.now().map(|n| n.latest.0).unwrap_or(0));
 
     println!("C reader   clockmesh_to_global: {c_ns:.1} ns/call (goal <= 50)");
     println!("Rust reader OffsetsReader::to_global: {rust_ns:.1} ns/call");
@@ -137,7 +138,7 @@ fn main() {
     let calls = CALLS / 100;
     let t = Instant::now();
     for i in 0..calls as i64 {
-        sum = sum.wrapping_add(reader.to_global(first + i).unwrap().0);
+        sum = sum.wrapping_add((reader.to_global(LocalNs(first + i)).unwrap().0).0);
     }
     let oldest_ns = t.elapsed().as_nanos() as f64 / calls as f64;
     std::hint::black_box(sum);

@@ -42,7 +42,7 @@ pub struct PublishedDeviceMap {
 impl PublishedDeviceMap {
     /// Map a device time with the published fields alone (what a reader of
     /// the offsets file does); `None` outside the valid range.
-    pub fn map(&self, device_ns: u64) -> Option<i64> {
+    pub fn map(&self, device_ns: u64) -> Option<crate::LocalNs> {
         if device_ns < self.valid_from_device_ns || device_ns > self.valid_until_device_ns {
             return None;
         }
@@ -50,7 +50,7 @@ impl PublishedDeviceMap {
         let host = i128::from(device_ns)
             + i128::from(self.offset_at_anchor_ns)
             + (self.drift_ppb * 1e-9 * dx).round() as i128;
-        i64::try_from(host).ok()
+        i64::try_from(host).ok().map(crate::LocalNs)
     }
 }
 
@@ -78,9 +78,9 @@ mod tests {
     #[test]
     fn maps_with_offset_and_drift_inside_the_valid_range_only() {
         let m = map();
-        assert_eq!(m.map(1_000_000_000), Some(1_000_000_500));
+        assert_eq!(m.map(1_000_000_000), Some(crate::LocalNs(1_000_000_500)));
         // 1 s after the anchor at 1 ppm: 1 µs more.
-        assert_eq!(m.map(2_000_000_000), Some(2_000_001_500));
+        assert_eq!(m.map(2_000_000_000), Some(crate::LocalNs(2_000_001_500)));
         assert_eq!(m.map(3_000_000_001), None);
     }
 }

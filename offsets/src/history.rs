@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::device_map::PublishedDeviceMap;
+use crate::{LocalNs, Nanos};
 
 /// How a window's node offset is tied to the global timeline (the network
 /// solve's anchor). The agent's wire records and JSONL carry its name.
@@ -102,12 +103,14 @@ impl<'a> NodeLine<'a> {
 }
 
 impl HistoryEntry {
-    /// The offset (global − local) at local time `t_ns`, with drift.
-    pub fn offset_at(&self, t_ns: i64) -> i64 {
+    /// The offset (global − local) at local time `t`, with drift.
+    pub fn offset_at(&self, t: LocalNs) -> Nanos {
         // Wide and saturating: times come from files and must not panic.
-        let age_s = (i128::from(t_ns) - i128::from(self.anchor_ns)) as f64 / 1e9;
-        self.offset_ns
-            .saturating_add((self.drift_ppb * age_s).round() as i64)
+        let age_s = (i128::from(t.0) - i128::from(self.anchor_ns)) as f64 / 1e9;
+        Nanos(
+            self.offset_ns
+                .saturating_add((self.drift_ppb * age_s).round() as i64),
+        )
     }
 
     /// [`Self::offset_at`] in picoseconds, unrounded to ns: for placing
@@ -247,11 +250,11 @@ pub fn append_device(path: &Path, entry: &DeviceHistoryEntry) -> Result<(), Hist
     append_line(path, entry)
 }
 
-/// The entry for `host` that best covers local time `t_ns`: one whose
+/// The entry for `host` that best covers local time `t`: one whose
 /// validity interval contains it, else the one with the nearest anchor
 /// (ties: the later anchor). For many lookups use [`NodeIndex`].
-pub fn lookup<'a>(entries: &'a [HistoryEntry], host: &str, t_ns: i64) -> Option<&'a HistoryEntry> {
-    NodeIndex::new(entries).lookup(host, t_ns)
+pub fn lookup<'a>(entries: &'a [HistoryEntry], host: &str, t: LocalNs) -> Option<&'a HistoryEntry> {
+    NodeIndex::new(entries).lookup(host, t)
 }
 
 /// Node entries by host, sorted by anchor, for repeated [`lookup`]s (one
@@ -275,7 +278,8 @@ impl<'a> NodeIndex<'a> {
     }
 
     /// Same choice as [`lookup`].
-    pub fn lookup(&self, host: &str, t_ns: i64) -> Option<&'a HistoryEntry> {
+    pub fn lookup(&self, host: &str, t: LocalNs) -> Option<&'a HistoryEntry> {
+        let t_ns = t.0;
         let s = self.hosts.get(host)?;
         let t = i128::from(t_ns);
         let covers = |e: &&HistoryEntry| {
@@ -467,15 +471,15 @@ mod tests {
         append(&p, &entry("b", 100, 9, None)).unwrap();
         let all = load(&p).unwrap();
         assert_eq!(all.len(), 3);
-        assert_eq!(lookup(&all, "a", 150).unwrap().offset_ns, 5);
-        assert_eq!(lookup(&all, "a", 350).unwrap().offset_ns, 7);
+        assert_eq!(lookup(&all, "a", LocalNs(150)).unwrap().offset_ns, 5);
+        assert_eq!(lookup(&all, "a", LocalNs(350)).unwrap().offset_ns, 7);
         assert_eq!(
-            lookup(&all, "a", 260).unwrap().offset_ns,
+            lookup(&all, "a", LocalNs(260)).unwrap().offset_ns,
             7,
             "nearest anchor"
         );
-        assert_eq!(lookup(&all, "b", 0).unwrap().offset_ns, 9);
-        assert!(lookup(&all, "c", 0).is_none());
+        assert_eq!(lookup(&all, "b", LocalNs(0)).unwrap().offset_ns, 9);
+        assert!(lookup(&all, "c", LocalNs(0)).is_none());
         // The agent's edge lines are skipped, its node lines read.
         std::fs::write(&p, "{\"type\":\"edge\",\"from\":\"a\"}\n{\"type\":\"node\",\"host\":\"a\",\"window\":1,\"anchor_ns\":1,\"offset_ns\":2,\"bound_ns\":3}\n").unwrap();
         assert_eq!(load(&p).unwrap().len(), 1);
@@ -558,7 +562,11 @@ mod tests {
                     .map(dist)
                     .min()
                     .or_else(|| mine().map(dist).min());
-                assert_eq!(index.lookup(host, t).map(dist), best, "{host} at {t}");
+                assert_eq!(
+                    index.lookup(host, LocalNs(t)).map(dist),
+                    best,
+                    "{host} at {t}"
+                );
             }
         }
     }
@@ -590,13 +598,16 @@ mod tests {
         // 1 µs after the anchor at 1 ppm: 1 ps, which offset_at rounds away.
         assert_eq!(e.offset_at_ps(1_000 * 1000 + 1_000_000), 100_000 + 1);
         e.drift_ppb = f64::INFINITY;
-        let _ = (e.offset_at(i64::MIN), e.offset_at_ps(i128::MAX / 2));
+        let _ = (
+            e.offset_at(LocalNs(i64::MIN)),
+            e.offset_at_ps(i128::MAX / 2),
+        );
     }
 
     #[test]
     fn drift_moves_offset_with_time() {
         let mut e = entry("a", 0, 100, None);
         e.drift_ppb = 1000.0; // 1 µs per s
-        assert_eq!(e.offset_at(2_000_000_000), 2100);
+        assert_eq!(e.offset_at(LocalNs(2_000_000_000)), Nanos(2100));
     }
 }

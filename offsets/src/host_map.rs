@@ -15,6 +15,7 @@
 //! bound grows with the distance.
 
 use crate::history::{AnchorKind, HistoryEntry};
+use crate::{GlobalNs, LocalNs, Nanos};
 
 /// One point of a host's map: at local time `at_ns` the offset
 /// (global − local) is `offset_ns` ± `bound_ns`.
@@ -52,12 +53,8 @@ pub struct GlobalTime {
 
 impl GlobalTime {
     /// The global time in whole ns (floor), saturated to i64.
-    pub fn global_ns(&self) -> i64 {
-        i64::try_from(self.global_ps.div_euclid(1000)).unwrap_or(if self.global_ps < 0 {
-            i64::MIN
-        } else {
-            i64::MAX
-        })
+    pub fn global(&self) -> GlobalNs {
+        GlobalNs(sat_i64(self.global_ps.div_euclid(1000)))
     }
 }
 
@@ -85,11 +82,11 @@ impl HostMap {
 
     /// One offset for all times, with no known bound (`--offset`, or 0
     /// assumed).
-    pub fn fixed(offset_ns: i64) -> Self {
+    pub fn fixed(offset: Nanos) -> Self {
         Self {
             anchors: vec![Anchor {
                 at_ns: 0,
-                offset_ns,
+                offset_ns: offset.0,
                 drift_ppb: 0.0,
                 bound_ns: 0,
                 bound_growth_ppb: 0.0,
@@ -145,7 +142,8 @@ impl HostMap {
     /// piecewise linear with at most one peak per piece (where the growth
     /// from the nearer anchor turns), so the ends, the anchors and the
     /// pieces' midpoints inside the interval cover it.
-    pub fn worst_bound(&self, from_ns: i64, to_ns: i64) -> u64 {
+    pub fn worst_bound(&self, from: LocalNs, to: LocalNs) -> u64 {
+        let (from_ns, to_ns) = (from.0, to.0);
         let mut at = vec![from_ns, to_ns];
         for w in self.anchors.windows(2) {
             at.extend([w[0].at_ns, w[0].at_ns + (w[1].at_ns - w[0].at_ns) / 2]);
@@ -153,21 +151,21 @@ impl HostMap {
         at.extend(self.anchors.last().map(|a| a.at_ns));
         at.into_iter()
             .filter(|&t| from_ns <= t && t <= to_ns)
-            .map(|t| self.to_global(t).bound_ns)
+            .map(|t| self.to_global(LocalNs(t)).bound_ns)
             .max()
             .unwrap_or(0)
     }
 
-    /// Global time ± bound of the local stamp `local_ns`, at its own time.
-    pub fn to_global(&self, local_ns: i64) -> GlobalTime {
-        self.to_global_ps(i128::from(local_ns) * 1000)
+    /// Global time ± bound of the local stamp `local`, at its own time.
+    pub fn to_global(&self, local: LocalNs) -> GlobalTime {
+        self.to_global_ps(i128::from(local.0) * 1000)
     }
 
-    /// The offset (global − local) at `local_ns`, rounded to ns.
-    pub fn offset_at(&self, local_ns: i64) -> i64 {
-        let t = i128::from(local_ns) * 1000;
+    /// The offset (global − local) at `local`, rounded to ns.
+    pub fn offset_at(&self, local: LocalNs) -> Nanos {
+        let t = i128::from(local.0) * 1000;
         let (offset_ps, _) = self.offset_at_ps(t);
-        sat_i64((offset_ps + 500).div_euclid(1000))
+        Nanos(sat_i64((offset_ps + 500).div_euclid(1000)))
     }
 
     /// [`Self::to_global`] for a stamp in ps (device events keep ps).
@@ -497,18 +495,18 @@ mod tests {
         let b = anchor(1_000_000, 2_000, 30);
         let map = HostMap::new(vec![b, a]).unwrap();
         // Halfway: offset halfway, bound = mean of the bounds + 500 µs × 1e6 ppb.
-        let mid = map.to_global(500_000);
-        assert_eq!(mid.global_ns(), 500_000 + 1_500);
+        let mid = map.to_global(LocalNs(500_000));
+        assert_eq!(mid.global().0, 500_000 + 1_500);
         assert_eq!(mid.bound_ns, 20 + 500);
         // Near b: the growth counts from b, not from a.
-        assert_eq!(map.to_global(999_000).bound_ns, 30 + 1);
+        assert_eq!(map.to_global(LocalNs(999_000)).bound_ns, 30 + 1);
         // Continuity at an anchor, from either side.
-        assert_eq!(map.offset_at(1_000_000), 2_000);
-        assert_eq!(map.offset_at(999_000), 1_999);
+        assert_eq!(map.offset_at(LocalNs(1_000_000)), Nanos(2_000));
+        assert_eq!(map.offset_at(LocalNs(999_000)), Nanos(1_999));
         // Before the first anchor: its growth, its (zero) drift.
-        let before = map.to_global(-2_000_000);
+        let before = map.to_global(LocalNs(-2_000_000));
         assert_eq!(
-            (before.global_ns(), before.bound_ns),
+            (before.global().0, before.bound_ns),
             (-2_000_000 + 1_000, 10 + 2_000)
         );
     }
@@ -531,7 +529,7 @@ mod tests {
         ];
         let map = HostMap::from_history(&entries, "a").unwrap();
         assert_eq!(map.anchors().len(), 1);
-        assert_eq!(map.offset_at(30), 6);
+        assert_eq!(map.offset_at(LocalNs(30)), Nanos(6));
         assert!(HostMap::from_history(&entries, "c").is_none());
         assert!(HostMap::from_history(&entries[2..3], "a").is_none());
     }
@@ -541,14 +539,20 @@ mod tests {
         let mut a = anchor(0, 0, 10);
         a.bound_growth_ppb = 1e6; // 1 ns per µs
         let map = HostMap::new(vec![a, anchor(1_000_000, 0, 10)]).unwrap();
-        assert_eq!(map.worst_bound(0, 1_000_000), 10 + 500_000 / 1000);
-        assert_eq!(map.worst_bound(0, 100_000), 10 + 100);
+        assert_eq!(
+            map.worst_bound(LocalNs(0), LocalNs(1_000_000)),
+            10 + 500_000 / 1000
+        );
+        assert_eq!(map.worst_bound(LocalNs(0), LocalNs(100_000)), 10 + 100);
         let brute = (0..=1000)
-            .map(|k| map.to_global(k * 1000).bound_ns)
+            .map(|k| map.to_global(LocalNs(k * 1000)).bound_ns)
             .max()
             .unwrap();
-        assert_eq!(map.worst_bound(0, 1_000_000), brute);
-        assert_eq!(map.worst_bound(-1_000_000, -1_000_000), 10 + 1000);
+        assert_eq!(map.worst_bound(LocalNs(0), LocalNs(1_000_000)), brute);
+        assert_eq!(
+            map.worst_bound(LocalNs(-1_000_000), LocalNs(-1_000_000)),
+            10 + 1000
+        );
     }
 
     #[test]
@@ -602,9 +606,9 @@ mod tests {
 
     #[test]
     fn a_fixed_offset_is_constant_without_a_bound() {
-        let map = HostMap::fixed(-42);
+        let map = HostMap::fixed(Nanos(-42));
         assert!(map.is_constant() && !map.bound_known());
-        assert_eq!(map.to_global(i64::MAX).global_ns(), i64::MAX - 42);
+        assert_eq!(map.to_global(LocalNs(i64::MAX)).global().0, i64::MAX - 42);
     }
 
     #[test]
@@ -618,14 +622,14 @@ mod tests {
         };
         let map = HostMap::new(vec![wild, anchor(i64::MAX, i64::MIN, 0)]).unwrap();
         for t in [i64::MIN, -1, 0, i64::MAX] {
-            let g = map.to_global(t);
-            let _ = (g.global_ns(), map.offset_at(t));
+            let g = map.to_global(LocalNs(t));
+            let _ = (g.global().0, map.offset_at(LocalNs(t)));
         }
         let lone = HostMap::new(vec![Anchor {
             drift_ppb: f64::INFINITY,
             ..wild
         }])
         .unwrap();
-        let _ = lone.to_global(i64::MAX);
+        let _ = lone.to_global(LocalNs(i64::MAX));
     }
 }

@@ -359,17 +359,20 @@ pub fn check_header(h: &[u64; HEADER_LEN / 8]) -> Result<(), super::PublishError
     Ok(())
 }
 
+use crate::{GlobalNs, LocalNs};
+
 impl NodeMap {
     /// Maps a local CLOCK_REALTIME stamp to the global timeline and its bound.
     /// 128-bit arithmetic: drift × age cannot overflow.
-    pub fn to_global(&self, local_ns: i64) -> (i64, u64) {
+    pub fn to_global(&self, local: LocalNs) -> (GlobalNs, u64) {
+        let local_ns = local.0;
         let age = i128::from(local_ns) - i128::from(self.anchor_local_ns);
         let drift = drift_ns(self.drift_ps_per_s, age);
         let global = i128::from(local_ns) + i128::from(self.offset_ns) + drift;
         // Round up: a bound must never be understated.
         let growth = growth_ns(self.bound_growth_ps_per_s, age.abs());
         let bound = i128::from(self.bound_ns).saturating_add(growth);
-        (saturate_i64(global), saturate_u64(bound))
+        (GlobalNs(saturate_i64(global)), saturate_u64(bound))
     }
 }
 
@@ -377,11 +380,11 @@ impl DeviceMap {
     /// Maps a device clock reading to this node's CLOCK_REALTIME (compose
     /// with [`NodeMap::to_global`] for the global timeline). Validity is
     /// the caller's check (`valid_until_ns`, flags).
-    pub fn to_host(&self, device_ns: i64) -> i64 {
+    pub fn to_host(&self, device_ns: i64) -> LocalNs {
         let age = i128::from(device_ns) - i128::from(self.device_anchor_ns);
-        saturate_i64(
+        LocalNs(saturate_i64(
             i128::from(device_ns) + i128::from(self.offset_ns) + drift_ns(self.drift_ps_per_s, age),
-        )
+        ))
     }
 }
 
@@ -553,12 +556,18 @@ mod tests {
     fn to_global_applies_offset_drift_and_bound_growth() {
         let n = sample().node;
         // 10 s after the anchor: drift 2.5 ns/s -> +25 ns; bound +10 ns.
-        let (g, b) = n.to_global(n.anchor_local_ns + 10_000_000_000);
-        assert_eq!(g, n.anchor_local_ns + 10_000_000_000 - 12_345 + 25);
+        let (g, b) = n.to_global(LocalNs(n.anchor_local_ns + 10_000_000_000));
+        assert_eq!(
+            g,
+            GlobalNs(n.anchor_local_ns + 10_000_000_000 - 12_345 + 25)
+        );
         assert_eq!(b, 90);
         // Before the anchor the bound grows too.
-        let (g, b) = n.to_global(n.anchor_local_ns - 10_000_000_000);
-        assert_eq!(g, n.anchor_local_ns - 10_000_000_000 - 12_345 - 25);
+        let (g, b) = n.to_global(LocalNs(n.anchor_local_ns - 10_000_000_000));
+        assert_eq!(
+            g,
+            GlobalNs(n.anchor_local_ns - 10_000_000_000 - 12_345 - 25)
+        );
         assert_eq!(b, 90);
     }
 
@@ -571,6 +580,9 @@ mod tests {
             bound_ns: u64::MAX,
             bound_growth_ps_per_s: u64::MAX,
         };
-        assert_eq!(n.to_global(i64::MAX), (i64::MAX, u64::MAX));
+        assert_eq!(
+            n.to_global(LocalNs(i64::MAX)),
+            (GlobalNs(i64::MAX), u64::MAX)
+        );
     }
 }

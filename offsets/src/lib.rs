@@ -38,6 +38,9 @@ pub use layout::{
 pub use reader::{ClockStatus, Now, OffsetsReader, Snapshot, device_host_time};
 pub use writer::{OffsetsWriter, sample_kernel_clocks};
 
+/// Time as types: local and global instants, spans.
+pub use clockmesh_time::{GlobalNs, LocalNs, Nanos};
+
 /// Where the agent publishes by default.
 pub const DEFAULT_PATH: &str = "/run/clockmesh/offsets";
 
@@ -81,23 +84,23 @@ pub enum PublishError {
 
 /// CLOCK_REALTIME at tick resolution (1-4 ms), for freshness checks: much
 /// cheaper than a precise read, and `valid_until` lies seconds ahead.
-pub fn realtime_coarse_ns() -> i64 {
+pub fn realtime_coarse_ns() -> LocalNs {
     use nix::time::{ClockId, clock_gettime};
     clock_gettime(ClockId::CLOCK_REALTIME_COARSE)
-        .map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec())
+        .map(|t| LocalNs(t.tv_sec() * 1_000_000_000 + t.tv_nsec()))
         .unwrap_or_else(|_| realtime_now_ns())
 }
 
 /// CLOCK_REALTIME now, ns since the epoch (one vDSO `clock_gettime`).
-pub fn realtime_now_ns() -> i64 {
+pub fn realtime_now_ns() -> LocalNs {
     use nix::time::{ClockId, clock_gettime};
     match clock_gettime(ClockId::CLOCK_REALTIME) {
-        Ok(t) => t.tv_sec() * 1_000_000_000 + t.tv_nsec(),
+        Ok(t) => LocalNs(t.tv_sec() * 1_000_000_000 + t.tv_nsec()),
         Err(_) => {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default();
-            i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
+            LocalNs(i64::try_from(now.as_nanos()).unwrap_or(i64::MAX))
         }
     }
 }

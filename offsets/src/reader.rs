@@ -9,7 +9,7 @@ use super::layout::{
     PAYLOAD_OFFSET, PAYLOAD_WORDS, Record, SLOT_HOLDOVER_WORD, STATE_WORDS, flags,
 };
 use super::shm::{self, Mapping};
-use super::{PublishError, realtime_now_ns};
+use super::{GlobalNs, LocalNs, Nanos, PublishError, realtime_now_ns};
 
 /// Spinning attempts before the reader starts yielding and watching time.
 const SPIN_ATTEMPTS: usize = 64;
@@ -38,11 +38,11 @@ enum Pick {
 
 /// The newest ring record anchored at or before `t` (inside a seqlock
 /// read: only the anchors are loaded until the record is found).
-fn pick(m: &Mapping, t: i64) -> Pick {
+fn pick(m: &Mapping, t: LocalNs) -> Pick {
     let mut oldest_anchor_ns = None;
     for (_, base) in m.ring_slots() {
         let anchor = m.load(base + 8 * (1 + CORE_ANCHOR_WORD)) as i64;
-        if anchor <= t {
+        if anchor <= t.0 {
             return Pick::Found(slot_snapshot(m, base));
         }
         oldest_anchor_ns = Some(anchor);
@@ -91,18 +91,18 @@ impl Snapshot {
     /// holdover if flagged `HOLDOVER`, else synchronised; past it holdover
     /// while the bound grown to `t` is at most `holdover_max_bound_ns`
     /// (which must be set, and the bound must grow), then stale.
-    pub fn status(&self, t: i64) -> ClockStatus {
+    pub fn status(&self, t: LocalNs) -> ClockStatus {
         self.status_with(t, || self.node.to_global(t).1)
     }
 
     /// [`Snapshot::status`] with the bound at `t` computed by `bound_at_t`
     /// only when it is needed (`now()` has it already).
-    fn status_with(&self, t: i64, bound_at_t: impl FnOnce() -> u64) -> ClockStatus {
+    fn status_with(&self, t: LocalNs, bound_at_t: impl FnOnce() -> u64) -> ClockStatus {
         if self.flags & flags::VALID == 0 {
             ClockStatus::Unknown
         } else if self.flags & flags::STALE != 0 {
             ClockStatus::Stale
-        } else if t <= self.valid_until_ns {
+        } else if t.0 <= self.valid_until_ns {
             if self.flags & flags::HOLDOVER != 0 {
                 ClockStatus::Holdover
             } else {
@@ -118,19 +118,19 @@ impl Snapshot {
         }
     }
 
-    /// Fails closed unless the record answers at `now_ns`: `NoData`
+    /// Fails closed unless the record answers at `now`: `NoData`
     /// (unknown) or `Stale`; synchronised and holdover are answers.
-    pub fn check_fresh(&self, now_ns: i64) -> Result<(), PublishError> {
-        self.answer(now_ns, self.status(now_ns))
+    pub fn check_fresh(&self, now: LocalNs) -> Result<(), PublishError> {
+        self.answer(now, self.status(now))
     }
 
     /// The error of a state that is no answer.
-    fn answer(&self, t: i64, status: ClockStatus) -> Result<(), PublishError> {
+    fn answer(&self, t: LocalNs, status: ClockStatus) -> Result<(), PublishError> {
         match status {
             ClockStatus::Unknown => Err(PublishError::NoData),
             ClockStatus::Stale => Err(PublishError::Stale {
                 valid_until_ns: self.valid_until_ns,
-                now_ns: t,
+                now_ns: t.0,
                 flags: self.flags,
             }),
             ClockStatus::Synchronised | ClockStatus::Holdover => Ok(()),
@@ -140,7 +140,7 @@ impl Snapshot {
     /// `to_global` with this record at the stamp's own time: the map's
     /// global time and bound if the record answers at `t`
     /// ([`Snapshot::status`]), else `NoData` / `Stale`.
-    pub fn to_global(&self, t: i64) -> Result<(i64, u64), PublishError> {
+    pub fn to_global(&self, t: LocalNs) -> Result<(GlobalNs, u64), PublishError> {
         let (global, bound) = self.node.to_global(t);
         self.answer(t, self.status_with(t, || bound))?;
         Ok((global, bound))
@@ -182,9 +182,9 @@ impl ClockStatus {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Now {
     /// global(now) − bound(now); `i64::MIN` when the status is unknown.
-    pub earliest_ns: i64,
+    pub earliest: GlobalNs,
     /// global(now) + bound(now); `i64::MAX` when the status is unknown.
-    pub latest_ns: i64,
+    pub latest: GlobalNs,
     pub status: ClockStatus,
     /// The agent restart counter of the record.
     pub epoch: u64,
@@ -199,23 +199,23 @@ impl OffsetsReader {
     pub fn now(&self) -> Result<Now, PublishError> {
         let mut p = [0u64; STATE_WORDS];
         self.read_words(PAYLOAD_OFFSET, &mut p)?;
-        let now_ns = realtime_now_ns();
+        let now = realtime_now_ns();
         let snapshot = Snapshot::from_words(&p, p[HOLDOVER_MAX_BOUND_WORD]);
         let epoch = layout::decode_epoch(&p);
-        let (global, bound) = snapshot.node.to_global(now_ns);
-        let status = snapshot.status_with(now_ns, || bound);
+        let (global, bound) = snapshot.node.to_global(now);
+        let status = snapshot.status_with(now, || bound);
         if status == ClockStatus::Unknown {
             return Ok(Now {
-                earliest_ns: i64::MIN,
-                latest_ns: i64::MAX,
+                earliest: GlobalNs(i64::MIN),
+                latest: GlobalNs(i64::MAX),
                 status,
                 epoch,
             });
         }
-        let bound = i64::try_from(bound).unwrap_or(i64::MAX);
+        let bound = Nanos(i64::try_from(bound).unwrap_or(i64::MAX));
         Ok(Now {
-            earliest_ns: global.saturating_sub(bound),
-            latest_ns: global.saturating_add(bound),
+            earliest: global - bound,
+            latest: global + bound,
             status,
             epoch,
         })
@@ -289,17 +289,17 @@ impl OffsetsReader {
     /// ceiling). A stamp anchored before every record in the ring is
     /// [`PublishError::TooOld`] (or served by `with_history`); one past
     /// the record's validity and ceiling is [`PublishError::Stale`].
-    pub fn to_global(&self, local_ns: i64) -> Result<(i64, u64), PublishError> {
-        match self.read(|m| pick(m, local_ns))? {
+    pub fn to_global(&self, local: LocalNs) -> Result<(GlobalNs, u64), PublishError> {
+        match self.read(|m| pick(m, local))? {
             Pick::Empty => Err(PublishError::NoData),
-            Pick::Found(snapshot) => snapshot.to_global(local_ns),
+            Pick::Found(snapshot) => snapshot.to_global(local),
             Pick::TooOld { oldest_anchor_ns } => match &self.history {
                 Some(h) => {
-                    let g = h.to_global(local_ns);
-                    Ok((g.global_ns(), g.bound_ns))
+                    let g = h.to_global(local);
+                    Ok((g.global(), g.bound_ns))
                 }
                 None => Err(PublishError::TooOld {
-                    local_ns,
+                    local_ns: local.0,
                     oldest_anchor_ns,
                 }),
             },
@@ -316,15 +316,15 @@ impl OffsetsReader {
         &self,
         device_id: u32,
         device_ns: i64,
-    ) -> Result<(i64, u64), PublishError> {
+    ) -> Result<(GlobalNs, u64), PublishError> {
         let record = self.read_record()?;
         let d = record
             .devices
             .iter()
             .find(|d| d.device_id == device_id)
             .ok_or(PublishError::NoDevice(device_id))?;
-        let host_ns = device_host_time(d, device_ns)?;
-        let (global, bound) = self.to_global(host_ns)?;
+        let host = device_host_time(d, device_ns)?;
+        let (global, bound) = self.to_global(host)?;
         Ok((global, bound.saturating_add(d.bound_ns)))
     }
 
@@ -367,17 +367,17 @@ impl OffsetsReader {
 /// A device map applied at the device stamp's own time: the host time, or
 /// `NoData` (entry not `VALID`) / `Stale` (host time past the entry's
 /// `valid_until_ns`).
-pub fn device_host_time(d: &DeviceMap, device_ns: i64) -> Result<i64, PublishError> {
+pub fn device_host_time(d: &DeviceMap, device_ns: i64) -> Result<LocalNs, PublishError> {
     if d.flags & layout::device_flags::VALID == 0 {
         return Err(PublishError::NoData);
     }
-    let host_ns = d.to_host(device_ns);
-    if host_ns > d.valid_until_ns {
+    let host = d.to_host(device_ns);
+    if host.0 > d.valid_until_ns {
         return Err(PublishError::Stale {
             valid_until_ns: d.valid_until_ns,
-            now_ns: host_ns,
+            now_ns: host.0,
             flags: u32::from(d.flags),
         });
     }
-    Ok(host_ns)
+    Ok(host)
 }

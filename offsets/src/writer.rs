@@ -194,7 +194,7 @@ fn existing_file_is_usable(path: &Path) -> bool {
 /// into place, so readers see either no file or a complete one.
 fn create_atomically(path: &Path) -> std::io::Result<()> {
     let mut bytes = vec![0u8; FILE_LEN];
-    for (i, w) in layout::header_words(realtime_now_ns()).iter().enumerate() {
+    for (i, w) in layout::header_words(realtime_now_ns().0).iter().enumerate() {
         bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
     }
     debug_assert_eq!(HEADER_LEN, 64);

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use clockmesh_offsets::LocalNs;
 use clockmesh_offsets::{
     DeviceKind, DeviceMap, NodeMap, OffsetsReader, OffsetsWriter, Record, device_flags, flags,
     realtime_now_ns, sample_kernel_clocks,
@@ -58,7 +59,7 @@ fn python_reader_matches_rust() {
     let writer = OffsetsWriter::open(&path).unwrap();
     assert_eq!(python(CODE, &path), (true, "NoData -4".into()));
 
-    let now = realtime_now_ns();
+    let now = realtime_now_ns().0;
     let device = |id, off| DeviceMap {
         device_id: id,
         kind: DeviceKind::Rocm,
@@ -86,7 +87,7 @@ fn python_reader_matches_rust() {
     };
     writer.publish(&rec).unwrap();
     let reader = OffsetsReader::open(&path).unwrap();
-    let (g, b) = reader.to_global(now + 3_000_000_000).unwrap();
+    let (g, b) = reader.to_global(LocalNs(now + 3_000_000_000)).unwrap();
     let kept = reader.read_record().unwrap();
     let expected = format!(
         "42 {} -987654321 {} 2 7 2 -22 {g} {b}",

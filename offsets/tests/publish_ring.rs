@@ -19,11 +19,12 @@ use clockmesh_offsets::{
     DeviceKind, DeviceMap, NodeMap, OffsetsReader, OffsetsWriter, PublishError, Record,
     device_flags, flags, realtime_now_ns,
 };
+use clockmesh_offsets::{GlobalNs, LocalNs};
 
 const S: i64 = 1_000_000_000;
 
 /// The C and Python readers' codes for the Rust errors.
-fn code(r: &Result<(i64, u64), PublishError>) -> String {
+fn code(r: &Result<(GlobalNs, u64), PublishError>) -> String {
     match r {
         Ok((g, b)) => format!("0 {g} {b}"),
         Err(e) => {
@@ -131,7 +132,7 @@ fn record(window: u64, anchor: i64, valid_until: i64, offset: i64) -> Record {
 
 /// The rule of docs/offsets-format.md over the records published (oldest
 /// first, at most RING_SLOTS kept).
-fn model(published: &[Record], t: i64) -> Result<(i64, u64), PublishError> {
+fn model(published: &[Record], t: i64) -> Result<(GlobalNs, u64), PublishError> {
     let kept = &published[published.len().saturating_sub(RING_SLOTS)..];
     let Some(r) = kept.iter().rev().find(|r| r.node.anchor_local_ns <= t) else {
         return Err(if kept.is_empty() {
@@ -146,7 +147,7 @@ fn model(published: &[Record], t: i64) -> Result<(i64, u64), PublishError> {
     if r.flags & flags::VALID == 0 {
         return Err(PublishError::NoData);
     }
-    let (global, bound) = r.node.to_global(t);
+    let (global, bound) = r.node.to_global(LocalNs(t));
     // Past its validity a record holds over while its grown bound stays
     // within its ceiling (set, and the bound growing).
     let held = r.holdover_max_bound_ns > 0
@@ -165,7 +166,10 @@ fn model(published: &[Record], t: i64) -> Result<(i64, u64), PublishError> {
 /// Every stamp through the three readers and the model; all must agree.
 fn agree(exe: &Path, path: &Path, published: &[Record], stamps: &[i64]) -> Vec<String> {
     let reader = OffsetsReader::open(path).unwrap();
-    let rust: Vec<String> = stamps.iter().map(|&t| code(&reader.to_global(t))).collect();
+    let rust: Vec<String> = stamps
+        .iter()
+        .map(|&t| code(&reader.to_global(LocalNs(t))))
+        .collect();
     let expected: Vec<String> = stamps.iter().map(|&t| code(&model(published, t))).collect();
     let (c, py) = others(exe, path, "ring", stamps);
     for (i, t) in stamps.iter().enumerate() {
@@ -181,7 +185,7 @@ fn three_readers_agree_inside_between_before_and_after_the_rings_records() {
     let path = scratch("ring", "agree");
     let exe = compile_c_reader(path.parent().unwrap());
     let writer = OffsetsWriter::open(&path).unwrap();
-    let now = realtime_now_ns();
+    let now = realtime_now_ns().0;
     let base = now - 600 * S;
     // Six records 4 s apart, each valid 3 s: a 1 s gap after each; a
     // holdover one; the newest anchored now, valid an hour.
@@ -219,9 +223,9 @@ fn three_readers_agree_inside_between_before_and_after_the_rings_records() {
     // Judged at the stamp's time, not now: the oldest record expired
     // ten minutes ago but still maps its own stamps.
     let reader = OffsetsReader::open(&path).unwrap();
-    assert!(reader.to_global(base + S).is_ok());
+    assert!(reader.to_global(LocalNs(base + S)).is_ok());
     assert!(matches!(
-        reader.to_global(base - 1),
+        reader.to_global(LocalNs(base - 1)),
         Err(PublishError::TooOld { oldest_anchor_ns, .. }) if oldest_anchor_ns == base
     ));
 
@@ -242,7 +246,7 @@ fn three_readers_agree_inside_between_before_and_after_the_rings_records() {
     published.last_mut().unwrap().flags |= flags::STALE;
     agree(&exe, &path, &published, &stamps);
     assert!(matches!(
-        reader.to_global(now + S),
+        reader.to_global(LocalNs(now + S)),
         Err(PublishError::Stale { .. })
     ));
 
@@ -262,7 +266,7 @@ fn the_ring_keeps_the_last_256_records_and_refuses_older_stamps() {
     let path = scratch("ring", "wrap");
     let exe = compile_c_reader(path.parent().unwrap());
     let writer = OffsetsWriter::open(&path).unwrap();
-    let now = realtime_now_ns();
+    let now = realtime_now_ns().0;
     // 300 windows of 4 s (a window the agent takes), each valid 12 s: the last 256 cover
     // 1024 s (17 min) of stamps.
     let first = now - 300 * 4 * S;
@@ -301,7 +305,7 @@ fn device_stamps_agree_in_the_three_readers() {
     let path = scratch("ring", "devices");
     let exe = compile_c_reader(path.parent().unwrap());
     let writer = OffsetsWriter::open(&path).unwrap();
-    let now = realtime_now_ns();
+    let now = realtime_now_ns().0;
     let older = record(1, now - 60 * S, now - 50 * S, 900);
     let mut newest = record(2, now - 40 * S, now + 3_600 * S, -77_777);
     let device = |id: u32, flags: u16, valid_until_ns: i64| DeviceMap {
@@ -352,16 +356,16 @@ fn device_stamps_agree_in_the_three_readers() {
     }
     // Device 0 by hand: DeviceMap::to_host, then the node map of the record
     // that covers that host time, bounds added.
-    let by_hand = |d: i64| -> Result<(i64, u64), PublishError> {
+    let by_hand = |d: i64| -> Result<(GlobalNs, u64), PublishError> {
         let host = d0.to_host(d);
-        if host > d0.valid_until_ns {
+        if host > LocalNs(d0.valid_until_ns) {
             return Err(PublishError::Stale {
                 valid_until_ns: d0.valid_until_ns,
-                now_ns: host,
+                now_ns: host.0,
                 flags: 1,
             });
         }
-        let (g, b) = model(&[older.clone(), newest.clone()], host)?;
+        let (g, b) = model(&[older.clone(), newest.clone()], host.0)?;
         Ok((g, b + d0.bound_ns))
     };
     let rust: Vec<String> = stamps
@@ -394,7 +398,7 @@ fn v1_files_are_refused_by_every_reader_and_replaced_by_the_writer() {
             expected: VERSION
         })
     ));
-    let py = python_lines("ring", &path, &[realtime_now_ns().to_string()]);
+    let py = python_lines("ring", &path, &[realtime_now_ns().0.to_string()]);
     assert_eq!(py, vec!["-3 0 0".to_string()]);
     let out = Command::new(&exe).arg("code").arg(&path).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("-3 "));
@@ -408,7 +412,7 @@ fn v1_files_are_refused_by_every_reader_and_replaced_by_the_writer() {
     assert!(matches!(
         OffsetsReader::open(&path)
             .unwrap()
-            .to_global(realtime_now_ns()),
+            .to_global(LocalNs(realtime_now_ns().0)),
         Err(PublishError::NoData)
     ));
     drop(writer);
@@ -419,7 +423,7 @@ fn a_restarted_writer_clears_torn_ring_records_and_drops_a_torn_current_record()
     use clockmesh_offsets::layout::{RECORD_END, slot_offset};
     let path = scratch("ring", "torn-restart");
     let exe = compile_c_reader(path.parent().unwrap());
-    let now = realtime_now_ns();
+    let now = realtime_now_ns().0;
     let mut published: Vec<Record> = (0..3)
         .map(|k| record(k as u64 + 1, now - (30 - 10 * k) * S, now + 3_600 * S, k))
         .collect();
@@ -462,7 +466,7 @@ fn a_restarted_writer_clears_torn_ring_records_and_drops_a_torn_current_record()
 fn rust_reader_serves_stamps_older_than_the_ring_from_the_history() {
     use clockmesh_offsets::{Anchor, HostMap};
     let path = scratch("ring", "history");
-    let now = realtime_now_ns();
+    let now = realtime_now_ns().0;
     let writer = OffsetsWriter::open(&path).unwrap();
     writer
         .publish(&record(1, now, now + 3_600 * S, 10))
@@ -480,12 +484,18 @@ fn rust_reader_serves_stamps_older_than_the_ring_from_the_history() {
     let with = OffsetsReader::open(&path).unwrap().with_history(history);
     let old = now - 3_600 * S;
     assert!(matches!(
-        plain.to_global(old),
+        plain.to_global(LocalNs(old)),
         Err(PublishError::TooOld { .. })
     ));
-    assert_eq!(with.to_global(old).unwrap(), (old + 500, 20));
+    assert_eq!(
+        with.to_global(LocalNs(old)).unwrap(),
+        (GlobalNs(old + 500), 20)
+    );
     // Stamps the ring covers still come from the ring.
-    assert_eq!(with.to_global(now).unwrap(), plain.to_global(now).unwrap());
+    assert_eq!(
+        with.to_global(LocalNs(now)).unwrap(),
+        plain.to_global(LocalNs(now)).unwrap()
+    );
 }
 
 /// A record as the agent writes them: bound 100 ns growing 100 ns/s, valid
@@ -519,12 +529,12 @@ fn states_agree(exe: &Path, path: &Path, times: &[i64]) -> Vec<String> {
     let rust: Vec<String> = times
         .iter()
         .map(|&t| {
-            let rc = code(&snap.check_fresh(t).map(|()| (0, 0)));
+            let rc = code(&snap.check_fresh(LocalNs(t)).map(|()| (GlobalNs(0), 0)));
             let rc = rc.split(' ').next().unwrap().to_string();
             format!(
                 "{} {rc} {}",
-                snap.status(t) as i32,
-                snap.node.to_global(t).1
+                snap.status(LocalNs(t)) as i32,
+                snap.node.to_global(LocalNs(t)).1
             )
         })
         .collect();
@@ -550,7 +560,7 @@ fn three_readers_hold_over_past_validity_until_the_ceiling_then_refuse() {
     let path = scratch("ring", "holdover");
     let exe = compile_c_reader(path.parent().unwrap());
     let writer = OffsetsWriter::open(&path).unwrap();
-    let now = realtime_now_ns();
+    let now = realtime_now_ns().0;
     let base = now - 600 * S;
     let mut published = vec![
         // Gaps of 120 s and 180 s after the first two: served in holdover
@@ -627,7 +637,7 @@ fn three_readers_hold_over_past_validity_until_the_ceiling_then_refuse() {
 fn a_restarted_writer_keeps_answering_in_holdover_with_a_new_epoch() {
     let path = scratch("ring", "restart-holdover");
     let exe = compile_c_reader(path.parent().unwrap());
-    let now = realtime_now_ns();
+    let now = realtime_now_ns().0;
     let writer = OffsetsWriter::open(&path).unwrap();
     let epoch = writer.epoch();
     let mut published = vec![held(1, now - 8 * S, 700), held(2, now - 4 * S, 900)];
@@ -672,7 +682,7 @@ fn a_restarted_writer_keeps_answering_in_holdover_with_a_new_epoch() {
 fn a_restarted_writer_does_not_revive_a_record_past_its_ceiling() {
     let path = scratch("ring", "restart-expired");
     let exe = compile_c_reader(path.parent().unwrap());
-    let now = realtime_now_ns();
+    let now = realtime_now_ns().0;
     let writer = OffsetsWriter::open(&path).unwrap();
     let old = held(1, now - 600 * S, 5);
     writer.publish(&old).unwrap();

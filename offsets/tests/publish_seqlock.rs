@@ -21,6 +21,7 @@ use clockmesh_offsets::{
     DeviceKind, DeviceMap, KernelClocks, MAX_DEVICES, NodeMap, OffsetsReader, OffsetsWriter,
     PublishError, Record, device_flags, flags, realtime_now_ns,
 };
+use clockmesh_offsets::{GlobalNs, LocalNs};
 
 fn stress_reads(optimized: bool) -> u64 {
     std::env::var("CLOCKMESH_STRESS_READS")
@@ -188,10 +189,10 @@ fn ring_scans_never_see_a_torn_record() {
             }
             // A stamp every record covers: the newest record's map.
             let t = i64::MAX / 4;
-            if let Ok((g, b)) = reader.to_global(t) {
+            if let Ok((g, b)) = reader.to_global(LocalNs(t)) {
                 let found = (0..4096u64).any(|d| {
                     let k = (newest / 5) as u64 + d;
-                    pattern(k).node.to_global(t) == (g, b)
+                    pattern(k).node.to_global(LocalNs(t)) == (g, b)
                 });
                 assert!(found, "to_global gave a map no record has");
             }
@@ -248,7 +249,7 @@ fn c_code(exe: &Path, path: &Path) -> i32 {
 }
 
 fn fresh_record(offset_ns: i64) -> Record {
-    let now = realtime_now_ns();
+    let now = realtime_now_ns().0;
     Record {
         flags: flags::VALID,
         window: 1,
@@ -280,15 +281,18 @@ fn both_readers_fail_closed_and_agree_on_the_map() {
     // Created, nothing published yet.
     let writer = OffsetsWriter::open(&path).unwrap();
     let reader = OffsetsReader::open(&path).unwrap();
-    assert!(matches!(reader.to_global(0), Err(PublishError::NoData)));
+    assert!(matches!(
+        reader.to_global(LocalNs(0)),
+        Err(PublishError::NoData)
+    ));
     assert_eq!(c_code(&exe, &path), -4);
 
     // Fresh data: both readers give the same answer.
     let rec = fresh_record(-1_234_567);
     writer.publish(&rec).unwrap();
     let local = rec.node.anchor_local_ns + 2_000_000_000;
-    let (g, b) = reader.to_global(local).unwrap();
-    assert_eq!(g, local - 1_234_567 + 2_000);
+    let (g, b) = reader.to_global(LocalNs(local)).unwrap();
+    assert_eq!(g, GlobalNs(local - 1_234_567 + 2_000));
     assert_eq!(b, 52);
     let out = Command::new(&exe)
         .arg("map")
@@ -305,10 +309,10 @@ fn both_readers_fail_closed_and_agree_on_the_map() {
     // Expired (by more than a tick: to_global checks freshness on the
     // coarse clock, which lags by up to one tick).
     let mut old = rec.clone();
-    old.valid_until_ns = realtime_now_ns() - 50_000_000;
+    old.valid_until_ns = realtime_now_ns().0 - 50_000_000;
     writer.publish(&old).unwrap();
     assert!(matches!(
-        reader.to_global(local),
+        reader.to_global(LocalNs(local)),
         Err(PublishError::Stale { .. })
     ));
     assert_eq!(c_code(&exe, &path), -5);
@@ -317,7 +321,7 @@ fn both_readers_fail_closed_and_agree_on_the_map() {
     writer.publish(&rec).unwrap();
     writer.mark_stale();
     assert!(matches!(
-        reader.to_global(local),
+        reader.to_global(LocalNs(local)),
         Err(PublishError::Stale { .. })
     ));
     assert_eq!(c_code(&exe, &path), -5);
@@ -352,7 +356,7 @@ fn both_readers_fail_closed_and_agree_on_the_map() {
     // A writer replaces a foreign file atomically with a valid empty one.
     let writer = OffsetsWriter::open(&path).unwrap();
     assert!(matches!(
-        OffsetsReader::open(&path).unwrap().to_global(0),
+        OffsetsReader::open(&path).unwrap().to_global(LocalNs(0)),
         Err(PublishError::NoData)
     ));
     // A second writer on the same file is refused.
@@ -374,7 +378,7 @@ fn child_writer_publishes_then_idles_until_killed() {
     for k in 1..=CHILD_WINDOWS {
         let mut r = fresh_record(-777);
         r.window = k;
-        r.valid_until_ns = realtime_now_ns() + 300_000_000;
+        r.valid_until_ns = realtime_now_ns().0 + 300_000_000;
         writer.publish(&r).unwrap();
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -410,7 +414,7 @@ fn killed_writer_leaves_a_readable_stale_file() {
         std::thread::sleep(Duration::from_millis(5));
     };
     assert!(
-        reader.to_global(realtime_now_ns()).is_ok(),
+        reader.to_global(LocalNs(realtime_now_ns().0)).is_ok(),
         "fresh while the writer runs"
     );
     child.kill().unwrap(); // SIGKILL: no cleanup in the writer
@@ -421,7 +425,7 @@ fn killed_writer_leaves_a_readable_stale_file() {
     assert_eq!(last.node.offset_ns, -777);
     std::thread::sleep(Duration::from_millis(350));
     assert!(matches!(
-        reader.to_global(realtime_now_ns()),
+        reader.to_global(LocalNs(realtime_now_ns().0)),
         Err(PublishError::Stale { .. })
     ));
 
@@ -434,14 +438,17 @@ fn killed_writer_leaves_a_readable_stale_file() {
     assert_eq!(kept.flags, flags::VALID | flags::HOLDOVER);
     assert_eq!(kept.epoch, last.epoch + 1);
     assert!(matches!(
-        reader.to_global(realtime_now_ns()),
+        reader.to_global(LocalNs(realtime_now_ns().0)),
         Err(PublishError::Stale { .. })
     ));
     // Fresh data clears it.
     let fresh = fresh_record(5);
     writer.publish(&fresh).unwrap();
     let anchor = fresh.node.anchor_local_ns;
-    assert_eq!(reader.to_global(anchor).unwrap(), (anchor + 5, 50));
+    assert_eq!(
+        reader.to_global(LocalNs(anchor)).unwrap(),
+        (GlobalNs(anchor + 5), 50)
+    );
 }
 
 /// `c_reader_check now PATH`: (status, epoch, earliest, latest).
@@ -472,7 +479,7 @@ fn now_is_an_interval_with_the_clock_state_in_both_readers() {
     // Nothing published yet: unknown, no interval.
     let n = reader.now().unwrap();
     assert_eq!(
-        (n.status, n.earliest_ns, n.latest_ns),
+        (n.status, n.earliest.0, n.latest.0),
         (ClockStatus::Unknown, i64::MIN, i64::MAX)
     );
     assert_eq!(c_now(&exe, &path), (0, n.epoch, i64::MIN, i64::MAX));
@@ -480,14 +487,14 @@ fn now_is_an_interval_with_the_clock_state_in_both_readers() {
     let fresh = fresh_record(-5_000);
     let epoch = n.epoch; // the writer's restart counter, not the record's
     let node = fresh.node;
-    let global = |t: i64| node.to_global(t).0;
+    let global = |t: i64| node.to_global(LocalNs(t)).0;
     let with = |flags: u32, valid_until_ns: i64| Record {
         flags,
         valid_until_ns,
         ..fresh.clone()
     };
     let later = fresh.valid_until_ns;
-    let expired = realtime_now_ns() - 1;
+    let expired = realtime_now_ns().0 - 1;
     // Past its validity: holdover while the grown bound (50 ns + 1 ns/s)
     // is within the record's ceiling, stale above it, without one, or
     // with a bound that does not grow.
@@ -518,17 +525,17 @@ fn now_is_an_interval_with_the_clock_state_in_both_readers() {
     ];
     for (record, status) in states {
         writer.publish(&record).unwrap();
-        let before = realtime_now_ns();
+        let before = realtime_now_ns().0;
         let n = reader.now().unwrap();
         let c = c_now(&exe, &path);
-        let after = realtime_now_ns();
+        let after = realtime_now_ns().0;
         assert_eq!((n.status, n.epoch), (status, epoch), "{status:?}");
         assert_eq!((c.0, c.1), (status as i32, epoch), "C: {status:?}");
         // The interval holds the global time of the read (between before
         // and after), and is 2 × the bound (50 ns + growth) wide.
-        for (earliest, latest) in [(n.earliest_ns, n.latest_ns), (c.2, c.3)] {
+        for (earliest, latest) in [(n.earliest.0, n.latest.0), (c.2, c.3)] {
             assert!(
-                earliest <= global(after) && latest >= global(before),
+                earliest <= global(after).0 && latest >= global(before).0,
                 "{status:?}"
             );
             assert!(

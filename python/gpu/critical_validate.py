@@ -18,7 +18,16 @@ the traces. Scored:
 All ranks run on this host (one clock: the merge is given offset 0), as
 processes of one host, named `<host>.r<rank>.pt.trace.json`.
 
-usage: critical_validate.py --clockmesh BIN [--device cpu|cuda] [--gpu-wait]
+`--framework jax` (GPU only) runs critical_job_jax.py instead: one JAX
+process per GPU, NCCL, xplane traces named `<host>@<rank>.xplane.pb`. There
+the analysis names an op by its kernel's XLA op name (`jit(forward)/
+dot_general`): the planted op tops the path when the top segment is work on
+the planted rank whose op is in the region (`jit(forward)`, or a
+`forward` scope); the what-if names that op as the analysis does (found in
+the planted run's analysis: the planted rank's work of that region).
+
+usage: critical_validate.py --clockmesh BIN [--framework torch|jax]
+       [--device cpu|cuda] [--gpu-wait]
        [--runs 20] [--reruns 1] [--seed 1] [--world 2] [--plant-ms 25]
        [--out DIR] [--json FILE]
 Exit status 0 when every run produced an analysis; the figures are printed
@@ -47,6 +56,7 @@ HOST = "vm"
 def parse():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clockmesh", required=True, help="the clockmesh binary")
+    ap.add_argument("--framework", choices=("torch", "jax"), default="torch")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--gpu-wait", action="store_true",
                     help="cuda: each op's region waits for its kernels (critical_job.py)")
@@ -57,7 +67,10 @@ def parse():
     ap.add_argument("--plant-ms", type=float, default=25.0)
     ap.add_argument("--out", default="", help="keep traces here (default: a temporary dir)")
     ap.add_argument("--json", default="", help="write the figures here")
-    return ap.parse_args()
+    a = ap.parse_args()
+    if a.framework == "jax":
+        a.device = "cuda"
+    return a
 
 
 def free_port():
@@ -66,8 +79,42 @@ def free_port():
         return s.getsockname()[1]
 
 
+def jax_env():
+    """The JAX job's environment: one GPU per process (chosen by the job),
+    cuBLAS matmuls without autotuning (the same kernel every compile),
+    no preallocation, NVLink multicast off."""
+    env = dict(os.environ)
+    env.update(JAX_PLATFORMS="cuda", XLA_PYTHON_CLIENT_PREALLOCATE="false", NCCL_NVLS_ENABLE="0",
+               XLA_FLAGS=(env.get("XLA_FLAGS", "") +
+                          " --xla_gpu_enable_triton_gemm=false --xla_gpu_autotune_level=0").strip())
+    return env
+
+
+def run_job_jax(a, out_dir, plant):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    coordinator = f"127.0.0.1:{free_port()}"
+    traces, procs = [], []
+    for rank in range(a.world):
+        trace = out_dir / f"{HOST}@{rank}.xplane.pb"
+        cmd = [sys.executable, str(HERE / "critical_job_jax.py"), "--process", str(rank),
+               "--processes", str(a.world), "--coordinator", coordinator, "--out", str(trace),
+               "--steps", str(STEPS), "--ms-per-k", repr(a.ms_per_k)]
+        if plant:
+            cmd += ["--plant-rank", str(plant["rank"]), "--plant-op", plant["op"],
+                    "--plant-ms", str(a.plant_ms),
+                    "--plant-steps", ",".join(map(str, plant["steps"]))]
+        procs.append(subprocess.Popen(cmd, env=jax_env()))
+        traces.append(trace)
+    for p in procs:
+        if p.wait(timeout=300) != 0:
+            raise SystemExit(f"critical_job_jax.py exited {p.returncode}")
+    return traces
+
+
 def run_job(a, out_dir, plant):
     """Runs every rank of one job; returns the trace paths by rank."""
+    if a.framework == "jax":
+        return run_job_jax(a, out_dir, plant)
     out_dir.mkdir(parents=True, exist_ok=True)
     init = f"tcp://127.0.0.1:{free_port()}"
     traces, procs = [], []
@@ -94,6 +141,15 @@ def run_job(a, out_dir, plant):
     return traces
 
 
+def calibrate_jax(a):
+    """The GPU's ms per unit of the matmuls' K, measured once for the whole
+    batch: every run then runs the same matmuls."""
+    env = dict(jax_env(), CUDA_VISIBLE_DEVICES="0")
+    done = subprocess.run([sys.executable, str(HERE / "critical_job_jax.py"), "--calibrate"],
+                          env=env, capture_output=True, text=True, check=True)
+    return float(done.stdout.split()[-1])
+
+
 def calibrate(a):
     """The GPU's `_sleep` cycles per ms, measured once for the whole batch:
     every run then queues the same kernels."""
@@ -115,8 +171,37 @@ def analyse(a, traces, what_if=None):
 
 
 def participant_rank(paths):
-    """The trace's rank of each participant index."""
-    return [p.get("rank") for p in paths["participants"]]
+    """The trace's rank of each participant index (a JAX trace without
+    clockmesh's process index: the rank in its file name, `<host>@<rank>`)."""
+    ranks = []
+    for p in paths["participants"]:
+        r = p.get("rank")
+        if r is None and "@" in Path(p.get("trace", "")).name:
+            r = int(Path(p["trace"]).name.split("@")[1].split(".")[0])
+        ranks.append(r)
+    return ranks
+
+
+def op_is(name, op):
+    """Whether the analysis's op `name` is the region `op`: the name itself
+    (torch's `record_function`), or XLA's op name within it
+    (`jit(forward)/dot_general`, `jit(step)/forward/dot_general`)."""
+    if name == op:
+        return True
+    parts = (name or "").split("/")
+    return f"jit({op})" in parts or op in parts[:-1]
+
+
+def what_if_op(paths, rank, op):
+    """The analysis's name of the planted rank's work of region `op` (the
+    most frequent), or `op` itself."""
+    ranks = participant_rank(paths)
+    seen = {}
+    for s in paths["steps"]:
+        for seg in s["segments"]:
+            if ranks[seg["participant"]] == rank and seg["kind"] == "work" and op_is(seg["op"], op):
+                seen[seg["op"]] = seen.get(seg["op"], 0) + 1
+    return max(seen, key=seen.get) if seen else op
 
 
 def top_segment(step):
@@ -136,7 +221,14 @@ def one_run(a, rng, index, root):
     # The profiled steps are 2 .. STEPS-1 (schedule: skip 1, warm up 1).
     steps = sorted(rng.sample(range(3, STEPS - 1), 3))
     plant = {"rank": rank, "op": op, "steps": steps}
-    planted = analyse(a, run_job(a, root / f"run{index}/planted", plant), f"{rank}:{op}")
+    traces = run_job(a, root / f"run{index}/planted", plant)
+    op_name = op
+    if a.framework == "jax":
+        op_name = what_if_op(analyse(a, traces), rank, op)
+    # A JAX trace has no rank of its own (no clockmesh helper): the what-if
+    # names the input, given in rank order.
+    who = f"#{rank}" if a.framework == "jax" else str(rank)
+    planted = analyse(a, traces, f"{who}:{op_name}")
     reruns = [analyse(a, run_job(a, root / f"run{index}/rerun{k}", None)) for k in range(a.reruns)]
     ranks = participant_rank(planted)
     by_step = {s["step"]: s for s in planted["steps"]}
@@ -156,7 +248,7 @@ def one_run(a, rng, index, root):
             "step": n,
             "top": top,
             "top_ns": seg["duration_ns"] if seg else None,
-            "hit": top == (rank, "work", op),
+            "hit": top is not None and top[:2] == (rank, "work") and op_is(top[2], op),
             "rank_hit": top is not None and top[0] == rank,
             "measured_ns": s["duration_ns"] if s else None,
             "predicted_ns": predicted.get(n),
@@ -164,7 +256,7 @@ def one_run(a, rng, index, root):
             "reruns_ns": v,
             "rerun_spread": (max(v) - min(v)) / statistics.median(v) if len(v) > 1 else None,
         })
-    return {"plant": plant, "steps": rows,
+    return {"plant": plant, "what_if_op": op_name, "steps": rows,
             "unplanted_rerun_ratio": unplanted_ratio(by_step, rerun_ns, steps),
             "unplanted_rerun_ratios": unplanted_ratios(by_step, rerun_ns, steps)}
 
@@ -219,8 +311,12 @@ def main():
     a = parse()
     rng = random.Random(a.seed)
     root = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="critical-"))
-    a.cycles_per_ms = calibrate(a) if a.device == "cuda" else 0.0
-    if a.device == "cuda":
+    a.cycles_per_ms = a.ms_per_k = 0.0
+    if a.framework == "jax":
+        a.ms_per_k = calibrate_jax(a)
+        print(f"jax: matmul {a.ms_per_k * 1e3:.3f} ms per 1000 of K", flush=True)
+    elif a.device == "cuda":
+        a.cycles_per_ms = calibrate(a)
         print(f"cuda: torch.cuda._sleep {a.cycles_per_ms:.1f} cycles per ms", flush=True)
     began = time.time()
     runs = []
@@ -240,12 +336,12 @@ def main():
         print(f"run {i} ({time.time() - t0:.0f} s): rank {p['rank']} {p['op']} steps {p['steps']}: "
               f"top {hits}/{len(run['steps'])} ({tops}), what-if error {errs}", flush=True)
     f = figures(runs)
-    f.update(device=a.device, gpu_wait=a.gpu_wait, reruns=a.reruns, plant_ms=a.plant_ms,
+    f.update(framework=a.framework, ms_per_k=a.ms_per_k, device=a.device, gpu_wait=a.gpu_wait, reruns=a.reruns, plant_ms=a.plant_ms,
              seed=a.seed, cycles_per_ms=a.cycles_per_ms, seconds=round(time.time() - began),
              date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     spread = (f"; the {a.reruns} re-runs of a planted step, spread median "
               f"{pct(f['rerun_spread_median'])}, max {pct(f['rerun_spread_max'])}") if a.reruns > 1 else ""
-    print(f"{a.device}{' --gpu-wait' if a.gpu_wait else ''}: {f['runs']} runs, planted rank and op top "
+    print(f"{a.framework} {a.device}{' --gpu-wait' if a.gpu_wait else ''}: {f['runs']} runs, planted rank and op top "
           f"the path in {f['top_hits']} of {f['planted_steps']} planted steps (the planted rank: "
           f"{f['top_rank_hits']}); what-if vs re-run error median "
           f"{pct(f['what_if_error_median'])}, p90 {pct(f['what_if_error_p90'])}, max "

@@ -125,6 +125,7 @@ impl LineError {
 mod tests {
     use super::*;
     use clockmesh_core::report::{EdgeLine, FitLine};
+    use clockmesh_core::time::{LocalNs, Nanos};
     use clockmesh_core::timeline::{Carry, HandOverLine};
     use clockmesh_offsets::history::NodeLine;
 
@@ -176,8 +177,8 @@ mod tests {
             ..HistoryEntry::default()
         };
         let carry = Carry {
-            anchor_ns: 1,
-            offset_ns: 2,
+            anchor: LocalNs(1),
+            offset: Nanos(2),
             drift_ppb: 3.0,
             bound_ns: 4,
             from: "a".into(),
@@ -197,7 +198,13 @@ mod tests {
         assert_eq!((e.from.as_str(), e.to.as_str(), e.window), ("a", "b", 7));
         assert_eq!(e.fit.as_ref().unwrap().min_rtt_ns, 41_000.5);
         assert_eq!(e.pure_ratio(), Some(0.5));
-        assert_eq!(h.handovers[0].carry().unwrap().offset_at(1_000_000_001), 5);
+        assert_eq!(
+            h.handovers[0]
+                .carry()
+                .unwrap()
+                .offset_at(LocalNs(1_000_000_001)),
+            Nanos(5)
+        );
         assert_eq!(h.other, 1);
         h.check_reportable("h.jsonl").unwrap();
     }

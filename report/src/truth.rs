@@ -15,6 +15,7 @@
 //! the timeline over from another leader, read from the hand-over lines).
 //! No I/O.
 
+use clockmesh_core::time::LocalNs;
 use std::collections::BTreeMap;
 
 use clockmesh_offsets::history::HistoryEntry;
@@ -99,7 +100,7 @@ impl Truth {
         let reference_local = t + reference.at(t);
         let carried = carry(handovers, reference_name, line.window)
             .and_then(HandOver::carry)
-            .map_or(0, |c| c.offset_at(reference_local));
+            .map_or(0, |c| c.offset_at(LocalNs(reference_local)).0);
         Some((reference.at(t) - node.at(t)) as f64 + carried as f64)
     }
 }

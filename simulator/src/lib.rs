@@ -18,6 +18,7 @@ mod scenario;
 pub mod skew;
 pub mod wander;
 
+use clockmesh_core::time::LocalNs;
 use std::time::Instant;
 
 use clockmesh_estimator::{AnchorKind, EdgeMeasurement, Estimator, NodeId, estimate_edge};
@@ -92,7 +93,7 @@ pub fn run(s: &Scenario) -> Result<Report, SimError> {
         }
         let t0 = Instant::now();
         let sol = est
-            .apply_fits(epoch, measurements)
+            .apply_fits(LocalNs(epoch), measurements)
             .map_err(|source| SimError::Estimator { window: w, source })?;
         wc.solve_ns = t0.elapsed().as_nanos() as f64;
         wc.iterations = sol.iterations;
@@ -155,7 +156,7 @@ fn score_aged(est: &Estimator, clocks: &Clocks, s: &Scenario, now: i64, wc: &mut
         if n.node == anchor {
             continue;
         }
-        let Some(p) = est.offset_at(n.node, now) else {
+        let Some(p) = est.offset_at(n.node, LocalNs(now)) else {
             continue;
         };
         let (off, _) = truth(clocks, anchor, n.node, now);

@@ -17,7 +17,7 @@ use clockmesh_common::ProbeHeader;
 use clockmesh_core::{
     codec,
     collector::{PairKey, Side},
-    node::{Action, Exchange, LocalNs, Member, Node, NodeConfig, TICK_NS, Target},
+    node::{Action, Exchange, LocalNs, Member, Node, NodeConfig, TICK, Target},
     result::NodeResult,
     tally::{DropCounts, NodeCounters},
     time::Nanos,
@@ -415,7 +415,7 @@ impl<'a> Sim<'a> {
                 .handle_members(members.clone(), LocalNs(now))
                 .map_err(|e| SimError::Invalid(e.to_string()))?;
             self.perform(i, actions);
-            let phase = self.rng.random_range(0..TICK_NS);
+            let phase = self.rng.random_range(0..TICK.0);
             self.schedule(phase, Event::Tick(i));
             let cadence = self.s.agent.cadence().0.max(1);
             let phase = self.rng.random_range(0..cadence);
@@ -519,7 +519,7 @@ impl<'a> Sim<'a> {
                 let now = self.local_now(i);
                 let actions = self.hosts[i].node.handle_tick(LocalNs(now));
                 self.perform(i, actions);
-                self.schedule(self.now + TICK_NS, Event::Tick(i));
+                self.schedule(self.now + TICK.0, Event::Tick(i));
             }
             Event::SendRound(i) => self.send_round(i),
             Event::ReadReaders => self.read_readers(),
@@ -818,7 +818,8 @@ impl<'a> Sim<'a> {
     fn timeline_value(&self, def: &TimelineDef, t: f64) -> f64 {
         let reading = self.clocks.reading(def.node, t);
         let carried = def.carry.as_ref().map_or(0.0, |c| {
-            c.offset_at(READING_BASE_NS + reading.floor() as i64) as f64
+            c.offset_at(LocalNs(READING_BASE_NS + reading.floor() as i64))
+                .as_f64()
         });
         reading + carried
     }

@@ -165,7 +165,7 @@ impl Cluster {
         if let Some(key) = &cfg.auth_key {
             std::fs::write(dir.join("auth.key"), key)?;
         }
-        let epoch = clockmesh::publish::realtime_now_ns();
+        let epoch = clockmesh::publish::realtime_now_ns().0;
         let skews = (0..cfg.nodes)
             .map(|i| {
                 if cfg.inject_skew {

@@ -6,6 +6,7 @@
 //! and robustness. Through the test bridge the one-way delay jitter of this
 //! VM is microseconds, so error limits here are sanity limits.
 
+use clockmesh_core::time::Nanos;
 use std::{
     net::{Ipv4Addr, SocketAddr, UdpSocket},
     time::Duration,
@@ -847,8 +848,8 @@ fn gpu_clock_maps_reach_status_metrics_offsets_file_and_jsonl() {
         // their bounds (the exact integer match is a unit test).
         let d_ns = map.anchor_device_ns;
         let host = map.map(d_ns).unwrap();
-        let skew = c.skews[i].at(host);
-        let gap = (e.to_host(d_ns as i64) - (host + skew)).unsigned_abs();
+        let skew = c.skews[i].at(host.0);
+        let gap = (e.to_host(d_ns as i64) - (host + Nanos(skew))).unsigned_abs();
         assert!(gap <= e.bound_ns + map.bound_ns, "{gap} ns: {e:?} {map:?}");
         assert!(
             e.valid_until_ns > record.updated_at_ns - 3_000_000_000,

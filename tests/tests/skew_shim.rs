@@ -21,7 +21,7 @@ fn shim() -> PathBuf {
 }
 
 fn now_ns() -> i64 {
-    clockmesh::publish::realtime_now_ns()
+    clockmesh::publish::realtime_now_ns().0
 }
 
 #[test]

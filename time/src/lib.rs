@@ -71,6 +71,20 @@ impl Nanos {
         self.0 as f64
     }
 
+    /// The span as a std duration (a negative span is zero).
+    pub const fn to_duration(self) -> core::time::Duration {
+        if self.0 <= 0 {
+            core::time::Duration::ZERO
+        } else {
+            core::time::Duration::from_nanos(self.0 as u64)
+        }
+    }
+
+    /// The span's magnitude, ns.
+    pub const fn unsigned_abs(self) -> u64 {
+        self.0.unsigned_abs()
+    }
+
     pub const fn abs(self) -> Nanos {
         Nanos(self.0.saturating_abs())
     }
@@ -84,6 +98,12 @@ impl Nanos {
     pub const fn div_floor(self, unit: Nanos) -> i64 {
         let unit = if unit.0 > 0 { unit.0 } else { 1 };
         self.0.div_euclid(unit)
+    }
+}
+
+impl core::fmt::Display for Nanos {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.0.fmt(f)
     }
 }
 
@@ -174,6 +194,12 @@ macro_rules! instant {
             }
         }
 
+        impl core::fmt::Display for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
         impl AddAssign<Nanos> for $name {
             fn add_assign(&mut self, rhs: Nanos) {
                 *self = *self + rhs;
@@ -196,6 +222,15 @@ impl LocalNs {
     /// (global − local) there.
     pub fn to_global(self, offset: Nanos) -> GlobalNs {
         GlobalNs(self.0.saturating_add(offset.0))
+    }
+}
+
+/// global − local: the offset of a node's clock at an instant, the one
+/// convention of every clockmesh offset.
+impl Sub<LocalNs> for GlobalNs {
+    type Output = Nanos;
+    fn sub(self, local: LocalNs) -> Nanos {
+        Nanos(self.0.saturating_sub(local.0))
     }
 }
 
@@ -234,6 +269,7 @@ mod tests {
             GlobalNs(7),
             "global − local = −3"
         );
+        assert_eq!(GlobalNs(7) - LocalNs(10), Nanos(-3));
         assert_eq!(Nanos::from_millis(1_500).as_secs_f64(), 1.5);
     }
 }

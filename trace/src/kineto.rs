@@ -267,6 +267,7 @@ fn us_value(ps: i128) -> Result<Value, TraceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clockmesh_offsets::{LocalNs, Nanos};
 
     fn write(dir: &Path, name: &str, v: &Value) -> PathBuf {
         let p = dir.join(name);
@@ -342,7 +343,7 @@ mod tests {
         let t = KinetoTrace::load(&write(&dir, "w.json", &v)).unwrap();
         assert_eq!(t.host, "node-7");
         let map = t.hook_map().unwrap();
-        assert_eq!(map.offset_at(150), 6);
+        assert_eq!(map.offset_at(LocalNs(150)), Nanos(6));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

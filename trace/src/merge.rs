@@ -14,6 +14,7 @@
 //! timeline, and every placed plane gets its worst bound as the stat
 //! [`ALIGNMENT_BOUND_STAT`] (the Task Environment: the host's worst).
 
+use clockmesh_offsets::{LocalNs, Nanos};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -265,7 +266,7 @@ pub fn plan_merge(inputs: &[PathBuf], opts: &MergeOptions) -> Result<Planned, Me
         let (map, source) = map_for(&host, span, anchors, hook, path, opts)?;
         let mut p = placement(host, path, span, map, source);
         p.events_placed = events;
-        p.plane_bounds = vec![Some(p.map.worst_bound(start_ns, stop_ns))];
+        p.plane_bounds = vec![Some(p.map.worst_bound(LocalNs(start_ns), LocalNs(stop_ns)))];
         torch.push(p);
     }
     name_processes(&mut torch, &[]);
@@ -363,7 +364,7 @@ fn placement(
         input: input.to_path_buf(),
         start_ns,
         stop_ns,
-        offset_ns: map.offset_at(start_ns),
+        offset_ns: map.offset_at(LocalNs(start_ns)).0,
         source,
         map: Arc::new(map),
         shift_ns: 0,
@@ -503,7 +504,7 @@ fn map_for(
     opts: &MergeOptions,
 ) -> Result<(HostMap, OffsetSource), MergeError> {
     if let Some(off) = opts.offsets.get(host) {
-        return Ok((HostMap::fixed(*off), OffsetSource::Flag));
+        return Ok((HostMap::fixed(Nanos(*off)), OffsetSource::Flag));
     }
     let history = HostMap::new(trim_to_session(history, start_ns, stop_ns));
     let covers = |m: &HostMap| {
@@ -530,7 +531,7 @@ fn map_for(
     }
     if opts.allow_missing_offsets {
         tracing::warn!(host, "no clock offset; assuming 0");
-        return Ok((HostMap::fixed(0), OffsetSource::AssumedZero));
+        return Ok((HostMap::fixed(Nanos(0)), OffsetSource::AssumedZero));
     }
     Err(MergeError::NoOffset {
         host: host.into(),
@@ -611,9 +612,9 @@ pub fn host_edits_except(
         } else {
             ts.wrapping_add(place.start_ns)
         };
-        let g = place.map.to_global(local);
+        let g = place.map.to_global(LocalNs(local));
         place.note_bound(line.plane, g.bound_ns);
-        let new = g.global_ns().wrapping_sub(origin);
+        let new = g.global().0.wrapping_sub(origin);
         if new == ts {
             continue;
         }
@@ -630,7 +631,7 @@ pub fn host_edits_except(
     }
     let stop = scan
         .profile_stop_ns()
-        .map(|s| place.map.to_global(s).global_ns());
+        .map(|s| place.map.to_global(LocalNs(s)).global().0);
     for plane in scan.planes.iter().filter(|p| p.name == TASK_ENV_PLANE) {
         for stat in &plane.stats {
             let new = match stat.name.as_str() {

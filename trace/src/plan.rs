@@ -3,6 +3,7 @@
 //! writer (`perfetto`): each of those depends on this module, never on each
 //! other's internals.
 
+use clockmesh_offsets::LocalNs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -62,7 +63,7 @@ impl HostPlacement {
             return None;
         }
         let placed = self.plane_bounds.iter().flatten().copied().max();
-        Some(placed.unwrap_or_else(|| self.map.to_global(self.start_ns).bound_ns))
+        Some(placed.unwrap_or_else(|| self.map.to_global(LocalNs(self.start_ns)).bound_ns))
     }
 
     /// The offset's mean drift over the session, ppb (the first anchor's
@@ -70,7 +71,7 @@ impl HostPlacement {
     pub fn mean_drift_ppb(&self) -> f64 {
         match self.stop_ns {
             Some(stop) if stop > self.start_ns => {
-                let change = self.map.offset_at(stop) as f64 - self.offset_ns as f64;
+                let change = self.map.offset_at(LocalNs(stop)).as_f64() - self.offset_ns as f64;
                 change * 1e9 / (stop - self.start_ns) as f64
             }
             _ => self.map.anchors()[0].drift_ppb,

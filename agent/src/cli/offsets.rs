@@ -1,6 +1,7 @@
 //! `clockmesh offsets`: print the published offsets file as a reader (the
 //! XLA hook, Python) sees it: node map, kernel clocks, GPU device maps, and
 //! whether each is usable now.
+use clockmesh_core::time::LocalNs;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -28,7 +29,7 @@ pub fn run(args: OffsetsArgs) -> anyhow::Result<()> {
         .with_context(|| format!("opening {}", args.path.display()))?;
     let record = reader.read_record().context("reading the record")?;
     let now = clockmesh::devclock::host::realtime_ns()?;
-    let fresh = reader.snapshot().and_then(|s| s.check_fresh(now));
+    let fresh = reader.snapshot().and_then(|s| s.check_fresh(LocalNs(now)));
     if args.json {
         crate::outln!("{:#}", to_json(&record, fresh.as_ref().err(), now))?;
     } else {

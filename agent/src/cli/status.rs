@@ -1,5 +1,6 @@
 //! `clockmesh status`: what the local agent knows, like `chronyc tracking`
 //! and `chronyc sources` (reads the agent's `/status` endpoint).
+use clockmesh_core::time::LocalNs;
 use std::{net::SocketAddr, path::PathBuf};
 
 use anyhow::{Context as _, bail};
@@ -147,7 +148,7 @@ fn freshness(o: &ResultStatus, now_ns: i64) -> String {
     use clockmesh::publish::ClockStatus;
     let age_ns = now_ns.saturating_sub(o.anchor_ns).max(0);
     let ceiling = duration_words(o.holdover_max_bound_ns);
-    let state = match o.state_at(now_ns) {
+    let state = match o.state_at(LocalNs(now_ns)) {
         ClockStatus::Synchronised => "synchronised".to_string(),
         ClockStatus::Holdover if now_ns > o.valid_until_ns => format!(
             "holdover (no result within its validity: readers carry it forward until the bound reaches {ceiling})"
@@ -162,7 +163,7 @@ fn freshness(o: &ResultStatus, now_ns: i64) -> String {
             "stale (readers refuse it: no result within its validity, bound past the {ceiling} holdover ceiling)"
         ),
     };
-    let bound_now = o.reader_view().node.to_global(now_ns).1;
+    let bound_now = o.reader_view().node.to_global(LocalNs(now_ns)).1;
     let mut out = format!("State        : {state}\n");
     out += &format!(
         "Last update  : {} ({} ago; every {})\n",
@@ -203,7 +204,7 @@ pub fn render(s: &Status) -> String {
                 o.window,
                 o.anchor_kind.as_str()
             );
-            out += &freshness(o, clockmesh::publish::realtime_now_ns());
+            out += &freshness(o, clockmesh::publish::realtime_now_ns().0);
             out += &format!(
                 "Offset       : {} ns ± {} ns (global − local: {})\n",
                 signed(o.offset_ns),

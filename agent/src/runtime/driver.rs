@@ -14,7 +14,7 @@ use clockmesh_common::{ProbeEvent, kind};
 use clockmesh_core::{
     codec,
     fits::WindowFits,
-    node::{Action, LocalNs, Node, NodeConfig, TICK_NS, WindowIndex},
+    node::{Action, LocalNs, Node, NodeConfig, TICK, WindowIndex},
     publication::{Publication, ResultStatus},
     result::NodeResult,
     tally::StampTally,
@@ -203,7 +203,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 cadence: Duration::from_micros(cfg.probe_cadence_us.value),
                 spacing: Duration::from_micros(cfg.packet_spacing_us.value),
                 key: key.clone(),
-                seq_base: (start_ns / 1_000) as u64,
+                seq_base: (start_ns.0 / 1_000) as u64,
                 stamp_mode: StampMode::Software,
             },
             SocketAddr::new(addr, 0),
@@ -229,7 +229,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             settings: cfg.settings(),
             key,
             exchange: discovery.exchange(),
-            nonce_base: (start_ns / 1_000) as u64,
+            nonce_base: (start_ns.0 / 1_000) as u64,
             work_clock: monotonic_ns,
         });
         if !discovery.elects_leader() {
@@ -260,7 +260,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             gpu,
             gpu_seen: 0,
             device_lines_window: None,
-            started_at_ns: start_ns,
+            started_at_ns: start_ns.0,
             discovery,
             cfg,
         };
@@ -271,7 +271,7 @@ impl<D: Discovery + Coordination> Agent<D> {
 
     async fn main_loop(&mut self, shutdown: impl Future<Output = ()>) -> Result<(), RuntimeError> {
         tokio::pin!(shutdown);
-        let mut tick = tokio::time::interval(Duration::from_nanos(TICK_NS as u64));
+        let mut tick = tokio::time::interval(TICK.to_duration());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut events: Vec<ProbeEvent> = Vec::new();
         let (mut next_membership, mut next_status) = (Instant::now(), Instant::now());
@@ -310,12 +310,12 @@ impl<D: Discovery + Coordination> Agent<D> {
             self.attach_tracepoints_if_needed();
             self.drop_privileges_once_settled();
         }
-        let actions = self.node.handle_tick(LocalNs(now));
+        let actions = self.node.handle_tick(now);
         self.perform(actions).await;
         if !self.discovery.elects_leader() {
             self.note_succession();
         }
-        self.status_extra.last_tick_ns = realtime_now_ns();
+        self.status_extra.last_tick_ns = realtime_now_ns().0;
     }
 
     /// `tracepoint_stamps = auto`: the tp_btf programs are attached once the
@@ -381,16 +381,16 @@ impl<D: Discovery + Coordination> Agent<D> {
     }
 
     /// Local clock: REALTIME plus the injected skew (tests, demo).
-    pub(super) fn local_now(&self) -> i64 {
+    pub(super) fn local_now(&self) -> LocalNs {
         self.skewed(realtime_now_ns())
     }
 
-    fn skewed(&self, t: i64) -> i64 {
-        self.skew.map_or(t, |s| t.saturating_add(s.at(t)))
+    fn skewed(&self, t: LocalNs) -> LocalNs {
+        self.skew.map_or(t, |s| t + Nanos(s.at(t.0)))
     }
 
-    pub(super) fn window_index(&self, now_ns: i64) -> i64 {
-        Nanos(now_ns).div_floor(self.node.settings().window())
+    pub(super) fn window_index(&self, now: LocalNs) -> i64 {
+        Nanos(now.0).div_floor(self.node.settings().window())
     }
 
     fn measure_clock_maps(&mut self) {
@@ -515,7 +515,7 @@ impl<D: Discovery + Coordination> Agent<D> {
     /// Writes a publication: what only the driver knows (the write time,
     /// the kernel clocks, the device maps) added to the record the node made.
     fn publish_result(&mut self, p: &Publication) {
-        let now = LocalNs(self.local_now());
+        let now = self.local_now();
         let record = p.record(now, sample_kernel_clocks(), self.device_entries());
         self.publish_record(&record);
         self.write_line(&NodeLine::new(&p.entry));
@@ -562,8 +562,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 if members.iter().any(|m| m.name == me.name && m.id != me.id) {
                     return Err(RuntimeError::Deregistered(me.name.clone()));
                 }
-                let Ok(actions) = self.node.handle_members(members, LocalNs(self.local_now()))
-                else {
+                let Ok(actions) = self.node.handle_members(members, self.local_now()) else {
                     return self.rejoin().await;
                 };
                 if !actions.is_empty() {
@@ -611,7 +610,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         let (domain, ns) = domain_ns;
         let (rt, bound) = to_realtime(Stamp { domain, ns }, &self.maps)?;
         Some(WireStamp {
-            realtime_ns: self.skewed(rt),
+            realtime_ns: self.skewed(LocalNs(rt)).0,
             bound_ns: u32::try_from(bound).unwrap_or(u32::MAX),
             source,
         })
@@ -651,7 +650,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 })
                 .collect();
             self.node
-                .handle_stamps(side, key, ev.pair_index, &stamps, LocalNs(now));
+                .handle_stamps(side, key, ev.pair_index, &stamps, now);
         }
     }
 
@@ -675,7 +674,7 @@ impl<D: Discovery + Coordination> Agent<D> {
     fn on_sender_event(&mut self, e: SenderEvent) {
         let now = self.local_now();
         match e {
-            SenderEvent::Sent { to, seq, .. } => self.node.handle_sent(to, seq, LocalNs(now)),
+            SenderEvent::Sent { to, seq, .. } => self.node.handle_sent(to, seq, now),
             SenderEvent::TxStamp {
                 to,
                 seq,
@@ -688,8 +687,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                     seq,
                 };
                 let stamps = self.socket_stamps(stamps);
-                self.node
-                    .handle_stamps(Side::Tx, key, index, &stamps, LocalNs(now));
+                self.node.handle_stamps(Side::Tx, key, index, &stamps, now);
             }
         }
     }
@@ -706,9 +704,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             let len = d.len.min(buf.len());
             let stamps = self.socket_stamps(d.stamps);
             let now = self.local_now();
-            let actions = self
-                .node
-                .handle_datagram(&buf[..len], d.from, &stamps, LocalNs(now));
+            let actions = self.node.handle_datagram(&buf[..len], d.from, &stamps, now);
             self.perform(actions).await;
         }
     }
@@ -788,7 +784,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 state: p.state,
                 out_edge: out_edges.contains(&p.id),
                 hello_attempts: p.attempts,
-                last_heard_ms: u64::try_from((now - p.last_heard_ns) / 1_000_000).ok(),
+                last_heard_ms: u64::try_from(now.since(p.last_heard).0 / 1_000_000).ok(),
                 edge: self.node.edge_status(p.id),
             })
             .collect()

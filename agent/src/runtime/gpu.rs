@@ -238,10 +238,10 @@ pub fn device_entry(d: &DeviceStatus, skew: Option<InjectedSkew>) -> Option<Devi
         kind: device_kind(m),
         flags: device_flags::VALID,
         device_anchor_ns: i64::try_from(m.anchor_device_ns).ok()?,
-        offset_ns: m.offset_at_anchor_ns.saturating_add(skew_at(anchor_host)),
+        offset_ns: m.offset_at_anchor_ns.saturating_add(skew_at(anchor_host.0)),
         drift_ps_per_s: ((m.drift_ppb + skew_ppb) * 1e3).round() as i64,
         bound_ns: m.bound_ns,
-        valid_until_ns: until_host.saturating_add(skew_at(until_host)),
+        valid_until_ns: until_host.0.saturating_add(skew_at(until_host.0)),
     })
 }
 
@@ -257,6 +257,7 @@ fn device_kind(m: &PublishedDeviceMap) -> DeviceKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clockmesh_core::time::Nanos;
 
     fn synthetic_samplers(devices: GpuDevices) -> Vec<DeviceClockSampler> {
         let choice = source_choice(GpuClockKind::Synthetic).unwrap();
@@ -328,7 +329,7 @@ mod tests {
         let t = m.valid_until_device_ns - 1_000_000;
         let file_map = e.to_host(t as i64);
         assert!(
-            (file_map - m.map(t).unwrap()).abs() <= 1,
+            (file_map - m.map(t).unwrap()).abs() <= Nanos(1),
             "{file_map} vs {:?}",
             m.map(t)
         );

@@ -26,7 +26,7 @@ impl<D: Discovery + Coordination> Agent<D> {
         if self.node.has_published() {
             let mut record = self.writer.current();
             record.devices = self.device_entries();
-            record.updated_at_ns = self.local_now();
+            record.updated_at_ns = self.local_now().0;
             self.publish_record(&record);
         }
         self.write_device_lines();
@@ -66,7 +66,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 kind: "device".into(),
                 host: self.node.me().name.clone(),
                 window: window as u64,
-                written_at_ns: realtime_now_ns(),
+                written_at_ns: realtime_now_ns().0,
                 map,
             })
             .collect();

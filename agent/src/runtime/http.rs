@@ -75,7 +75,7 @@ async fn handle(mut stream: TcpStream, status: SharedStatus) -> std::io::Result<
     let mut parts = request.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let snapshot = status.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let (code, ctype, body) = respond(method, path, &snapshot, realtime_now_ns());
+    let (code, ctype, body) = respond(method, path, &snapshot, realtime_now_ns().0);
     let head = format!(
         "HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()

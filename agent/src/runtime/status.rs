@@ -1,6 +1,7 @@
 //! What the agent knows, as one snapshot: served as JSON on `/status` (read
 //! by `clockmesh status`) and rendered as Prometheus text on `/metrics`.
 
+use clockmesh_core::time::LocalNs;
 use std::{collections::BTreeMap, fmt::Write as _};
 
 pub use clockmesh_core::peers::PeerState;
@@ -135,7 +136,7 @@ impl Status {
     pub fn at(&self, now_ns: i64) -> Status {
         let mut s = self.clone();
         for o in s.offset.iter_mut().chain(s.nodes.iter_mut()) {
-            o.state = Some(o.state_at(now_ns));
+            o.state = Some(o.state_at(LocalNs(now_ns)));
         }
         s
     }
@@ -491,7 +492,7 @@ mod tests {
         assert_eq!(v.node.drift_ps_per_s, 1_500);
         assert_eq!(v.node.bound_growth_ps_per_s, 20_000);
         // 500 ns + 20 ns/s: the ceiling of 2 µs is reached 75 s after the anchor.
-        let s = |t_s: i64| o.state_at(1_000_000_000_000 + t_s * 1_000_000_000);
+        let s = |t_s: i64| o.state_at(LocalNs(1_000_000_000_000 + t_s * 1_000_000_000));
         assert_eq!(s(1), ClockStatus::Synchronised);
         assert_eq!(
             s(13),
@@ -505,12 +506,18 @@ mod tests {
             ..o.clone()
         };
         assert_eq!(carried.reader_view().flags, flags::VALID | flags::HOLDOVER);
-        assert_eq!(carried.state_at(1_001_000_000_000), ClockStatus::Holdover);
+        assert_eq!(
+            carried.state_at(LocalNs(1_001_000_000_000)),
+            ClockStatus::Holdover
+        );
         let none = ResultStatus {
             holdover_max_bound_ns: 0,
             ..o.clone()
         };
-        assert_eq!(none.state_at(1_013_000_000_000), ClockStatus::Stale);
+        assert_eq!(
+            none.state_at(LocalNs(1_013_000_000_000)),
+            ClockStatus::Stale
+        );
         // /status fills the state in when it is served.
         let st = Status {
             offset: Some(o.clone()),

@@ -1,5 +1,6 @@
 //! Device-clock lines rewritten end to end, the line placer against `place_event`, and the event encoding.
 
+use clockmesh_offsets::Nanos;
 use std::fs::File;
 use std::sync::Arc;
 
@@ -145,7 +146,7 @@ fn device_line_rewrite_resizes_varints_and_keeps_everything_else() {
             worst_bound_ns: 0,
             node_bound_known: true,
         }],
-        ..test_placement(&path, &scan, Arc::new(HostMap::fixed(0)))
+        ..test_placement(&path, &scan, Arc::new(HostMap::fixed(Nanos(0))))
     };
     let ctx = DeviceContext {
         maps: &maps,

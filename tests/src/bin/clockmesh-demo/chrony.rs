@@ -393,7 +393,7 @@ impl Samples {
         match reader.snapshot() {
             Ok(snap) if snap.check_fresh(now).is_ok() => {
                 let (global, bound) = snap.node.to_global(now);
-                let error = (global - now) as f64;
+                let error = (global - now).as_f64();
                 self.clockmesh.push(error.abs());
                 self.bounds.push(bound as f64);
                 self.covered += usize::from(error.abs() <= bound as f64);

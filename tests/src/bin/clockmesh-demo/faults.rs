@@ -325,20 +325,20 @@ fn read_clockmesh(reader: &OffsetsReader) -> Reading {
         return match now.status {
             ClockStatus::Synchronised | ClockStatus::Holdover => {
                 let (global, _) = after.node.to_global(t);
-                let error = (global - t) as f64;
+                let error = (global - t).as_f64();
                 // In integers: an f64 holds epoch nanoseconds to 256 ns only.
-                let mid = (now.earliest_ns as i128 + now.latest_ns as i128) / 2;
-                let half = (now.latest_ns as i128 - now.earliest_ns as i128) as f64 / 2.0;
+                let mid = (i128::from(now.earliest.0) + i128::from(now.latest.0)) / 2;
+                let half = (i128::from(now.latest.0) - i128::from(now.earliest.0)) as f64 / 2.0;
                 // The midpoint read at t_in ∈ [t0, t] agrees with it.
                 debug_assert!(
-                    (mid - t as i128) as f64 <= error + 1.0
-                        && (mid - t0 as i128) as f64 >= error - 1.0,
+                    (mid - i128::from(t.0)) as f64 <= error + 1.0
+                        && (mid - i128::from(t0.0)) as f64 >= error - 1.0,
                     "midpoint {mid} read within [{t0}, {t}] against error {error}"
                 );
                 Reading {
                     state: now.status.as_str().into(),
                     answer: Some((error, half)),
-                    read: Some((t, after.window, after.reference_id)),
+                    read: Some((t.0, after.window, after.reference_id)),
                 }
             }
             other => Reading::none(other.as_str()),

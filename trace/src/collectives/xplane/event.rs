@@ -1,6 +1,6 @@
 //! One event of a line and its stats, as far as the reader cares: values by role, string stats, spans.
 
-use super::plane::{IdMap, PlaneHead, Role};
+use super::plane::{IdMap, N_ROLES, PlaneHead, Role};
 use super::source::Cur;
 use crate::TraceError;
 use crate::fields::{xevent, xstat};
@@ -61,7 +61,7 @@ pub(super) struct Ev<'a> {
     pub(super) meta: i64,
     pub(super) offset_ps: Option<i64>,
     pub(super) duration_ps: i64,
-    pub(super) stats: [Val<'a>; 5],
+    pub(super) stats: [Val<'a>; N_ROLES],
 }
 
 impl Ev<'_> {
@@ -70,7 +70,7 @@ impl Ev<'_> {
             meta: 0,
             offset_ps: None,
             duration_ps: 0,
-            stats: [Val::Absent; 5],
+            stats: [Val::Absent; N_ROLES],
         }
     }
 }
@@ -86,7 +86,7 @@ pub(super) fn parse_event<'a>(
     ev.offset_ps = None;
     ev.duration_ps = 0;
     if roles.is_some() {
-        ev.stats = [Val::Absent; 5];
+        ev.stats = [Val::Absent; N_ROLES];
     }
     while !c.done() {
         let (f, w) = c.key()?;

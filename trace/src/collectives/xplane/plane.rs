@@ -59,14 +59,22 @@ pub(super) enum Role {
     ProgramId,
     RunId,
     StepNum,
+    /// XLA's op name of a device event (`jit(step)/forward/dot_general`:
+    /// the framework op with its name scopes), where the event is named by
+    /// its kernel.
+    OpName,
 }
 
-const ROLES: [(&str, Role); 5] = [
+/// How many roles an event's stats are read for.
+pub(super) const N_ROLES: usize = 6;
+
+const ROLES: [(&str, Role); N_ROLES] = [
     ("hlo_op", Role::HloOp),
     ("hlo_module", Role::HloModule),
     ("program_id", Role::ProgramId),
     ("run_id", Role::RunId),
     ("step_num", Role::StepNum),
+    ("name", Role::OpName),
 ];
 
 /// An event's metadata: its name and what the name says.

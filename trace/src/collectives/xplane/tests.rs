@@ -51,7 +51,7 @@ mod oracle {
         for (index, p) in space.planes.iter().enumerate() {
             if p.name.starts_with("/device:") {
                 calls.extend(
-                    plane_calls(p, index, start_ns, &steps)
+                    plane_calls(p, index, start_ns, &steps, true)
                         .into_iter()
                         .map(|c| CollectiveCall {
                             clock: crate::collectives::CallClock::Gpu,
@@ -63,7 +63,7 @@ mod oracle {
         if calls.is_empty()
             && let Some(index) = space.planes.iter().position(|p| p.name == HOST_PLANE)
         {
-            calls = plane_calls(&space.planes[index], index, start_ns, &steps);
+            calls = plane_calls(&space.planes[index], index, start_ns, &steps, false);
         }
         number_occurrences(&mut calls);
         Ok(RankTrace {
@@ -157,12 +157,15 @@ mod oracle {
         name.starts_with("end: ") || name.starts_with("ThreadpoolListener::") || end <= start
     }
 
-    /// The collective calls of plane `p`, the `index`-th of its file.
+    /// The collective calls of plane `p`, the `index`-th of its file;
+    /// `op_names` (device planes): the work named by its `name` stat
+    /// (XLA's op name) where it has one.
     fn plane_calls(
         p: &XPlane,
         index: usize,
         start_ns: i64,
         steps: &[Timed<u64>],
+        op_names: bool,
     ) -> Vec<CollectiveCall> {
         let mut calls = Vec::new();
         for line in &p.lines {
@@ -170,10 +173,12 @@ mod oracle {
             let mut work: Vec<Timed<&str>> = line
                 .events
                 .iter()
-                .filter_map(|ev| event_span(p, line_start, ev))
-                .filter(|(n, s, e)| !is_marker(n, *s, *e))
-                .map(|(name, start_ns, end_ns)| Timed {
-                    name,
+                .filter_map(|ev| event_span(p, line_start, ev).map(|s| (ev, s)))
+                .filter(|(_, (n, s, e))| !is_marker(n, *s, *e))
+                .map(|(ev, (name, start_ns, end_ns))| Timed {
+                    name: stat_str(p, &ev.stats, "name")
+                        .filter(|n| op_names && !n.is_empty())
+                        .unwrap_or(name),
                     start_ns,
                     end_ns,
                 })
@@ -499,6 +504,7 @@ fn variants() -> Vec<XSpace> {
     dev.lines.remove(0);
     s.planes.insert(1, dev);
     out.push(s);
+    out.push(device_op_names());
     out.push(long_line());
     let mut s = host(1, Some(700), 5_000_000);
     s.planes[1].lines[1].events[0]
@@ -506,6 +512,67 @@ fn variants() -> Vec<XSpace> {
         .push(stat(6, x_stat::Value::StrValue("x".repeat(3 << 20))));
     out.push(s);
     out
+}
+
+/// The host plane's events on a GPU plane as XLA writes them there: named
+/// by kernel, with the op's name in the `name` stat (by reference, and as
+/// a string), and one without it.
+fn device_op_names() -> XSpace {
+    let mut s = host(1, Some(700), 5_000_000);
+    let mut dev = s.planes[1].clone();
+    dev.name = "/device:GPU:0".into();
+    dev.stats.clear();
+    dev.lines.remove(0);
+    for (id, name) in [(7, "name"), (21, "jit(step)/forward/dot_general")] {
+        dev.stat_metadata.insert(
+            id,
+            XStatMetadata {
+                id,
+                name: name.into(),
+                ..Default::default()
+            },
+        );
+    }
+    dev.event_metadata.get_mut(&1).unwrap().name = "void cutlass::Kernel2<sgemm>".into();
+    let line = &mut dev.lines[0].events;
+    line[0].stats.push(stat(7, x_stat::Value::RefValue(21)));
+    // The all-gather follows psum's `end:` marker, whose end is the latest:
+    // a marker; then a kernel with its op name as a string.
+    let mut late = line[0].clone();
+    late.data = Some(x_event::Data::OffsetPs(5_000_000 + 4_500_000));
+    late.duration_ps = 200_000;
+    late.stats.retain(|st| st.metadata_id != 7);
+    late.stats.push(stat(
+        7,
+        x_stat::Value::StrValue("jit(step)/backward/dot_general".into()),
+    ));
+    line.push(late);
+    s.planes.insert(1, dev);
+    s
+}
+
+#[test]
+fn a_gpu_call_s_work_is_named_by_its_xla_op_not_its_kernel() {
+    let t = read(&write("dev_ops.xplane.pb", &device_op_names()), true).unwrap();
+    let names: Vec<_> = t
+        .calls
+        .iter()
+        .map(|c| c.preceding.as_ref().map(|p| p.name.to_string()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            Some("jit(step)/forward/dot_general".into()),
+            Some("jit(step)/backward/dot_general".into())
+        ]
+    );
+    // On the host plane (CPU), events are named by their op already.
+    let t = read(
+        &write("host_ops.xplane.pb", &host(1, Some(700), 5_000_000)),
+        true,
+    )
+    .unwrap();
+    assert_eq!(&*t.calls[0].preceding.as_ref().unwrap().name, "tanh_fusion");
 }
 
 /// A line of a few MB (past the reader's buffer), in time order but

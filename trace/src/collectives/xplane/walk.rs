@@ -18,17 +18,23 @@ pub(super) struct PlaneWalk<'h> {
     index: usize,
     start_ns: i64,
     want_steps: bool,
+    /// Name what preceded each call by its XLA op name where it has one
+    /// (device planes: their events are named by kernel).
+    op_names: bool,
     pub(super) calls: Vec<CollectiveCall>,
     pub(super) steps: Vec<Timed<u64>>,
 }
 
 impl<'h> PlaneWalk<'h> {
+    /// `want_steps`: the host plane (its steps; its events are named by
+    /// op); else a device plane.
     pub(super) fn new(head: &'h PlaneHead, index: usize, start_ns: i64, want_steps: bool) -> Self {
         Self {
             head,
             index,
             start_ns,
             want_steps,
+            op_names: !want_steps,
             calls: Vec::new(),
             steps: Vec::new(),
         }
@@ -58,6 +64,7 @@ impl<'h> PlaneWalk<'h> {
                     line,
                     &mut scratch,
                     names,
+                    self.op_names,
                 )?;
             }
         }

@@ -244,7 +244,7 @@ fn leader_loop(
     let cpu0 = metrics::thread_cpu_s();
     let received0 = node.counters().edge_fits_received;
     let mut buf = [0u8; 2048];
-    let tick_ns = clockmesh_core::node::TICK_NS;
+    let tick_ns = clockmesh_core::node::TICK.0;
     let stop = plan.end_ns(plan.last) + plan.window_ns;
     let mut next = (realtime_ns() / tick_ns + 1) * tick_ns;
     while realtime_ns() < stop && done.try_recv().is_err() {
