@@ -16,6 +16,7 @@ use std::{
 use clockmesh_core::{
     setting::{self, Setting, SettingValue, SettingsError},
     settings::Settings,
+    time::Nanos,
 };
 use serde::Serialize;
 use thiserror::Error;
@@ -124,7 +125,11 @@ macro_rules! key_default {
     };
     (setting $setting:path) => {
         match $setting.default {
-            Some(_) => Some(|| $setting.default.map_or_else(String::new, |d| d.to_string())),
+            Some(_) => Some(|| {
+                $setting
+                    .default
+                    .map_or_else(String::new, |d| $setting.units(d).to_string())
+            }),
             None => None,
         }
     };
@@ -178,6 +183,7 @@ macro_rules! key_value {
 /// test) and [`AgentConfig::from_layers`] come from this one list.
 macro_rules! config_keys {
     ($(
+        $(#[$attr:meta])*
         $field:ident: $ty:ty = $presence:ident($parse:expr) {
             env: [$($env:literal),* $(,)?],
             aliases: [$($alias:literal),* $(,)?],
@@ -204,7 +210,7 @@ macro_rules! config_keys {
         /// The typed, validated configuration.
         #[derive(Clone, Debug, PartialEq, Serialize)]
         pub struct AgentConfig {
-            $(pub $field: key_field!($presence, $ty),)*
+            $($(#[$attr])* pub $field: key_field!($presence, $ty),)*
         }
 
         impl AgentConfig {
@@ -249,21 +255,24 @@ config_keys! {
         value: "PORT",
         help: "UDP port this agent owns for probes",
     },
-    probe_cadence_us: u64 = required(setting_in(&setting::PROBE_CADENCE_US)) {
+    #[serde(serialize_with = "in_units::<_, { setting::PROBE_CADENCE_US.unit.ns() }>")]
+    probe_cadence_us: Nanos = required(setting_in(&setting::PROBE_CADENCE_US)) {
         env: ["CLOCKMESH_PROBE_CADENCE_US", "XLA_PROBE_CADENCE_US"],
         aliases: [],
         default: [setting setting::PROBE_CADENCE_US],
         value: "US",
         help: setting::PROBE_CADENCE_US.doc,
     },
-    packet_spacing_us: u64 = required(setting_in(&setting::PACKET_SPACING_US)) {
+    #[serde(serialize_with = "in_units::<_, { setting::PACKET_SPACING_US.unit.ns() }>")]
+    packet_spacing_us: Nanos = required(setting_in(&setting::PACKET_SPACING_US)) {
         env: ["CLOCKMESH_PACKET_SPACING_US", "XLA_PACKET_SPACING_US"],
         aliases: [],
         default: [setting setting::PACKET_SPACING_US],
         value: "US",
         help: setting::PACKET_SPACING_US.doc,
     },
-    probe_window_s: u64 = required(setting_in(&setting::PROBE_WINDOW_S)) {
+    #[serde(serialize_with = "in_units::<_, { setting::PROBE_WINDOW_S.unit.ns() }>")]
+    probe_window_s: Nanos = required(setting_in(&setting::PROBE_WINDOW_S)) {
         env: ["CLOCKMESH_PROBE_WINDOW_S", "XLA_PROBE_WINDOW_S"],
         aliases: [],
         default: [setting setting::PROBE_WINDOW_S],
@@ -284,7 +293,8 @@ config_keys! {
         value: "auto|on|off",
         help: "tp_btf stamp programs, which run for every packet on the host: `auto` (attached only once the socket's kernel stamps turn out to be missing), `on`, `off`",
     },
-    max_path_asymmetry_ns: u64 = optional(setting_in(&setting::MAX_PATH_ASYMMETRY_NS)) {
+    #[serde(serialize_with = "optional_in_units::<_, { setting::MAX_PATH_ASYMMETRY_NS.unit.ns() }>")]
+    max_path_asymmetry_ns: Nanos = optional(setting_in(&setting::MAX_PATH_ASYMMETRY_NS)) {
         env: ["CLOCKMESH_MAX_PATH_ASYMMETRY_NS"],
         aliases: [],
         default: [setting setting::MAX_PATH_ASYMMETRY_NS],
@@ -305,7 +315,8 @@ config_keys! {
         value: "FILE",
         help: "the published offsets file",
     },
-    holdover_max_bound_ns: u64 = required(setting_in(&setting::HOLDOVER_MAX_BOUND_NS)) {
+    #[serde(serialize_with = "in_units::<_, { setting::HOLDOVER_MAX_BOUND_NS.unit.ns() }>")]
+    holdover_max_bound_ns: Nanos = required(setting_in(&setting::HOLDOVER_MAX_BOUND_NS)) {
         env: ["CLOCKMESH_HOLDOVER_MAX_BOUND_NS"],
         aliases: [],
         default: [setting setting::HOLDOVER_MAX_BOUND_NS],
@@ -538,6 +549,31 @@ fn scalar_text(v: &serde_json::Value) -> String {
 pub struct Sourced<T> {
     pub value: T,
     pub source: Source,
+}
+
+/// A span setting as its key writes it: whole units of `NS` ns
+/// (`probe_cadence_us` in µs, `NS` its unit's [`setting::Unit::ns`]), so
+/// `clockmesh config` shows what was set.
+fn in_units<S: serde::Serializer, const NS: i64>(
+    v: &Sourced<Nanos>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    Sourced {
+        value: u64::try_from(v.value.0 / NS).unwrap_or(0),
+        source: v.source.clone(),
+    }
+    .serialize(s)
+}
+
+/// [`in_units`] for a setting unset by default.
+fn optional_in_units<S: serde::Serializer, const NS: i64>(
+    v: &Option<Sourced<Nanos>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => in_units::<S, NS>(v, s),
+        None => s.serialize_none(),
+    }
 }
 
 /// When the tp_btf stamp programs are attached (`tracepoint_stamps`).
@@ -773,11 +809,14 @@ fn int_in<T: std::str::FromStr + PartialOrd + fmt::Display + Copy>(
 }
 
 /// A protocol setting's parser: a whole number within its range.
-fn setting_in<T>(s: &Setting<T>) -> impl Fn(&str) -> Result<T, String> + use<T>
-where
-    T: SettingValue + std::str::FromStr,
-{
-    int_in(s.min, s.max)
+/// The key is written in whole units of the setting's unit; the value is
+/// typed (a [`Nanos`] span, or a count).
+fn setting_in<T: SettingValue + 'static>(
+    s: &Setting<T>,
+) -> impl Fn(&str) -> Result<T, String> + use<T> {
+    let unit = s.unit;
+    let units = int_in(s.units(s.min), s.units(s.max));
+    move |text| units(text).map(|v| T::from_units(v, unit))
 }
 
 fn boolean(s: &str) -> Result<bool, String> {
@@ -847,12 +886,12 @@ impl AgentConfig {
     /// The protocol settings of this configuration.
     pub fn settings(&self) -> Settings {
         Settings {
-            probe_cadence_us: self.probe_cadence_us.value,
-            packet_spacing_us: self.packet_spacing_us.value,
-            probe_window_s: self.probe_window_s.value,
+            probe_cadence: self.probe_cadence_us.value,
+            packet_spacing: self.packet_spacing_us.value,
+            probe_window: self.probe_window_s.value,
             degree: self.degree.value,
-            max_path_asymmetry_ns: self.max_path_asymmetry_ns.as_ref().map(|s| s.value),
-            holdover_max_bound_ns: self.holdover_max_bound_ns.value,
+            max_path_asymmetry: self.max_path_asymmetry_ns.as_ref().map(|s| s.value),
+            holdover_max_bound: self.holdover_max_bound_ns.value,
         }
     }
 
@@ -864,12 +903,14 @@ impl AgentConfig {
             Ok(()) => Ok(()),
             Err(SettingsError::SpacingNotBelowCadence { .. }) => Err(ConfigError::Invalid {
                 key: setting::PACKET_SPACING_US.key,
-                value: self.packet_spacing_us.value.to_string(),
+                value: setting::PACKET_SPACING_US
+                    .units(self.packet_spacing_us.value)
+                    .to_string(),
                 origin: self.packet_spacing_us.source.clone(),
                 reason: format!(
                     "must be less than {} ({}, from {})",
                     setting::PROBE_CADENCE_US.key,
-                    self.probe_cadence_us.value,
+                    setting::PROBE_CADENCE_US.units(self.probe_cadence_us.value),
                     self.probe_cadence_us.source
                 ),
             }),
@@ -1053,11 +1094,14 @@ mod tests {
         assert_eq!(c.interface.source, Source::Flag("--interface".into()));
         assert_eq!(
             (c.probe_cadence_us.value, c.probe_cadence_us.source.clone()),
-            (1000, Source::Env("XLA_PROBE_CADENCE_US".into()))
+            (
+                Nanos::from_micros(1000),
+                Source::Env("XLA_PROBE_CADENCE_US".into())
+            )
         );
         assert_eq!(
             (c.probe_window_s.value, c.probe_window_s.source.clone()),
-            (8, Source::File(file))
+            (Nanos::from_secs(8), Source::File(file))
         );
         assert_eq!(c.degree.value, 6, "file alias k");
         assert_eq!(
@@ -1065,7 +1109,7 @@ mod tests {
                 c.packet_spacing_us.value,
                 c.packet_spacing_us.source.clone()
             ),
-            (100, Source::Default)
+            (Nanos::from_micros(100), Source::Default)
         );
         assert_eq!(c.node_name.value, "node-a");
     }
@@ -1079,7 +1123,7 @@ mod tests {
             ("NCCL_SOCKET_IFNAME", "=ens5,ens6"),
         ]));
         let c = AgentConfig::from_layers(&l, "h").unwrap();
-        assert_eq!(c.probe_cadence_us.value, 500);
+        assert_eq!(c.probe_cadence_us.value, Nanos::from_micros(500));
         assert_eq!(c.interface.value, "ens5");
     }
 
@@ -1108,11 +1152,15 @@ mod tests {
                 c.holdover_max_bound_ns.value,
                 &c.holdover_max_bound_ns.source
             ),
-            (10_000, &Source::Default)
+            (Nanos(10_000), &Source::Default)
         );
         l.apply_env(env(&[("CLOCKMESH_HOLDOVER_MAX_BOUND_NS", "0")]));
         let c = AgentConfig::from_layers(&l, "h").unwrap();
-        assert_eq!(c.holdover_max_bound_ns.value, 0, "0 turns holdover off");
+        assert_eq!(
+            c.holdover_max_bound_ns.value,
+            Nanos::ZERO,
+            "0 turns holdover off"
+        );
         l.apply_flag(
             "holdover_max_bound_ns",
             "250000".into(),
@@ -1125,7 +1173,10 @@ mod tests {
                 c.holdover_max_bound_ns.value,
                 &c.holdover_max_bound_ns.source
             ),
-            (250_000, &Source::Flag("--holdover-max-bound-ns".into()))
+            (
+                Nanos(250_000),
+                &Source::Flag("--holdover-max-bound-ns".into())
+            )
         );
         l.apply_set("holdover_max_bound_ns=2000000000").unwrap();
         let err = AgentConfig::from_layers(&l, "h").unwrap_err().to_string();

@@ -1632,7 +1632,7 @@ mod tests {
         // Windows long enough that the results rule (FAILOVER_WINDOWS of
         // them) comes later than the peer rule.
         let settings = Settings {
-            probe_window_s: 4,
+            probe_window: Nanos::from_secs(4),
             ..Settings::default()
         };
         let w = settings.window().0;
@@ -1701,7 +1701,7 @@ mod tests {
         // Windows longer than the wait, so that no window's end sends the
         // batch first.
         let settings = Settings {
-            probe_window_s: 4,
+            probe_window: Nanos::from_secs(4),
             ..Settings::default()
         };
         let window_ns = settings.window().0;

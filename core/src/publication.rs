@@ -35,7 +35,7 @@ impl Publication {
     pub fn of(result: NodeResult, settings: &Settings) -> Self {
         let entry = history_entry(&result, settings.window());
         let status = ResultStatus::of(&result, settings);
-        let mut view = reader_view(&result, settings.holdover_max_bound_ns);
+        let mut view = reader_view(&result, settings.holdover_max_bound.unsigned_abs());
         if result.is_reference() {
             view.flags |= flags::REFERENCE;
         }
@@ -216,7 +216,7 @@ impl ResultStatus {
             anchor_ns: r.anchor.0,
             valid_until_ns: r.valid_until.0,
             anchor_kind: r.anchor_kind,
-            holdover_max_bound_ns: settings.holdover_max_bound_ns,
+            holdover_max_bound_ns: settings.holdover_max_bound.unsigned_abs(),
             state: None,
             bound_growth_ppb: r.bound_growth_ppb,
             window_ns: settings.window().0,
@@ -267,7 +267,7 @@ pub fn keeps_the_held(held: &NodeResult, new: &NodeResult, settings: &Settings) 
     }
     // Whether the held one still answers then: the readers' own rule on
     // the record it is published as.
-    let held_view = reader_view(held, settings.holdover_max_bound_ns);
+    let held_view = reader_view(held, settings.holdover_max_bound.unsigned_abs());
     let answers_until = held_view.check_fresh(new.valid_until).is_ok();
     let next = new.anchor + settings.window();
     answers_until && held.bound_at(next) < new.bound_at(next)
@@ -279,10 +279,10 @@ mod tests {
     use crate::result::tests::sample;
     use crate::time::WindowIndex;
 
-    fn settings(window_s: u64, holdover_max_bound_ns: u64) -> Settings {
+    fn settings(window_s: i64, holdover_max_bound_ns: i64) -> Settings {
         Settings {
-            probe_window_s: window_s,
-            holdover_max_bound_ns,
+            probe_window: Nanos::from_secs(window_s),
+            holdover_max_bound: Nanos(holdover_max_bound_ns),
             ..Settings::default()
         }
     }

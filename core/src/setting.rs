@@ -9,7 +9,7 @@ use std::fmt;
 
 use thiserror::Error;
 
-use crate::{graph::MAX_DEGREE, settings::Settings};
+use crate::{graph::MAX_DEGREE, settings::Settings, time::Nanos};
 
 /// The unit a setting's value is given in (the suffix of its key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +31,15 @@ impl Unit {
             Unit::Count => "–",
         }
     }
+
+    /// Nanoseconds in one unit (1 for a count).
+    pub const fn ns(self) -> i64 {
+        match self {
+            Unit::Microseconds => 1_000,
+            Unit::Seconds => 1_000_000_000,
+            Unit::Nanoseconds | Unit::Count => 1,
+        }
+    }
 }
 
 /// A value's unit suffix in messages: ` µs`, nothing for a count.
@@ -43,21 +52,34 @@ impl fmt::Display for Unit {
     }
 }
 
-/// A setting's value type: a whole number that errors report as `u64`.
-pub trait SettingValue: Copy + PartialOrd + fmt::Display {
-    /// The value for [`SettingsError`] (saturating; never panics).
-    fn to_u64(self) -> u64;
+/// A setting's value type: a span of time ([`Nanos`]) or a count. A key
+/// is written in a whole number of its unit (`probe_cadence_us = 2000`);
+/// the value is typed, the unit being the key's, not the field's name.
+pub trait SettingValue: Copy + PartialOrd {
+    /// The value in whole `unit`s, for keys, tables and errors
+    /// (saturating; never panics).
+    fn to_units(self, unit: Unit) -> u64;
+    /// The value written as `units` of `unit`.
+    fn from_units(units: u64, unit: Unit) -> Self;
 }
 
-impl SettingValue for u64 {
-    fn to_u64(self) -> u64 {
-        self
+impl SettingValue for Nanos {
+    fn to_units(self, unit: Unit) -> u64 {
+        u64::try_from(self.0 / unit.ns()).unwrap_or(0)
+    }
+
+    fn from_units(units: u64, unit: Unit) -> Self {
+        Nanos::from_unsigned(units, unit.ns())
     }
 }
 
 impl SettingValue for usize {
-    fn to_u64(self) -> u64 {
+    fn to_units(self, _: Unit) -> u64 {
         u64::try_from(self).unwrap_or(u64::MAX)
+    }
+
+    fn from_units(units: u64, _: Unit) -> Self {
+        usize::try_from(units).unwrap_or(usize::MAX)
     }
 }
 
@@ -97,18 +119,28 @@ impl<T: SettingValue> Setting<T> {
         if value < self.min || value > self.max {
             return Err(SettingsError::OutOfRange {
                 key: self.key,
-                value: value.to_u64(),
+                value: value.to_units(self.unit),
                 unit: self.unit,
-                min: self.min.to_u64(),
-                max: self.max.to_u64(),
+                min: self.min.to_units(self.unit),
+                max: self.max.to_units(self.unit),
             });
         }
         Ok(value)
     }
 
+    /// The value a key gives as `units` of its unit, checked.
+    pub fn from_units(&self, units: u64) -> Result<T, SettingsError> {
+        self.check(T::from_units(units, self.unit))
+    }
+
+    /// `value` in whole units of the key (what a file or table shows).
+    pub fn units(&self, value: T) -> u64 {
+        value.to_units(self.unit)
+    }
+
     /// The range as docs/configuration.md writes it (`50–10000000`).
     pub fn range_text(&self) -> String {
-        format!("{}–{}", self.min, self.max)
+        format!("{}–{}", self.units(self.min), self.units(self.max))
     }
 }
 
@@ -132,33 +164,33 @@ pub enum SettingsError {
 
 /// Interval between coded pairs on one edge. At least 50 µs: a pair's two
 /// probes and their stamps must be handled well within it.
-pub const PROBE_CADENCE_US: Setting<u64> = Setting {
+pub const PROBE_CADENCE_US: Setting<Nanos> = Setting {
     key: "probe_cadence_us",
     unit: Unit::Microseconds,
-    default: Some(100_000),
-    min: 50,
-    max: 10_000_000,
+    default: Some(Nanos::from_millis(100)),
+    min: Nanos::from_micros(50),
+    max: Nanos::from_secs(10),
     doc: "interval between coded pairs on one edge, µs",
 };
 
 /// Spacing between the two probes of a pair (purity compares the TX gap
 /// with the RX gap); must also be below [`PROBE_CADENCE_US`].
-pub const PACKET_SPACING_US: Setting<u64> = Setting {
+pub const PACKET_SPACING_US: Setting<Nanos> = Setting {
     key: "packet_spacing_us",
     unit: Unit::Microseconds,
-    default: Some(100),
-    min: 1,
-    max: 100_000,
+    default: Some(Nanos::from_micros(100)),
+    min: Nanos::from_micros(1),
+    max: Nanos::from_millis(100),
     doc: "spacing between the two probes of a pair, µs",
 };
 
 /// The estimation window: one result per window.
-pub const PROBE_WINDOW_S: Setting<u64> = Setting {
+pub const PROBE_WINDOW_S: Setting<Nanos> = Setting {
     key: "probe_window_s",
     unit: Unit::Seconds,
-    default: Some(1),
-    min: 1,
-    max: 3600,
+    default: Some(Nanos::from_secs(1)),
+    min: Nanos::from_secs(1),
+    max: Nanos::from_secs(3600),
     doc: "estimation window, s",
 };
 
@@ -176,22 +208,22 @@ pub const DEGREE: Setting<usize> = Setting {
 
 /// Operator knowledge of path asymmetry; unset by default because a wrong
 /// value makes every bound lie.
-pub const MAX_PATH_ASYMMETRY_NS: Setting<u64> = Setting {
+pub const MAX_PATH_ASYMMETRY_NS: Setting<Nanos> = Setting {
     key: "max_path_asymmetry_ns",
     unit: Unit::Nanoseconds,
     default: None,
-    min: 0,
-    max: 1_000_000_000,
+    min: Nanos::ZERO,
+    max: Nanos::from_secs(1),
     doc: "known limit on the difference between the two directions' minimum one-way delays, ns; replaces the ½-RTT asymmetry allowance in each edge's bound (unset: unknown; a wrong value makes every bound lie)",
 };
 
 /// The holdover ceiling written into every offsets record (0: never hold).
-pub const HOLDOVER_MAX_BOUND_NS: Setting<u64> = Setting {
+pub const HOLDOVER_MAX_BOUND_NS: Setting<Nanos> = Setting {
     key: "holdover_max_bound_ns",
     unit: Unit::Nanoseconds,
-    default: Some(10_000),
-    min: 0,
-    max: 1_000_000_000,
+    default: Some(Nanos::from_micros(10)),
+    min: Nanos::ZERO,
+    max: Nanos::from_secs(1),
     doc: "holdover ceiling written into every offsets record, ns: past a result's validity readers keep answering (state holdover) while its bound, grown at the published rate, stays at most this; then stale. 0: stale right past the validity",
 };
 
@@ -213,7 +245,7 @@ impl<T: SettingValue> From<&Setting<T>> for SettingText {
         SettingText {
             key: s.key,
             unit: s.unit,
-            default: s.default.map(|d| d.to_string()),
+            default: s.default.map(|d| s.units(d).to_string()),
             range: s.range_text(),
             doc: s.doc,
         }
@@ -235,12 +267,12 @@ pub fn all() -> [SettingText; 6] {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            probe_cadence_us: PROBE_CADENCE_US.default_value(),
-            packet_spacing_us: PACKET_SPACING_US.default_value(),
-            probe_window_s: PROBE_WINDOW_S.default_value(),
+            probe_cadence: PROBE_CADENCE_US.default_value(),
+            packet_spacing: PACKET_SPACING_US.default_value(),
+            probe_window: PROBE_WINDOW_S.default_value(),
             degree: DEGREE.default_value(),
-            max_path_asymmetry_ns: MAX_PATH_ASYMMETRY_NS.default,
-            holdover_max_bound_ns: HOLDOVER_MAX_BOUND_NS.default_value(),
+            max_path_asymmetry: MAX_PATH_ASYMMETRY_NS.default,
+            holdover_max_bound: HOLDOVER_MAX_BOUND_NS.default_value(),
         }
     }
 }
@@ -250,24 +282,24 @@ impl Settings {
     /// cadence: what the agent accepts. The first violation, as a typed
     /// error naming the key, value, unit and range.
     pub fn validate(&self) -> Result<(), SettingsError> {
-        PROBE_CADENCE_US.check(self.probe_cadence_us)?;
-        PACKET_SPACING_US.check(self.packet_spacing_us)?;
-        PROBE_WINDOW_S.check(self.probe_window_s)?;
+        PROBE_CADENCE_US.check(self.probe_cadence)?;
+        PACKET_SPACING_US.check(self.packet_spacing)?;
+        PROBE_WINDOW_S.check(self.probe_window)?;
         DEGREE.check(self.degree)?;
-        if let Some(a) = self.max_path_asymmetry_ns {
+        if let Some(a) = self.max_path_asymmetry {
             MAX_PATH_ASYMMETRY_NS.check(a)?;
         }
-        HOLDOVER_MAX_BOUND_NS.check(self.holdover_max_bound_ns)?;
-        check_spacing_below_cadence(self.packet_spacing_us, self.probe_cadence_us)
+        HOLDOVER_MAX_BOUND_NS.check(self.holdover_max_bound)?;
+        check_spacing_below_cadence(self.packet_spacing, self.probe_cadence)
     }
 }
 
 /// A pair's two probes must both go out within one cadence.
-pub fn check_spacing_below_cadence(spacing_us: u64, cadence_us: u64) -> Result<(), SettingsError> {
-    if spacing_us >= cadence_us {
+pub fn check_spacing_below_cadence(spacing: Nanos, cadence: Nanos) -> Result<(), SettingsError> {
+    if spacing >= cadence {
         return Err(SettingsError::SpacingNotBelowCadence {
-            spacing_us,
-            cadence_us,
+            spacing_us: PACKET_SPACING_US.units(spacing),
+            cadence_us: PROBE_CADENCE_US.units(cadence),
         });
     }
     Ok(())
@@ -282,24 +314,24 @@ mod tests {
         let d = Settings::default();
         assert_eq!(d.validate(), Ok(()));
         assert_eq!(
+            (d.probe_cadence, d.packet_spacing, d.probe_window, d.degree),
             (
-                d.probe_cadence_us,
-                d.packet_spacing_us,
-                d.probe_window_s,
-                d.degree
-            ),
-            (100_000, 100, 1, 4)
+                Nanos::from_millis(100),
+                Nanos::from_micros(100),
+                Nanos::from_secs(1),
+                4
+            )
         );
         assert_eq!(
-            (d.max_path_asymmetry_ns, d.holdover_max_bound_ns),
-            (None, 10_000)
+            (d.max_path_asymmetry, d.holdover_max_bound),
+            (None, Nanos(10_000))
         );
     }
 
     #[test]
     fn an_error_names_the_key_value_unit_and_range() {
         let s = Settings {
-            probe_cadence_us: 20,
+            probe_cadence: Nanos::from_micros(20),
             ..Settings::default()
         };
         let e = s.validate().unwrap_err();
@@ -316,7 +348,7 @@ mod tests {
             "degree = 21 is outside its range 1..=20"
         );
         let s = Settings {
-            max_path_asymmetry_ns: Some(2_000_000_000),
+            max_path_asymmetry: Some(Nanos::from_secs(2)),
             ..Settings::default()
         };
         assert!(matches!(
@@ -332,8 +364,8 @@ mod tests {
     #[test]
     fn the_spacing_must_be_below_the_cadence() {
         let s = Settings {
-            probe_cadence_us: 800,
-            packet_spacing_us: 800,
+            probe_cadence: Nanos::from_micros(800),
+            packet_spacing: Nanos::from_micros(800),
             ..Settings::default()
         };
         assert_eq!(
@@ -373,5 +405,14 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(fields, sorted);
         assert_eq!(all()[4].default, None);
+        // Each is written in its key's unit and read back to the same span.
+        assert_eq!(json["probe_cadence_us"], 100_000);
+        assert_eq!(json["probe_window_s"], 1);
+        assert_eq!(json["holdover_max_bound_ns"], 10_000);
+        assert_eq!(all()[0].default.as_deref(), Some("100000"));
+        assert_eq!(
+            serde_json::from_value::<Settings>(json).unwrap(),
+            Settings::default()
+        );
     }
 }

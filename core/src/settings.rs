@@ -4,7 +4,6 @@
 //! `[agent]` table) both go through [`estimator_config`], so a simulated
 //! run uses exactly the settings that ship.
 
-use clockmesh_estimator::convert::unsigned_ns_f64;
 use clockmesh_estimator::{EstimatorConfig, FitConfig, PurityConfig};
 use serde::{Deserialize, Serialize};
 
@@ -168,24 +167,71 @@ pub const MIN_SPACING_ERROR_NS: i64 = 20_000;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
-    /// Interval between coded pairs on one edge, µs ([`setting::PROBE_CADENCE_US`]).
-    pub probe_cadence_us: u64,
-    /// Spacing between the two probes of a pair, µs ([`setting::PACKET_SPACING_US`]).
-    pub packet_spacing_us: u64,
-    /// Estimation window, s ([`setting::PROBE_WINDOW_S`]).
-    pub probe_window_s: u64,
+    /// Interval between coded pairs on one edge ([`setting::PROBE_CADENCE_US`]).
+    #[serde(rename = "probe_cadence_us", with = "in_micros")]
+    pub probe_cadence: Nanos,
+    /// Spacing between the two probes of a pair ([`setting::PACKET_SPACING_US`]).
+    #[serde(rename = "packet_spacing_us", with = "in_micros")]
+    pub packet_spacing: Nanos,
+    /// Estimation window ([`setting::PROBE_WINDOW_S`]).
+    #[serde(rename = "probe_window_s", with = "in_secs")]
+    pub probe_window: Nanos,
     /// Out-neighbours each node probes ([`setting::DEGREE`]).
     pub degree: usize,
     /// Operator knowledge: the paths' minimum one-way delays differ by at
-    /// most this, ns. Replaces the ½-RTT asymmetry allowance in each edge's
+    /// most this. Replaces the ½-RTT asymmetry allowance in each edge's
     /// bound (unset by default; a wrong value makes every bound lie;
     /// [`setting::MAX_PATH_ASYMMETRY_NS`]).
-    pub max_path_asymmetry_ns: Option<u64>,
+    #[serde(rename = "max_path_asymmetry_ns", with = "in_nanos_optional")]
+    pub max_path_asymmetry: Option<Nanos>,
     /// Past a result's validity, readers keep answering while its bound,
-    /// grown at the published rate, is at most this, ns
+    /// grown at the published rate, is at most this
     /// ([`setting::HOLDOVER_MAX_BOUND_NS`]; 0: never). Written into every
     /// record; the node also keeps a held result only while it answers.
-    pub holdover_max_bound_ns: u64,
+    #[serde(rename = "holdover_max_bound_ns", with = "in_nanos")]
+    pub holdover_max_bound: Nanos,
+}
+
+/// A [`Settings`] span written as whole units of its key (`_us`, `_s`,
+/// `_ns`), as scenario files and reports carry it: non-negative, like the
+/// agent's configuration keys.
+macro_rules! span_in_units {
+    ($module:ident, $ns_per_unit:expr) => {
+        mod $module {
+            use serde::{Deserialize, Deserializer, Serializer};
+
+            use crate::time::Nanos;
+
+            pub fn serialize<S: Serializer>(v: &Nanos, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_u64(u64::try_from(v.0 / $ns_per_unit).unwrap_or(0))
+            }
+
+            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Nanos, D::Error> {
+                Ok(Nanos::from_unsigned(u64::deserialize(d)?, $ns_per_unit))
+            }
+        }
+    };
+}
+
+span_in_units!(in_micros, 1_000);
+span_in_units!(in_secs, 1_000_000_000);
+span_in_units!(in_nanos, 1);
+
+mod in_nanos_optional {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::time::Nanos;
+
+    pub fn serialize<S: Serializer>(v: &Option<Nanos>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.serialize_some(&u64::try_from(v.0).unwrap_or(0)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Nanos>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(|ns| Nanos::from_unsigned(ns, 1)))
+    }
 }
 
 /// The newest probes a path change is judged on (`core/src/history.rs`):
@@ -221,17 +267,17 @@ pub fn windows_covering(span: Nanos, window: Nanos) -> usize {
 impl Settings {
     /// The estimation window (`probe_window_s`).
     pub fn window(&self) -> Nanos {
-        Nanos::from_unsigned(self.probe_window_s, 1_000_000_000)
+        self.probe_window
     }
 
     /// The spacing of a pair's two probes (`packet_spacing_us`).
     pub fn spacing(&self) -> Nanos {
-        Nanos::from_unsigned(self.packet_spacing_us, 1_000)
+        self.packet_spacing
     }
 
     /// The interval between pairs on one edge (`probe_cadence_us`).
     pub fn cadence(&self) -> Nanos {
-        Nanos::from_unsigned(self.probe_cadence_us, 1_000)
+        self.probe_cadence
     }
 }
 
@@ -249,7 +295,7 @@ pub fn estimator_config(settings: &Settings) -> EstimatorConfig {
         // Results stay usable for a few missed windows, never less than 10 s.
         max_age_ns: settings.window().saturating_mul(3).0.max(10_000_000_000),
         fit: FitConfig {
-            max_path_asymmetry_ns: settings.max_path_asymmetry_ns.map(unsigned_ns_f64),
+            max_path_asymmetry_ns: settings.max_path_asymmetry.map(Nanos::as_f64),
             ..FitConfig::default()
         },
         ..EstimatorConfig::default()
@@ -273,14 +319,14 @@ mod tests {
     #[test]
     fn purity_follows_the_spacing() {
         let c = estimator_config(&Settings {
-            packet_spacing_us: 50,
+            packet_spacing: Nanos::from_micros(50),
             ..Settings::default()
         });
         assert_eq!(c.purity.spacing_ns, 50_000);
         assert_eq!(c.purity.max_spacing_error_ns, 50_000);
         assert_eq!(c.purity.tolerance_ns, SOFTWARE_PURITY_NS);
         let close = estimator_config(&Settings {
-            packet_spacing_us: 5,
+            packet_spacing: Nanos::from_micros(5),
             ..Settings::default()
         });
         assert_eq!(close.purity.max_spacing_error_ns, MIN_SPACING_ERROR_NS);

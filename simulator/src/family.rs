@@ -477,7 +477,10 @@ mod tests {
             assert!(s.clock.drift_spread_ppm <= 50.0);
             assert!(s.link.asymmetry_ns <= 200.0);
             assert!((3..=10).contains(&s.agent.degree));
-            let span_s = s.windows * s.agent.probe_window_s as u32;
+            let span_s = s.windows
+                * s.agent
+                    .probe_window
+                    .div_floor(clockmesh_core::time::Nanos::from_secs(1)) as u32;
             match m.class.length {
                 Length::Short => assert!(span_s < 32),
                 Length::Medium => assert!((32..600).contains(&span_s)),

@@ -986,9 +986,9 @@ impl ProtocolReport {
             self.scenario,
             self.nodes,
             a.degree,
-            a.probe_cadence_us,
-            a.packet_spacing_us,
-            a.probe_window_s,
+            a.probe_cadence.0 / 1_000,
+            a.packet_spacing.0 / 1_000,
+            a.probe_window.0 / 1_000_000_000,
             self.exchange
         );
         let q = |x: &Quantiles| format!("p50 {:.1}  p99 {:.1}  max {:.1}", x.p50, x.p99, x.max);

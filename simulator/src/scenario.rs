@@ -277,9 +277,9 @@ impl Scenario {
     /// agent's limits still runs.
     fn check_agent_ranges(&self) -> Result<(), SettingsError> {
         let a = &self.agent;
-        setting::PROBE_CADENCE_US.check(a.probe_cadence_us)?;
-        setting::PACKET_SPACING_US.check(a.packet_spacing_us)?;
-        setting::PROBE_WINDOW_S.check(a.probe_window_s)?;
+        setting::PROBE_CADENCE_US.check(a.probe_cadence)?;
+        setting::PACKET_SPACING_US.check(a.packet_spacing)?;
+        setting::PROBE_WINDOW_S.check(a.probe_window)?;
         setting::DEGREE.check(a.degree)?;
         Ok(())
     }

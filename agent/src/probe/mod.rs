@@ -21,8 +21,9 @@ pub use clockmesh_common::{PROBE_HEADER_LEN, ProbeHeader, header_is_valid};
 pub const DEFAULT_PROBE_PORT: u16 = 31_900;
 /// Default spacing between the two probes of a pair: the protocol
 /// setting's (`clockmesh_core::setting::PACKET_SPACING_US`).
-pub const DEFAULT_PACKET_SPACING: Duration =
-    Duration::from_micros(clockmesh_core::setting::PACKET_SPACING_US.default_value());
+pub const DEFAULT_PACKET_SPACING: Duration = clockmesh_core::setting::PACKET_SPACING_US
+    .default_value()
+    .to_duration();
 /// Probe datagram size: the header padded to a minimum-size Ethernet frame's
 /// worth of payload, so probes look like the small packets they are.
 pub const PROBE_DATAGRAM_LEN: usize = 64;

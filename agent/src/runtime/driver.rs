@@ -200,8 +200,8 @@ impl<D: Discovery + Coordination> Agent<D> {
         let sender = Sender::start(
             SenderConfig {
                 me: me.id,
-                cadence: Duration::from_micros(cfg.probe_cadence_us.value),
-                spacing: Duration::from_micros(cfg.packet_spacing_us.value),
+                cadence: cfg.probe_cadence_us.value.to_duration(),
+                spacing: cfg.packet_spacing_us.value.to_duration(),
                 key: key.clone(),
                 seq_base: (start_ns.0 / 1_000) as u64,
                 stamp_mode: StampMode::Software,

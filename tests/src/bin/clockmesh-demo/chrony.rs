@@ -47,7 +47,7 @@ pub struct ChronyArgs {
     #[arg(long)]
     cadence_us: Option<u64>,
     /// clockmesh's estimation window, s (default: the agent's default).
-    #[arg(long, default_value_t = clockmesh_core::settings::Settings::default().probe_window_s)]
+    #[arg(long, default_value_t = clockmesh_core::setting::PROBE_WINDOW_S.units(clockmesh_core::setting::PROBE_WINDOW_S.default_value()))]
     window_s: u64,
     /// Runs; the summary is the median over them.
     #[arg(long, default_value_t = 1)]
@@ -213,9 +213,10 @@ fn one_run(args: &ChronyArgs) -> anyhow::Result<RunFigures> {
         ..ClusterConfig::default()
     };
     // The shipped defaults, unless a cadence or window is asked for.
-    cfg.cadence_us = args
-        .cadence_us
-        .unwrap_or(clockmesh_core::settings::Settings::default().probe_cadence_us);
+    cfg.cadence_us = args.cadence_us.unwrap_or(
+        clockmesh_core::setting::PROBE_CADENCE_US
+            .units(clockmesh_core::setting::PROBE_CADENCE_US.default_value()),
+    );
     cfg.window_s = args.window_s;
     let cluster = Cluster::start(cfg)?;
     let dir = cluster.dir.join("chrony");

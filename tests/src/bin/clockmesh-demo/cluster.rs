@@ -33,7 +33,7 @@ pub struct ClusterArgs {
     #[arg(long)]
     pub cadence_us: Option<u64>,
     /// Estimation window, s (default: the agent's default).
-    #[arg(long, default_value_t = clockmesh_core::settings::Settings::default().probe_window_s)]
+    #[arg(long, default_value_t = clockmesh_core::setting::PROBE_WINDOW_S.units(clockmesh_core::setting::PROBE_WINDOW_S.default_value()))]
     pub window_s: u64,
     /// Out-neighbours per node.
     #[arg(long, default_value_t = 4)]
@@ -117,9 +117,10 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         "static" => Backend::Static,
         other => anyhow::bail!("--backend {other}: expected etcd or static"),
     };
-    let cadence_us = args
-        .cadence_us
-        .unwrap_or(clockmesh_core::settings::Settings::default().probe_cadence_us);
+    let cadence_us = args.cadence_us.unwrap_or(
+        clockmesh_core::setting::PROBE_CADENCE_US
+            .units(clockmesh_core::setting::PROBE_CADENCE_US.default_value()),
+    );
     let cfg = ClusterConfig {
         nodes: args.nodes,
         backend,

@@ -817,8 +817,10 @@ fn one_backend(
         ..ClusterConfig::default()
     };
     // The agent's shipped defaults (the testbed's own are faster).
-    cfg.cadence_us = clockmesh_core::settings::Settings::default().probe_cadence_us;
-    cfg.window_s = clockmesh_core::settings::Settings::default().probe_window_s;
+    cfg.cadence_us = clockmesh_core::setting::PROBE_CADENCE_US
+        .units(clockmesh_core::setting::PROBE_CADENCE_US.default_value());
+    cfg.window_s = clockmesh_core::setting::PROBE_WINDOW_S
+        .units(clockmesh_core::setting::PROBE_WINDOW_S.default_value());
     let started = Instant::now();
     let mut cluster = Cluster::start(cfg).with_context(|| match backend {
         Backend::Etcd => "starting etcd (in the switch namespace) and 3 agents",

@@ -593,7 +593,7 @@ fn leader_thread(
     // (the other members take a minute to start at 10,000).
     let LeaderPlan { members, schedule } = rt.block_on(plan).context("no plan for the leader")?;
     let settings = Settings {
-        probe_window_s: cfg.window_s,
+        probe_window: clockmesh_core::time::Nanos::from_unsigned(cfg.window_s, 1_000_000_000),
         degree: cfg.degree,
         ..Settings::default()
     };

@@ -137,7 +137,7 @@ pub fn run(cfg: &RelayCfg) -> anyhow::Result<RelayReport> {
     let leader = {
         let plan = plan.clone();
         let settings = Settings {
-            probe_window_s: cfg.window_s,
+            probe_window: clockmesh_core::time::Nanos::from_unsigned(cfg.window_s, 1_000_000_000),
             degree: cfg.degree,
             ..Settings::default()
         };
