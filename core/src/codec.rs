@@ -3,6 +3,7 @@
 //! and a result read back from the offsets file. The only place in core
 //! that knows the wire's types.
 
+use crate::time::Nanos;
 use clockmesh_estimator::convert::{ceil_bound_ns, count_u32, ns_f64, unsigned_ns_f64};
 use clockmesh_estimator::{EdgeFit, EdgeMeasurement, NodeId};
 use clockmesh_offsets::history::AnchorKind;
@@ -18,7 +19,7 @@ pub fn result_to_pb(r: &NodeResult) -> pb::NodeOffset {
     pb::NodeOffset {
         node: r.node_name.clone(),
         anchor_ns: r.anchor.0,
-        offset_ns: r.offset_ns,
+        offset_ns: r.offset.0,
         drift_ppb: r.drift_ppb,
         bound_ns: r.bound_ns,
         reference_node: r.reference_name.clone().unwrap_or_default(),
@@ -52,7 +53,7 @@ pub fn result_from_pb(r: &pb::NodeOffset) -> Option<NodeResult> {
         reference_name: (!r.reference_node.is_empty()).then(|| r.reference_node.clone()),
         window: WindowIndex(r.window),
         anchor: LocalNs(r.anchor_ns),
-        offset_ns: r.offset_ns,
+        offset: Nanos(r.offset_ns),
         drift_ppb: r.drift_ppb,
         bound_ns: r.bound_ns,
         bound_growth_ppb: r.bound_growth_ppb,
@@ -78,7 +79,7 @@ pub fn result_from_record(r: &Record, (id, name): (NodeId, &str)) -> Option<Node
         reference_name: None,
         window: WindowIndex(r.window),
         anchor: LocalNs(r.node.anchor_local_ns),
-        offset_ns: r.node.offset_ns,
+        offset: Nanos(r.node.offset_ns),
         drift_ppb: ns_f64(r.node.drift_ps_per_s) / 1e3,
         bound_ns: r.node.bound_ns,
         bound_growth_ppb: unsigned_ns_f64(r.node.bound_growth_ps_per_s) / 1e3,
@@ -235,7 +236,7 @@ mod tests {
             reference_name: Some("n2".into()),
             window: WindowIndex(9),
             anchor: LocalNs(36_000_000_000),
-            offset_ns: -37_000_123,
+            offset: Nanos(-37_000_123),
             drift_ppb: 20_000.25,
             bound_ns: 310,
             bound_growth_ppb: 12.5,
@@ -273,8 +274,8 @@ mod tests {
         );
         let back = result_from_record(&record, (4, "n4")).unwrap();
         assert_eq!(
-            (back.anchor, back.offset_ns, back.bound_ns, back.window),
-            (r.anchor, r.offset_ns, r.bound_ns, r.window)
+            (back.anchor, back.offset, back.bound_ns, back.window),
+            (r.anchor, r.offset, r.bound_ns, r.window)
         );
         assert_eq!((back.reference, back.reference_name.as_deref()), (2, None));
         assert_eq!(back.anchor_kind, AnchorKind::Holdover);

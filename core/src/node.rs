@@ -975,7 +975,7 @@ impl Node {
             reference_name: Some(self.name_of(reference)),
             window: WindowIndex(k),
             anchor,
-            offset_ns: -off.0,
+            offset: Nanos(-off.0),
             drift_ppb: -n.drift * 1e9,
             bound_ns: ceil_bound_ns(n.bound_ns),
             bound_growth_ppb: (n.drift_bound + wander) * 1e9,
@@ -1009,7 +1009,7 @@ impl Node {
             reference_name: Some(self.me.name.clone()),
             window: WindowIndex(k),
             anchor,
-            offset_ns: 0,
+            offset: Nanos(0),
             drift_ppb: 0.0,
             bound_ns: 0,
             bound_growth_ppb: 0.0,
@@ -1416,7 +1416,7 @@ mod tests {
             reference_name: Some(format!("n{reference}")),
             window: WindowIndex(0),
             anchor: LocalNs(anchor_ns),
-            offset_ns: 0,
+            offset: Nanos(0),
             drift_ppb: 0.0,
             bound_ns: 0,
             bound_growth_ppb: 0.0,
@@ -1509,7 +1509,7 @@ mod tests {
 
         let mut resumed = node(2);
         resumed.resume_from(NodeResult {
-            offset_ns: -5_000_000,
+            offset: Nanos(-5_000_000),
             drift_ppb: 20_000.0,
             bound_ns: 300,
             bound_growth_ppb: 10.0,
@@ -1554,7 +1554,7 @@ mod tests {
         // The last member left: it leads alone, its own result solved as 0.
         n.handle_members(vec![member(2)], LocalNs(T0)).unwrap();
         n.resume_from(NodeResult {
-            offset_ns: 4_000,
+            offset: Nanos(4_000),
             drift_ppb: 2.0,
             bound_ns: 300,
             drift_bound_ppb: 5.0,

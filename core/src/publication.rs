@@ -81,7 +81,7 @@ fn history_entry(r: &NodeResult, window: Nanos) -> HistoryEntry {
         host: r.node_name.clone(),
         window: r.window.0,
         anchor_ns: r.anchor.0,
-        offset_ns: r.offset_ns,
+        offset_ns: r.offset.0,
         drift_ppb: r.drift_ppb,
         bound_ns: r.bound_ns,
         valid_from_ns: Some(r.valid_from(window).0),
@@ -98,7 +98,7 @@ fn history_entry(r: &NodeResult, window: Nanos) -> HistoryEntry {
 fn reader_view(r: &NodeResult, holdover_max_bound_ns: u64) -> Snapshot {
     let map = node_map(
         r.anchor.0,
-        (r.offset_ns, r.drift_ppb),
+        (r.offset.0, r.drift_ppb),
         (r.bound_ns, r.bound_growth_ppb),
     );
     view_of(r.is_holdover(), r.valid_until.0, map, holdover_max_bound_ns)
@@ -210,7 +210,7 @@ impl ResultStatus {
             node_id: r.node,
             reference: r.reference_label(),
             window: r.window.0,
-            offset_ns: r.offset_ns,
+            offset_ns: r.offset.0,
             drift_ppb: r.drift_ppb,
             bound_ns: r.bound_ns,
             anchor_ns: r.anchor.0,
@@ -292,7 +292,7 @@ mod tests {
         let r = NodeResult {
             window: WindowIndex(7),
             anchor: LocalNs(32_000_000_000),
-            offset_ns: -120,
+            offset: Nanos(-120),
             drift_ppb: 3.5,
             bound_ns: 40,
             valid_until: LocalNs(40_000_000_000),
@@ -319,7 +319,7 @@ mod tests {
             reference: 3,
             window: WindowIndex(2),
             anchor: LocalNs(8_000_000_000),
-            offset_ns: 1_234,
+            offset: Nanos(1_234),
             drift_ppb: -2.0004,
             bound_ns: 50,
             bound_growth_ppb: 10.0001,

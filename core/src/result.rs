@@ -4,7 +4,7 @@
 //! publishes it ([`crate::publication`]). Offsets are global − local.
 
 use clockmesh_estimator::NodeId;
-use clockmesh_estimator::convert::{ns_f64, unsigned_ns_f64};
+use clockmesh_estimator::convert::unsigned_ns_f64;
 use clockmesh_offsets::history::AnchorKind;
 
 use crate::time::{LocalNs, Nanos, WindowIndex};
@@ -21,11 +21,11 @@ pub struct NodeResult {
     /// read back from the offsets file after a restart).
     pub reference_name: Option<String>,
     pub window: WindowIndex,
-    /// The node's local time at which `offset_ns` holds.
+    /// The node's local time at which `offset` holds.
     pub anchor: LocalNs,
     /// global − local at the anchor.
-    pub offset_ns: i64,
-    /// The rate of `offset_ns`, ppb.
+    pub offset: Nanos,
+    /// The rate of `offset`, ppb.
     pub drift_ppb: f64,
     pub bound_ns: u64,
     /// How fast the bound widens away from the anchor (drift uncertainty
@@ -54,7 +54,7 @@ impl NodeResult {
 
     /// global − local at local time `t`, extrapolated with the drift.
     pub fn offset_at(&self, t: LocalNs) -> f64 {
-        ns_f64(self.offset_ns) + self.drift_ppb * t.secs_since(self.anchor)
+        self.offset.as_f64() + self.drift_ppb * t.secs_since(self.anchor)
     }
 
     /// The bound at local time `t`, grown at its published rate either
@@ -91,7 +91,7 @@ pub(crate) mod tests {
             reference_name: Some("n0".into()),
             window: WindowIndex(0),
             anchor: LocalNs(anchor_s * 1_000_000_000),
-            offset_ns: 0,
+            offset: Nanos(0),
             drift_ppb: 0.0,
             bound_ns,
             bound_growth_ppb: growth_ppb,
@@ -105,7 +105,7 @@ pub(crate) mod tests {
     #[test]
     fn a_result_ages_with_its_drift_and_bound_growth() {
         let r = NodeResult {
-            offset_ns: 100,
+            offset: Nanos(100),
             drift_ppb: 10.0,
             ..sample(10, 50, 20.0)
         };

@@ -18,7 +18,7 @@
 
 use std::collections::VecDeque;
 
-use clockmesh_estimator::convert::{ceil_bound_ns, ns_f64, round_ns, unsigned_ns_f64};
+use clockmesh_estimator::convert::{ceil_bound_ns, round_ns, unsigned_ns_f64};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -57,7 +57,7 @@ impl Carry {
         let growth = own.bound_growth_ppb.max(0.0) * age.as_secs_f64();
         Some(Carry {
             anchor: own.anchor,
-            offset: Nanos(own.offset_ns),
+            offset: own.offset,
             drift_ppb: own.drift_ppb,
             bound_ns: own.bound_ns.saturating_add(ceil_bound_ns(growth)),
             from: own.reference_label(),
@@ -73,7 +73,7 @@ impl Carry {
     /// `r` (solved against this node's clock, whose local time at the solve
     /// epoch is `epoch`) moved onto the continued timeline.
     pub fn apply(&self, r: &mut NodeResult, epoch: LocalNs) {
-        r.offset_ns = r.offset_ns.saturating_add(self.offset_at(epoch).0);
+        r.offset += self.offset_at(epoch);
         // First order: the rates add (drifts are parts per billion).
         r.drift_ppb += self.drift_ppb;
     }
@@ -91,7 +91,7 @@ const MAX_MARKS: usize = 2_400;
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Mark {
     anchor: LocalNs,
-    offset_ns: i64,
+    offset: Nanos,
     bound_ns: u64,
     reference_id: u32,
 }
@@ -118,7 +118,7 @@ impl OwnMarks {
     pub fn record(&mut self, r: &NodeResult) {
         self.marks.push_back(Mark {
             anchor: r.anchor,
-            offset_ns: r.offset_ns,
+            offset: r.offset,
             bound_ns: r.bound_ns,
             reference_id: r.reference,
         });
@@ -143,7 +143,7 @@ impl OwnMarks {
                 (span >= MIN_CHORD_SPAN).then(|| {
                     let span = span.as_f64();
                     Rate {
-                        drift_ppb: ns_f64(latest.offset_ns - m.offset_ns) / span * 1e9,
+                        drift_ppb: (latest.offset - m.offset).as_f64() / span * 1e9,
                         bound_ppb: unsigned_ns_f64(latest.bound_ns + m.bound_ns) / span * 1e9,
                     }
                 })
@@ -208,7 +208,7 @@ impl Continuation {
         Some(Continuation {
             carry: Carry {
                 anchor: own.anchor,
-                offset: Nanos(own.offset_ns),
+                offset: own.offset,
                 drift_ppb: rate.drift_ppb,
                 bound_ns: own.bound_ns.saturating_add(ceil_bound_ns(grown)),
                 from: own.reference_label(),
@@ -291,7 +291,7 @@ mod tests {
     fn own(anchor_ns: i64, offset_ns: i64, drift_ppb: f64) -> NodeResult {
         NodeResult {
             anchor: LocalNs(anchor_ns),
-            offset_ns,
+            offset: Nanos(offset_ns),
             drift_ppb,
             bound_ns: 100,
             bound_growth_ppb: 50.0,
@@ -303,7 +303,7 @@ mod tests {
     /// A result solved against the new leader's clock, for a carry to move.
     fn solved(offset_ns: i64, drift_ppb: f64) -> NodeResult {
         NodeResult {
-            offset_ns,
+            offset: Nanos(offset_ns),
             drift_ppb,
             ..sample(0, 0, 0.0)
         }
@@ -317,7 +317,7 @@ mod tests {
         assert_eq!(c.bound_ns, 100 + 50, "bound grown by 50 ppb over 1 s");
         let mut r = solved(-300, 10.0);
         c.apply(&mut r, LocalNs(1_000_001_000));
-        assert_eq!(r.offset_ns, 7_000 - 300);
+        assert_eq!(r.offset, Nanos(7_000 - 300));
         assert_eq!(r.drift_ppb, 2_010.0);
         let line = HandOverLine::new(3, "new", Some(&c));
         assert_eq!(line.carry(), Some(c));
@@ -335,7 +335,7 @@ mod tests {
     fn on_timeline(anchor_s: i64, drift_ppb: f64, error_ns: i64) -> NodeResult {
         NodeResult {
             anchor: LocalNs(anchor_s * 1_000_000_000),
-            offset_ns: (drift_ppb * anchor_s as f64).round() as i64 + error_ns,
+            offset: Nanos((drift_ppb * anchor_s as f64).round() as i64 + error_ns),
             drift_ppb: drift_ppb + 3.0, // the fit's drift, 3 ppb off
             drift_bound_ppb: 4.0,
             bound_ns: 20,
@@ -415,8 +415,8 @@ mod tests {
         assert_eq!(later.drift_bound_ppb, 1.0 + 24.0);
         assert_eq!(later.drift_ppb, 1.0 + 10.0);
         assert_eq!(
-            later.offset_ns,
-            -300 + c.carry.offset_at(LocalNs(handed_over + 600_000_000_000)).0
+            later.offset,
+            Nanos(-300 + c.carry.offset_at(LocalNs(handed_over + 600_000_000_000)).0)
         );
     }
 

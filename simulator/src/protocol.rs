@@ -771,7 +771,7 @@ impl<'a> Sim<'a> {
         let reading = (r.anchor.0 - READING_BASE_NS) as f64;
         let t = self.clocks.true_time_of(i as NodeId, reading);
         let truth = self.timeline_value(&original, t) - self.clocks.reading(i as NodeId, t);
-        let err = r.offset_ns as f64 - truth;
+        let err = r.offset.as_f64() - truth;
         self.scores.continued += 1;
         self.scores.continued_covered += usize::from(err.abs() <= r.bound_ns as f64);
     }
