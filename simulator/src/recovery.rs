@@ -49,7 +49,14 @@ impl RecoveryRule {
     /// 2 s, software 32 s, in windows) plus one publication.
     pub fn for_fault(stamps: StampClass, fault_windows: u32, window_ns: i64) -> Self {
         let span = stamps.max_history_windows(Nanos(window_ns)) as f64;
-        let history_survived = f64::from(fault_windows) < span;
+        Self::with_history(stamps, window_ns, f64::from(fault_windows) < span)
+    }
+
+    /// The rule where the caller knows whether the fault left the history
+    /// (a restarted agent or a path change empties it, whatever the
+    /// fault's length).
+    pub fn with_history(stamps: StampClass, window_ns: i64, history_survived: bool) -> Self {
+        let span = stamps.max_history_windows(Nanos(window_ns)) as f64;
         let deadline_windows = if history_survived {
             BACK_WITH_HISTORY_WINDOWS
         } else {
