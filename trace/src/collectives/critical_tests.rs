@@ -443,3 +443,168 @@ fn overlapping_calls_are_anchored_at_the_previous_enter() {
     let faster = c.what_if[1].steps[0];
     assert_eq!(faster.measured_ns - faster.predicted_ns, 2 * MS as u64);
 }
+
+/// A DDP-style Kineto trace of one rank: per step, `fwd` and `bwd` kernels
+/// on the compute stream (7), each followed by an all-reduce kernel on
+/// NCCL's own stream (20) that waited (through a CUDA event) for it; the
+/// next compute overlaps the all-reduce. `bwd_us(rank, step)` is the
+/// backward's duration; every rank's times come from one simulation, so
+/// the ranks' kernels wait for each other as NCCL's would.
+fn ddp_traces(
+    ranks: usize,
+    steps: u64,
+    bwd_us: impl Fn(usize, u64) -> f64,
+) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)";
+    let mut events: Vec<Vec<serde_json::Value>> = vec![Vec::new(); ranks];
+    let kernel = |name: &str, tid: u64, ts: f64, dur: f64, seq: Option<u64>| {
+        let mut ev = json!({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": tid,
+            "ts": ts, "dur": dur});
+        if let Some(seq) = seq {
+            ev["args"] = json!({"Process Group Name": "0", "Collective name": "allreduce",
+                "Seq": seq, "Group size": ranks});
+        }
+        ev
+    };
+    let mut start = 1000.0;
+    for step in 0..steps {
+        let fwd_end: Vec<f64> = (0..ranks).map(|_| start + 100.0 + 1000.0).collect();
+        // The first all-reduce: each rank's kernel starts 20 µs after its
+        // forward (the event wait), all leave 200 µs after the last.
+        let enter1: Vec<f64> = fwd_end.iter().map(|e| e + 20.0).collect();
+        let exit1 = enter1.iter().cloned().fold(f64::MIN, f64::max) + 200.0;
+        let bwd_end: Vec<f64> = (0..ranks)
+            .map(|r| fwd_end[r] + 10.0 + bwd_us(r, step))
+            .collect();
+        let enter2: Vec<f64> = bwd_end.iter().map(|e| e.max(exit1) + 20.0).collect();
+        let exit2 = enter2.iter().cloned().fold(f64::MIN, f64::max) + 200.0;
+        for r in 0..ranks {
+            let ev = &mut events[r];
+            ev.push(
+                json!({"ph": "X", "cat": "user_annotation", "name": format!("ProfilerStep#{step}"),
+                "pid": 100, "tid": 1, "ts": start, "dur": exit2 + 50.0 - start}),
+            );
+            ev.push(kernel("fwd_kernel", 7, start + 100.0, 1000.0, None));
+            ev.push(kernel(
+                "bwd_kernel",
+                7,
+                fwd_end[r] + 10.0,
+                bwd_us(r, step),
+                None,
+            ));
+            ev.push(kernel(
+                nccl,
+                20,
+                enter1[r],
+                exit1 - enter1[r],
+                Some(step * 2),
+            ));
+            ev.push(kernel(
+                nccl,
+                20,
+                enter2[r],
+                exit2 - enter2[r],
+                Some(step * 2 + 1),
+            ));
+        }
+        start = exit2 + 1000.0;
+    }
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(r, ev)| {
+            json!({"distributedInfo": {"backend": "nccl", "rank": r, "world_size": ranks},
+                "baseTimeNanoseconds": 1_700_000_000_000_000_000i64, "traceEvents": ev})
+        })
+        .collect()
+}
+
+/// NCCL on its own stream (DDP): what preceded an all-reduce is the
+/// compute kernel the NCCL stream waited for on the compute stream, not
+/// the previous all-reduce on its own stream (nor a gap): rank 1's slow
+/// backward in step 2 tops the path as its work.
+#[test]
+fn a_gpu_call_s_work_is_the_device_s_last_span_on_any_stream() {
+    const PLANTED: u64 = 2;
+    let traces = ddp_traces(2, 5, |r, step| {
+        if r == 1 && step == PLANTED {
+            12_000.0
+        } else {
+            2_000.0 + r as f64 * 30.0
+        }
+    });
+    let dir = std::env::temp_dir().join(format!("cm-crit-ddp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files: Vec<std::path::PathBuf> = traces
+        .iter()
+        .enumerate()
+        .map(|(r, t)| {
+            let p = dir.join(format!("rank{r}.pt.trace.json"));
+            std::fs::write(&p, serde_json::to_vec(t).unwrap()).unwrap();
+            p
+        })
+        .collect();
+    let job = crate::collectives::inputs::read_job(&files, false).unwrap();
+    assert_eq!(job.calls.len(), 2 * 5 * 2);
+    // Read alike whatever the order of the streams in the file (Kineto
+    // need not interleave them in time: a stream's events all before the
+    // other's needs the second pass).
+    for by_stream in [false, true] {
+        let files: Vec<std::path::PathBuf> = traces
+            .iter()
+            .enumerate()
+            .map(|(r, t)| {
+                let mut t = t.clone();
+                let events = t["traceEvents"].as_array_mut().unwrap();
+                events.sort_by_key(|e| {
+                    let tid = e["tid"].as_i64().unwrap();
+                    if by_stream { tid } else { -tid }
+                });
+                let p = dir.join(format!("rank{r}.{by_stream}.pt.trace.json"));
+                std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
+                p
+            })
+            .collect();
+        let again = crate::collectives::inputs::read_job(&files, false).unwrap();
+        let preceding = |j: &crate::collectives::inputs::Job| -> Vec<_> {
+            j.calls.iter().map(|c| c.preceding.clone()).collect()
+        };
+        assert_eq!(preceding(&again), preceding(&job), "by stream {by_stream}");
+    }
+    // Every all-reduce followed the compute kernel it waited for.
+    for c in &job.calls {
+        let before = c.preceding.as_ref().map(|p| &*p.name);
+        let want = if c.key.ordinal % 2 == 0 {
+            "fwd_kernel"
+        } else {
+            "bwd_kernel"
+        };
+        assert_eq!(before, Some(want), "{:?}", c.key);
+    }
+    let a = analyse(
+        &job.participants,
+        job.calls.clone(),
+        &AnalysisOptions {
+            aligned: false,
+            ..Default::default()
+        },
+    );
+    let c = critical_paths(&a, &job.calls, &job.steps, &CriticalOptions::default());
+    assert_eq!(c.steps.len(), 5);
+    for p in &c.steps {
+        let (rank, kind, op) = top(p);
+        let s = &p.segments[p.top.unwrap()];
+        if p.step == PLANTED {
+            assert_eq!((rank, kind, op), (1, SegmentKind::Work, "bwd_kernel"));
+            // From the first all-reduce's exit (the anchor), 210 µs
+            // after the backward began, to its end.
+            assert_eq!(s.duration_ns, (12 * MS - 210 * US) as u64);
+        } else {
+            assert_eq!(kind, SegmentKind::Work, "step {}", p.step);
+            assert!(s.duration_ns < 3 * MS as u64, "step {}", p.step);
+        }
+        let sum: u64 = p.segments.iter().map(|s| s.duration_ns).sum();
+        assert_eq!(sum, p.duration_ns);
+    }
+}

@@ -58,7 +58,7 @@ use super::{RankTrace, Timed, step_at, step_spans};
 use crate::TraceError;
 use event::{Args, Seq};
 use json::{Source, Top, event, one, walk};
-use lanes::{Before, Lane, Threads, Work};
+use lanes::{Before, Lane, LaneKey, Threads, Work};
 use link::{Link, Links};
 use pass::{Again, Pass};
 
@@ -148,6 +148,8 @@ struct Found {
     kind: CollectiveKind,
     tier: Tier,
     thread: usize,
+    /// Its device, for an event that ran on a GPU ([`lanes::is_gpu`]).
+    device: Option<usize>,
     start: i128,
     end: i128,
     args: CallArgs,
@@ -217,7 +219,7 @@ fn read_with<R: Read>(
     };
     let links = Links::new(&pass.comms, &pass.found, &pass.launches);
     let linked: Vec<Link> = calls.iter().map(|(f, i)| links.of(f, i)).collect();
-    let points: Vec<(usize, i128)> = calls
+    let points: Vec<(LaneKey, i128)> = calls
         .iter()
         .map(|(f, issue)| work_point(f, issue))
         .collect();
@@ -225,7 +227,7 @@ fn read_with<R: Read>(
         &mut open,
         chunk,
         &mut pass.threads,
-        &pass.lanes,
+        (&pass.lanes, &pass.devices),
         pass.seen,
         &points,
     )?;
@@ -258,6 +260,7 @@ fn first_pass<R: Read>(reader: R, chunk: usize) -> Result<(Pass, Top), TraceErro
         walk(&mut src, true, |b| event(b, |ev| pass.event(ev)))?
     };
     pass.lanes.iter_mut().for_each(Lane::finish);
+    pass.devices.iter_mut().for_each(Lane::finish);
     let base = top.base_ns.unwrap_or(0);
     if let Some((lo, hi)) = pass.range {
         // Every event's time must be a time (checked here: the base may
@@ -296,32 +299,47 @@ fn issued_calls(found: &[Found]) -> Option<Vec<(&Found, &Found)>> {
     Some(calls)
 }
 
-/// Where what a rank did before a call is: for a kernel, its own stream
-/// at its start — the GPU ran the rank's work there, while the CPU only
-/// queued it and may be far ahead (its ops before the launch last
-/// microseconds; counting from them made the GPU's compute look like a
-/// host gap, and no what-if could reach it); for any other call, the
-/// issuing thread at the issue (the dispatcher op before a backend span).
-fn work_point(f: &Found, issue: &Found) -> (usize, i128) {
-    if f.tier == Tier::Kernel {
-        (f.thread, f.start)
-    } else {
-        (issue.thread, issue.start)
+/// Where what a rank did before a call is: for a kernel, its device at
+/// its start, every stream together — the GPU ran the rank's work there,
+/// while the CPU only queued it and may be far ahead (its ops before the
+/// launch last microseconds; counting from them made the GPU's compute
+/// look like a host gap, and no what-if could reach it); and not its own
+/// stream only: NCCL runs on a stream of its own (ProcessGroupNCCL, DDP),
+/// made to wait for the compute stream by a CUDA event, so there the span
+/// before a collective kernel is the previous collective, and the compute
+/// it waited for looked like a gap. A kernel the trace places on no GPU
+/// row is read on its own thread; any other call on the issuing thread at
+/// the issue (the dispatcher op before a backend span).
+fn work_point(f: &Found, issue: &Found) -> (LaneKey, i128) {
+    match (f.tier, f.device) {
+        (Tier::Kernel, Some(d)) => (LaneKey::Device(d), f.start),
+        (Tier::Kernel, None) => (LaneKey::Thread(f.thread), f.start),
+        _ => (LaneKey::Thread(issue.thread), issue.start),
     }
 }
 
-/// What came before each call's issue: from the first pass (`first`, one
-/// lane a thread) where it could say, else from `second`.
+/// The first pass's lanes: one a thread, one a device.
+type FirstLanes<'p> = (&'p [Lane], &'p [Lane]);
+
+fn first_lane<'p>((threads, devices): FirstLanes<'p>, key: LaneKey) -> &'p Lane {
+    match key {
+        LaneKey::Thread(i) => &threads[i],
+        LaneKey::Device(i) => &devices[i],
+    }
+}
+
+/// What came before each call's issue: from the first pass (`first`)
+/// where it could say, else from `second`.
 struct Answers<'p> {
-    first: &'p [Lane],
-    second: HashMap<usize, Lane>,
+    first: FirstLanes<'p>,
+    second: HashMap<LaneKey, Lane>,
 }
 
 impl Answers<'_> {
-    /// The span that came before `t` on `thread`, if any.
-    fn before(&self, (thread, t): (usize, i128)) -> Option<&Work> {
-        match self.first[thread].before(t) {
-            Before::Unknown => self.second.get(&thread).and_then(|l| l.before(t).span()),
+    /// The span that came before `t` on lane `key`, if any.
+    fn before(&self, (key, t): (LaneKey, i128)) -> Option<&Work> {
+        match first_lane(self.first, key).before(t) {
+            Before::Unknown => self.second.get(&key).and_then(|l| l.before(t).span()),
             answered => answered.span(),
         }
     }
@@ -334,14 +352,14 @@ fn answer<'p, R: Read>(
     open: impl FnOnce() -> Result<R, TraceError>,
     chunk: usize,
     threads: &mut Threads,
-    first: &'p [Lane],
+    first: FirstLanes<'p>,
     seen: u64,
-    points: &[(usize, i128)],
+    points: &[(LaneKey, i128)],
 ) -> Result<Answers<'p>, TraceError> {
-    let mut second: HashMap<usize, Lane> = HashMap::new();
-    for &(thread, t) in points {
-        if matches!(first[thread].before(t), Before::Unknown) {
-            second.entry(thread).or_default().ask(t);
+    let mut second: HashMap<LaneKey, Lane> = HashMap::new();
+    for &(key, t) in points {
+        if matches!(first_lane(first, key).before(t), Before::Unknown) {
+            second.entry(key).or_default().ask(t);
         }
     }
     if !second.is_empty() {
@@ -373,7 +391,7 @@ struct Placed {
 fn place(
     calls: Vec<(&Found, &Found)>,
     links: &[Link],
-    points: &[(usize, i128)],
+    points: &[(LaneKey, i128)],
     answers: &Answers,
     placed: &Placed,
     dist: Option<&DistributedInfo>,

@@ -5,12 +5,36 @@ use std::collections::{BinaryHeap, HashMap};
 
 use super::event::{Id, IdKey};
 
-/// Threads (pid, tid) numbered in order of appearance.
+/// Threads (pid, tid) numbered in order of appearance, and the devices
+/// (a GPU event's pid: Kineto's GPU rows are `pid` device, `tid` stream)
+/// numbered apart: a device's lane is no thread, and the threads' numbers
+/// are the calls' [`crate::collectives::model::Track`] lines.
 #[derive(Default)]
 pub(super) struct Threads {
     map: HashMap<(Option<IdKey>, Option<IdKey>), usize>,
     /// The last one looked up (events of one thread come in runs).
     last: Option<(Option<IdKey>, Option<IdKey>, usize)>,
+    devices: HashMap<Option<IdKey>, usize>,
+    /// Per thread, its device, once a GPU event was seen on it.
+    device_of: Vec<Option<usize>>,
+}
+
+/// Which lane a span is kept in, or a call asks: a thread's (its number),
+/// or a device's, every stream of it together (its number).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum LaneKey {
+    Thread(usize),
+    Device(usize),
+}
+
+/// Whether an event of category `cat` ran on a GPU (what a GPU call's work
+/// may be, on any stream of its device): kernels, copies, sets, and the
+/// GPU's copies of the annotated regions.
+pub(super) fn is_gpu(cat: Option<&str>) -> bool {
+    matches!(
+        cat,
+        Some("kernel" | "gpu_memcpy" | "gpu_memset" | "gpu_user_annotation")
+    )
 }
 
 impl Threads {
@@ -33,6 +57,20 @@ impl Threads {
         let i = *self.map.get(&key)?;
         self.last = Some((key.0, key.1, i));
         Some(i)
+    }
+
+    /// The device of `thread` (whose pid is `pid`), numbered on first use.
+    pub(super) fn device(&mut self, thread: usize, pid: Option<&Id>) -> usize {
+        if let Some(Some(d)) = self.device_of.get(thread) {
+            return *d;
+        }
+        let next = self.devices.len();
+        let d = *self.devices.entry(IdKey::of(pid)).or_insert(next);
+        if self.device_of.len() <= thread {
+            self.device_of.resize(thread + 1, None);
+        }
+        self.device_of[thread] = Some(d);
+        d
     }
 
     fn cached(&self, pid: Option<&Id>, tid: Option<&Id>) -> Option<usize> {

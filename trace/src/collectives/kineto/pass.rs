@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 
 use super::event::{Args, Event, Text};
-use super::lanes::{Lane, Threads, Work};
+use super::lanes::{Lane, LaneKey, Threads, Work, is_gpu};
 use super::link::{CommsOp, Launch};
-use super::{CallArgs, Found, Step, malformed, tier};
+use super::{CallArgs, Found, Step, Tier, malformed, tier};
 use crate::TraceError;
 use crate::collectives::classify::{classify, classify_comms_arg};
 use crate::collectives::model::CollectiveKind;
@@ -21,6 +21,9 @@ const NAME_CACHE: usize = 4096;
 pub(super) struct Pass {
     pub(super) threads: Threads,
     pub(super) lanes: Vec<Lane>,
+    /// One lane a device: its GPU events on every stream, for the GPU
+    /// calls' work.
+    pub(super) devices: Vec<Lane>,
     /// Spare name buffers (what a lane lets go of).
     pool: Vec<String>,
     /// Names already classified.
@@ -87,8 +90,14 @@ impl Pass {
         if thread == self.lanes.len() {
             self.lanes.push(Lane::default());
         }
-        let lane = &mut self.lanes[thread];
         let cat = ev.cat.as_deref();
+        let device = is_gpu(cat).then(|| self.threads.device(thread, ev.pid.as_ref()));
+        if let Some(d) = device
+            && d == self.devices.len()
+        {
+            self.devices.push(Lane::default());
+        }
+        let lane = &mut self.lanes[thread];
         if let Some(launch) = Launch::of(cat, thread, start, ev.args.as_ref()) {
             self.launches.insert(launch.0, launch.1);
         }
@@ -105,11 +114,17 @@ impl Pass {
             // is asked now (the spans that end before it may all be known
             // already) and completed by the spans still to come.
             lane.ask_now(start);
+            let tier = tier(&name, cat);
+            if let (Tier::Kernel, Some(d)) = (tier, device) {
+                // A kernel's work is the device's (see `work_point`).
+                self.devices[d].ask_now(start);
+            }
             self.found.push(Found {
                 name: name.to_string(),
                 kind,
-                tier: tier(&name, cat),
+                tier,
                 thread,
+                device,
                 start,
                 end,
                 args: CallArgs::of(ev.args),
@@ -124,16 +139,18 @@ impl Pass {
                     self.steps.push(Step { n, start, end });
                 }
             }
-            None => lane.work(
-                Work {
+            None => {
+                let w = Work {
                     end,
                     start,
                     idx,
                     name: String::new(),
-                },
-                &name,
-                &mut self.pool,
-            ),
+                };
+                if let Some(d) = device {
+                    self.devices[d].work(w.clone(), &name, &mut self.pool);
+                }
+                self.lanes[thread].work(w, &name, &mut self.pool);
+            }
         }
         Ok(())
     }
@@ -147,7 +164,7 @@ fn is_gpu_annotation(cat: Option<&str>) -> bool {
 /// answer.
 pub(super) struct Again<'a> {
     pub(super) threads: &'a mut Threads,
-    pub(super) lanes: &'a mut HashMap<usize, Lane>,
+    pub(super) lanes: &'a mut HashMap<LaneKey, Lane>,
     pub(super) seen: u64,
 }
 
@@ -168,14 +185,20 @@ impl Again<'_> {
         if name.starts_with("ProfilerStep#") {
             return Ok(());
         }
-        if let Some(lane) = self.lanes.get_mut(&thread) {
-            let w = Work {
-                end,
-                start,
-                idx,
-                name: String::new(),
-            };
+        let w = Work {
+            end,
+            start,
+            idx,
+            name: String::new(),
+        };
+        if let Some(lane) = self.lanes.get_mut(&LaneKey::Thread(thread)) {
             lane.answer(&w, &name);
+        }
+        if is_gpu(ev.cat.as_deref()) {
+            let d = self.threads.device(thread, ev.pid.as_ref());
+            if let Some(lane) = self.lanes.get_mut(&LaneKey::Device(d)) {
+                lane.answer(&w, &name);
+            }
         }
         Ok(())
     }

@@ -16,6 +16,7 @@ use crate::collectives::{RankTrace, Timed, preceding_before, step_at};
 // The trace-level metadata is read alike; what this reference checks is
 // the events.
 use super::event::Seq;
+use super::lanes::LaneKey;
 use super::link::{CommsOp, Launch, Links};
 use super::{
     CallArgs, ClockmeshInfo, DistributedInfo, Found, Step, call, default_group, default_world,
@@ -108,6 +109,8 @@ impl Args<'_> {
 struct Span<'a> {
     name: Cow<'a, str>,
     thread: usize,
+    /// Its device (numbered by pid), when it ran on a GPU.
+    device: Option<usize>,
     start_ns: i64,
     end_ns: i64,
 }
@@ -133,6 +136,7 @@ pub fn parse(bytes: &[u8], path: &Path, aligned: bool) -> Result<RankTrace, Trac
         .map_err(|e| TraceError::NotXPlane(format!("not a PyTorch (Kineto) JSON trace: {e}")))?;
     let base_ns = doc.base_ns.unwrap_or(0);
     let mut threads: HashMap<(Option<Id>, Option<Id>), usize> = HashMap::new();
+    let mut devices: HashMap<Option<Id>, usize> = HashMap::new();
     let mut kept = Kept::default();
     for ev in doc.events {
         if ev.ph.as_deref() != Some("X") {
@@ -145,9 +149,13 @@ pub fn parse(bytes: &[u8], path: &Path, aligned: bool) -> Result<RankTrace, Trac
         let end = start + rel_ns(ev.dur.unwrap_or(0.0))?;
         epoch_ns(base_ns, start)?;
         let next = threads.len();
+        let cat = ev.cat.as_deref();
+        let device = super::lanes::is_gpu(cat).then(|| {
+            let next = devices.len();
+            *devices.entry(ev.pid.clone()).or_insert(next)
+        });
         let thread = *threads.entry((ev.pid, ev.tid)).or_insert(next);
         let args = ev.args.unwrap_or_default();
-        let cat = ev.cat.as_deref();
         if let Some((corr, l)) = launch(cat, thread, start, &args) {
             kept.launches.insert(corr, l);
         }
@@ -165,6 +173,7 @@ pub fn parse(bytes: &[u8], path: &Path, aligned: bool) -> Result<RankTrace, Trac
                 kind,
                 tier: tier(&name, cat),
                 thread,
+                device,
                 start,
                 end,
                 args: args.call_args(),
@@ -178,6 +187,7 @@ pub fn parse(bytes: &[u8], path: &Path, aligned: bool) -> Result<RankTrace, Trac
         kept.spans.push(Span {
             name,
             thread,
+            device,
             start_ns: epoch_ns(base_ns, start)?,
             end_ns: epoch_ns(base_ns, start)?.saturating_add(
                 i64::try_from(end - start)
@@ -245,18 +255,26 @@ fn calls(kept: &Kept, base_ns: i64, dist: Option<&DistributedInfo>) -> Vec<Colle
     let Some(issued) = issued_calls(&kept.found) else {
         return Vec::new();
     };
-    // What each thread did, for `preceding`.
-    let mut by_thread: HashMap<usize, Vec<Timed<&str>>> = HashMap::new();
+    // What each thread, and each device on all its streams, did, for
+    // `preceding`.
+    let mut by_thread: HashMap<LaneKey, Vec<Timed<&str>>> = HashMap::new();
     for s in kept
         .spans
         .iter()
         .filter(|s| !s.name.starts_with("ProfilerStep#"))
     {
-        by_thread.entry(s.thread).or_default().push(Timed {
+        let t = Timed {
             name: s.name.as_ref(),
             start_ns: s.start_ns,
             end_ns: s.end_ns,
-        });
+        };
+        if let Some(d) = s.device {
+            by_thread.entry(LaneKey::Device(d)).or_default().push(t);
+        }
+        by_thread
+            .entry(LaneKey::Thread(s.thread))
+            .or_default()
+            .push(t);
     }
     for v in by_thread.values_mut() {
         v.sort_by_key(|t| (t.end_ns, t.start_ns));
