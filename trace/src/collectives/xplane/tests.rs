@@ -13,7 +13,7 @@ mod oracle {
     use std::path::Path;
 
     use clockmesh_proto::prost::Message;
-    use clockmesh_proto::xplane::{XPlane, XSpace, x_event, x_stat};
+    use clockmesh_proto::xplane::{XLine, XPlane, XSpace, x_event, x_stat};
 
     use super::super::{HOST_PLANE, PROCESS_INDEX, TASK_ENV, number_occurrences};
     use crate::TraceError;
@@ -157,6 +157,28 @@ mod oracle {
         name.starts_with("end: ") || name.starts_with("ThreadpoolListener::") || end <= start
     }
 
+    /// The work events of a line of `p`.
+    fn line_work<'a>(
+        p: &'a XPlane,
+        line: &'a XLine,
+        start_ns: i64,
+        op_names: bool,
+    ) -> Vec<Timed<&'a str>> {
+        let line_start = start_ns.saturating_add(line.timestamp_ns);
+        line.events
+            .iter()
+            .filter_map(|ev| event_span(p, line_start, ev).map(|s| (ev, s)))
+            .filter(|(_, (n, s, e))| !is_marker(n, *s, *e))
+            .map(|(ev, (name, start_ns, end_ns))| Timed {
+                name: stat_str(p, &ev.stats, "name")
+                    .filter(|n| op_names && !n.is_empty())
+                    .unwrap_or(name),
+                start_ns,
+                end_ns,
+            })
+            .collect()
+    }
+
     /// The collective calls of plane `p`, the `index`-th of its file;
     /// `op_names` (device planes): the work named by its `name` stat
     /// (XLA's op name) where it has one.
@@ -168,22 +190,24 @@ mod oracle {
         op_names: bool,
     ) -> Vec<CollectiveCall> {
         let mut calls = Vec::new();
+        let line_work = |line| line_work(p, line, start_ns, op_names);
+        // A device plane's calls follow work on any of its streams.
+        let mut device_work: Vec<Timed<&str>> = p
+            .lines
+            .iter()
+            .filter(|l| op_names && !super::super::walk::is_derived_line(l.id))
+            .flat_map(line_work)
+            .collect();
+        device_work.sort_by_key(|t| (t.end_ns, t.start_ns));
         for line in &p.lines {
             let line_start = start_ns.saturating_add(line.timestamp_ns);
-            let mut work: Vec<Timed<&str>> = line
-                .events
-                .iter()
-                .filter_map(|ev| event_span(p, line_start, ev).map(|s| (ev, s)))
-                .filter(|(_, (n, s, e))| !is_marker(n, *s, *e))
-                .map(|(ev, (name, start_ns, end_ns))| Timed {
-                    name: stat_str(p, &ev.stats, "name")
-                        .filter(|n| op_names && !n.is_empty())
-                        .unwrap_or(name),
-                    start_ns,
-                    end_ns,
-                })
-                .collect();
-            work.sort_by_key(|t| (t.end_ns, t.start_ns));
+            let work = if op_names {
+                device_work.clone()
+            } else {
+                let mut w = line_work(line);
+                w.sort_by_key(|t| (t.end_ns, t.start_ns));
+                w
+            };
             for ev in &line.events {
                 let Some((name, enter, exit)) = event_span(p, line_start, ev) else {
                     continue;
@@ -505,6 +529,7 @@ fn variants() -> Vec<XSpace> {
     s.planes.insert(1, dev);
     out.push(s);
     out.push(device_op_names());
+    out.push(device_streams());
     out.push(long_line());
     let mut s = host(1, Some(700), 5_000_000);
     s.planes[1].lines[1].events[0]
@@ -573,6 +598,65 @@ fn a_gpu_call_s_work_is_named_by_its_xla_op_not_its_kernel() {
     )
     .unwrap();
     assert_eq!(&*t.calls[0].preceding.as_ref().unwrap().name, "tanh_fusion");
+}
+
+/// [`device_op_names`] with a second stream, whose kernel ends after the
+/// psum's stream's last one and before the psum (its line's timestamp
+/// another), and derived lines (xprof's "XLA Ops", ids from 0xdeadbeef,
+/// plain and wrapped to a C `int`) whose events end later still.
+fn device_streams() -> XSpace {
+    let mut s = device_op_names();
+    let dev = &mut s.planes[1];
+    let kernel = |at: i64, dur: i64, op: &str| {
+        let mut k = dev.lines[0].events[0].clone();
+        k.data = Some(x_event::Data::OffsetPs(at));
+        k.duration_ps = dur;
+        k.stats.retain(|st| st.metadata_id != 7);
+        k.stats.push(stat(7, x_stat::Value::StrValue(op.into())));
+        k
+    };
+    let grad = kernel(4_000_000, 1_000_000, "jit(step)/grad/dot_general");
+    let derived = kernel(4_000_000, 1_400_000, "derived");
+    let derived_wrapped = kernel(4_000_000, 1_450_000, "derived");
+    for (id, name, ts, ev) in [
+        (20, "Stream #20(Compute)", 500, grad),
+        (0xdead_beef + 5, "XLA Ops", 500, derived),
+        (
+            i64::from(0xdead_beef_u32 as i32) + 3,
+            "XLA Ops",
+            500,
+            derived_wrapped,
+        ),
+    ] {
+        dev.lines.push(XLine {
+            id,
+            name: name.into(),
+            timestamp_ns: ts,
+            events: vec![ev],
+            ..Default::default()
+        });
+    }
+    s
+}
+
+/// XLA may run a collective on a stream of its own: what a GPU call
+/// followed is the device's last work on any stream (not a derived line).
+#[test]
+fn a_gpu_call_s_work_is_the_device_s_last_on_any_stream() {
+    let t = read(&write("dev_streams.xplane.pb", &device_streams()), true).unwrap();
+    let before: Vec<_> = t
+        .calls
+        .iter()
+        .map(|c| c.preceding.as_ref().map(|p| (p.name.to_string(), p.end_ns)))
+        .collect();
+    let at = |ns: i64| 1_000_000_000 + 500 + ns;
+    assert_eq!(
+        before,
+        [
+            Some(("jit(step)/grad/dot_general".into(), at(5_000))),
+            Some(("jit(step)/backward/dot_general".into(), at(500 + 9_700))),
+        ]
+    );
 }
 
 /// A line of a few MB (past the reader's buffer), in time order but

@@ -50,17 +50,26 @@ impl<'h> PlaneWalk<'h> {
             return Ok(());
         }
         let mut scratch = Vec::new();
+        // A device plane's streams: what its calls followed is looked up on
+        // all of them, once every line's calls are known.
+        let mut streams = Vec::new();
         for &(pos, len) in &self.head.lines {
             let first = self.calls.len();
-            let start_ns = self.first_pass(r, cache, &mut scratch, (pos, len), want_calls)?;
+            let (start_ns, id) = self.first_pass(r, cache, &mut scratch, (pos, len), want_calls)?;
+            if self.op_names {
+                if !is_derived_line(id) {
+                    streams.push((pos, len, start_ns));
+                }
+                continue;
+            }
             let line = &mut self.calls[first..];
             if !line.is_empty() {
                 let names = &mut cache.1;
+                let lines = [(pos, len, start_ns)];
                 preceding_pass(
                     r,
                     self.head,
-                    (pos, len),
-                    start_ns,
+                    &lines,
                     line,
                     &mut scratch,
                     names,
@@ -68,11 +77,22 @@ impl<'h> PlaneWalk<'h> {
                 )?;
             }
         }
+        if !self.calls.is_empty() && !streams.is_empty() {
+            preceding_pass(
+                r,
+                self.head,
+                &streams,
+                &mut self.calls,
+                &mut scratch,
+                &mut cache.1,
+                self.op_names,
+            )?;
+        }
         Ok(())
     }
 
     /// Adds the line's calls (without what preceded them) and steps;
-    /// returns where the line starts (epoch ns).
+    /// returns where the line starts (epoch ns) and its id.
     fn first_pass<R: Src>(
         &mut self,
         r: &mut R,
@@ -80,7 +100,7 @@ impl<'h> PlaneWalk<'h> {
         scratch: &mut Vec<u8>,
         (pos, len): (u64, u64),
         want_calls: bool,
-    ) -> Result<i64, TraceError> {
+    ) -> Result<(i64, i64), TraceError> {
         let (mut id, mut ts) = (0i64, 0i64);
         // The line's calls go to `self.calls` from `first`, their enter and
         // exit first holding the offset and duration (ps): times wait for
@@ -130,8 +150,22 @@ impl<'h> PlaneWalk<'h> {
                 end_ns,
             }
         }));
-        Ok(start_ns)
+        Ok((start_ns, id))
     }
+}
+
+/// The first id of the lines a profiler derives from the others (xprof's
+/// `kThreadIdDerivedMin`: "Steps", "XLA Modules", "XLA Ops", "Framework
+/// Ops", …, which repeat the streams' kernels as ops), as written into
+/// the line's int64 id from a C `int` (wrapped) or not.
+const DERIVED_LINE_MIN: u32 = 0xdead_beef;
+
+/// Whether a device plane's line is a derived one, not a stream: its
+/// events are no work of their own. xprof numbers them upwards from
+/// [`DERIVED_LINE_MIN`] (a few dozen; 1,024 leaves room).
+pub(super) fn is_derived_line(id: i64) -> bool {
+    let at = |min: i64| (min..min + 1024).contains(&id);
+    at(i64::from(DERIVED_LINE_MIN)) || at(i64::from(DERIVED_LINE_MIN as i32))
 }
 
 /// One field of a line, as [`walk_line`] hands it on.
