@@ -23,12 +23,20 @@ CPU's speed and gloo's all-reduces vary from run to run.)
   kernels (a stream synchronise at its end), so that the region on the CPU
   lasts as long as the op's GPU work.
 
+With `--nccl-stream` (cuda) each all-reduce is issued with `async_op=True`
+and waited for at once (`work.wait()`), as DDP's bucket all-reduces are:
+ProcessGroupNCCL then runs the NCCL kernel on a stream of its own, which
+waits for the compute stream through a CUDA event, and the compute stream
+waits for it in turn (without it, PyTorch 2.11 runs a synchronous
+collective on the current stream). The analysis must then find the work
+before a collective on another stream than the collective's.
+
 The planted delay makes the op itself longer, inside its region, with no
 events of its own: a longer spin (cpu), a second `_sleep` kernel of the
 planted duration on the op's stream (cuda).
 
 usage: critical_job.py --rank R --world W --init tcp://ADDR:PORT --out FILE
-       [--device cpu|cuda] [--steps N] [--cycles-per-ms C] [--gpu-wait]
+       [--device cpu|cuda] [--steps N] [--cycles-per-ms C] [--gpu-wait] [--nccl-stream]
        [--plant-rank R --plant-op OP --plant-ms MS --plant-steps 3,5,7]
        critical_job.py --calibrate   (prints the GPU's _sleep cycles per ms)
 """
@@ -59,6 +67,7 @@ def parse():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--cycles-per-ms", type=float, default=0.0)
     ap.add_argument("--gpu-wait", action="store_true")
+    ap.add_argument("--nccl-stream", action="store_true")
     ap.add_argument("--plant-rank", type=int, default=-1)
     ap.add_argument("--plant-op", choices=OPS, default="forward")
     ap.add_argument("--plant-ms", type=float, default=0.0)
@@ -158,14 +167,20 @@ def main():
     sched = schedule(skip_first=1, wait=0, warmup=1, active=a.steps - 2, repeat=1)
     prof = profile(activities=activities, schedule=sched,
                    on_trace_ready=lambda p: p.export_chrome_trace(a.out))
+    def all_reduce(t):
+        if a.nccl_stream:
+            dist.all_reduce(t, async_op=True).wait()
+        else:
+            dist.all_reduce(t)
+
     with prof:
         for step in range(a.steps):
             ops.op("forward", step, x, bucket)
-            dist.all_reduce(bucket)
+            all_reduce(bucket)
             ops.op("backward", step, x, bucket)
-            dist.all_reduce(bucket)
+            all_reduce(bucket)
             ops.op("optimizer", step, x, loss)
-            dist.all_reduce(loss)
+            all_reduce(loss)
             loss[0, 0].item()
             prof.step()
     dist.destroy_process_group()

@@ -27,7 +27,7 @@ the planted rank whose op is in the region (`jit(forward)`, or a
 the planted run's analysis: the planted rank's work of that region).
 
 usage: critical_validate.py --clockmesh BIN [--framework torch|jax]
-       [--device cpu|cuda] [--gpu-wait]
+       [--device cpu|cuda] [--gpu-wait] [--nccl-stream]
        [--runs 20] [--reruns 1] [--seed 1] [--world 2] [--plant-ms 25]
        [--out DIR] [--json FILE]
 Exit status 0 when every run produced an analysis; the figures are printed
@@ -60,6 +60,8 @@ def parse():
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--gpu-wait", action="store_true",
                     help="cuda: each op's region waits for its kernels (critical_job.py)")
+    ap.add_argument("--nccl-stream", action="store_true",
+                    help="cuda: all-reduces on NCCL's own stream, as DDP's (critical_job.py)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--reruns", type=int, default=1, help="re-runs per run (their median is scored)")
     ap.add_argument("--seed", type=int, default=1)
@@ -125,6 +127,7 @@ def run_job(a, out_dir, plant):
                "--device", a.device, "--steps", str(STEPS)]
         if a.device == "cuda":
             cmd += ["--cycles-per-ms", str(a.cycles_per_ms)] + (["--gpu-wait"] if a.gpu_wait else [])
+            cmd += ["--nccl-stream"] if a.nccl_stream else []
         if plant:
             cmd += ["--plant-rank", str(plant["rank"]), "--plant-op", plant["op"],
                     "--plant-ms", str(a.plant_ms),
