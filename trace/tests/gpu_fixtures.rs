@@ -330,3 +330,57 @@ fn real_jax_steps_5_and_6_are_bound_by_process_1_s_sleep() {
     let files = ["jax/process0.vm.xplane.pb", "jax/process1.vm.xplane.pb"];
     path_goes_through_rank_1_s_sleep(files, &[2, 3, 7, 8]);
 }
+
+/// NCCL on its own stream (real PyTorch 2.11 traces, see the README): what
+/// preceded each all-reduce kernel is the compute the NCCL stream waited
+/// for on the compute stream, so the planted `optimizer` of rank 0 (25 ms
+/// longer in steps 3–5) tops those steps as its work, and no step is
+/// topped by a gap (read on the kernel's own stream, every top was the gap
+/// before an all-reduce: 28.9 ms in the planted steps).
+#[test]
+fn real_nccl_on_its_own_stream_steps_are_topped_by_the_compute_it_waited_for() {
+    use clockmesh_trace::collectives::critical::{CriticalOptions, SegmentKind, critical_paths};
+    let files = [
+        data("torch_stream/rank0.pt.trace.json"),
+        data("torch_stream/rank1.pt.trace.json"),
+    ];
+    let job = inputs::read_job(&files, false).unwrap();
+    let a = &raw(&job.participants, job.calls.clone());
+    // Every all-reduce kernel followed a region of the compute stream.
+    for c in &job.calls {
+        let before = c.preceding.as_ref().map(|p| &*p.name);
+        assert!(
+            matches!(before, Some("forward" | "backward" | "optimizer")),
+            "{:?} step {:?}: {before:?}",
+            c.key,
+            c.step
+        );
+    }
+    let c = critical_paths(a, &job.calls, &job.steps, &CriticalOptions::default());
+    assert_eq!(c.steps.len(), 10);
+    for p in &c.steps {
+        let top = &p.segments[p.top.unwrap()];
+        assert_eq!(top.kind, SegmentKind::Work, "step {}", p.step);
+        if matches!(p.step, 3..=5) {
+            assert_eq!(
+                (top.participant, &*top.op),
+                (0, "optimizer"),
+                "step {}",
+                p.step
+            );
+            assert!(
+                top.duration_ns > 28 * MS,
+                "step {}: {}",
+                p.step,
+                top.duration_ns
+            );
+        } else {
+            assert!(
+                top.duration_ns < 17 * MS,
+                "step {}: {}",
+                p.step,
+                top.duration_ns
+            );
+        }
+    }
+}
