@@ -7,7 +7,7 @@
 //!   Before each call k, the interval from its **anchor** to its enter is
 //!   split into *other* (before the op that preceded the call), *work*
 //!   (that op: the last event that ended before the call on the issuing
-//!   thread; for a GPU call, on its stream) and the *gap* (after it: the
+//!   thread; for a GPU call, on its device, any stream) and the *gap* (after it: the
 //!   host's gap, and for a GPU call its launch → kernel latency). The anchor is the previous call's exit
 //!   when k entered after it, else the previous call's enter (the calls
 //!   overlap: k waited only for its issue); the first call's is the rank's

@@ -127,7 +127,8 @@ pub struct InstanceKey {
 /// What a rank did just before it entered a collective.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Preceding {
-    /// The last event that ended before the call on the same thread.
+    /// The last event that ended before the call on the same thread (for
+    /// a GPU call: on any stream of its device).
     pub name: Name,
     /// Its start and end on the analysed timeline (ns).
     pub start_ns: i64,
