@@ -48,6 +48,7 @@ pub fn published_map(fit: &DeviceClockFit) -> PublishedDeviceMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clockmesh_core::time::LocalNs;
     use clockmesh_estimator::device::{
         DeviceClockFitter, FitConfig, SyntheticClockModel, SyntheticConfig,
     };
@@ -55,7 +56,7 @@ mod tests {
     #[test]
     fn published_fields_reproduce_the_fit_within_a_nanosecond() {
         let start = 1_763_800_000_000_000_000;
-        let mut model = SyntheticClockModel::new(SyntheticConfig::default(), start);
+        let mut model = SyntheticClockModel::new(SyntheticConfig::default(), LocalNs(start));
         let mut fitter = DeviceClockFitter::new(
             model.device_id(),
             SourceKind::Synthetic,

@@ -1,5 +1,6 @@
 //! A modelled device clock read against the real host clocks: lets the
 //! sampler, the fitter and the CLI run end to end on a machine with no GPU.
+use clockmesh_core::time::LocalNs;
 use clockmesh_estimator::device::{
     HostStamp, SnapshotPair, SourceKind, SyntheticClockModel, SyntheticConfig,
 };
@@ -15,7 +16,7 @@ impl SyntheticSource {
     /// The model's truth starts at the current host REALTIME.
     pub fn new(config: SyntheticConfig) -> Result<Self, DevClockError> {
         let quantum_ns = config.tick_ns.max(1);
-        let model = SyntheticClockModel::new(config, host::realtime_ns()?);
+        let model = SyntheticClockModel::new(config, LocalNs(host::realtime_ns()?));
         let info = SourceInfo {
             device: model.device_id(),
             kind: SourceKind::Synthetic,
@@ -52,7 +53,7 @@ impl DeviceClockSource for SyntheticSource {
         let mut pairs = Vec::with_capacity(n);
         for i in 0..n {
             let before = host::stamp_before()?;
-            let (mut pair, _truth) = self.model.sample(before.realtime_ns, burst);
+            let (mut pair, _truth) = self.model.sample(LocalNs(before.realtime_ns), burst);
             // Keep the model's bracket width, but on the real host clocks.
             let width = pair.after.realtime_ns - pair.before.realtime_ns;
             pair.before = before;

@@ -13,6 +13,8 @@
 //! huge brackets (preemption) and device times that go backwards. All
 //! randomness comes from a seeded generator, and host time is supplied by the
 //! caller, so runs are reproducible and need no real clock.
+use clockmesh_time::LocalNs;
+
 use super::pair::{DeviceId, DeviceReading, HostStamp, SnapshotPair, SourceKind, Vendor};
 
 /// Parameters of the synthetic clock. Defaults resemble an H100's
@@ -131,7 +133,9 @@ pub struct SyntheticClockModel {
 }
 
 impl SyntheticClockModel {
-    pub fn new(config: SyntheticConfig, start_host_ns: i64) -> Self {
+    /// The model's truth from host time (this host's CLOCK_REALTIME) `start`.
+    pub fn new(config: SyntheticConfig, start: LocalNs) -> Self {
+        let start_host_ns = start.0;
         SyntheticClockModel {
             rng: Rng(config.seed),
             start_host_ns,
@@ -159,9 +163,10 @@ impl SyntheticClockModel {
         self.drift_ppb
     }
 
-    /// Advance the truth to `host_ns` (never backwards) and return the true
-    /// device time there. The wander is applied per advance as a random walk.
-    pub fn advance_to(&mut self, host_ns: i64) -> u64 {
+    /// Advance the truth to host time `host` (never backwards) and return the
+    /// true device time there. The wander is applied per advance as a random walk.
+    pub fn advance_to(&mut self, host: LocalNs) -> u64 {
+        let host_ns = host.0;
         let dt_ns = (host_ns - self.state_host_ns).max(0) as f64;
         if dt_ns > 0.0 {
             let dt_s = dt_ns * 1e-9;
@@ -196,9 +201,10 @@ impl SyntheticClockModel {
         }
     }
 
-    /// Take one snapshot pair whose host bracket starts at `host_before_ns`.
+    /// Take one snapshot pair whose host bracket starts at `host_before`.
     /// Returns the pair and the truth of the device read.
-    pub fn sample(&mut self, host_before_ns: i64, burst: u64) -> (SnapshotPair, TruePoint) {
+    pub fn sample(&mut self, host_before: LocalNs, burst: u64) -> (SnapshotPair, TruePoint) {
+        let host_before_ns = host_before.0;
         let c = &self.config;
         let to_dev = c.latency_to_device_ns + self.rng.below(c.jitter_to_device_ns);
         let mut from_dev = c.latency_from_device_ns + self.rng.below(c.jitter_from_device_ns);
@@ -206,7 +212,7 @@ impl SyntheticClockModel {
             from_dev += c.spike_ns;
         }
         let read_at = host_before_ns + to_dev as i64;
-        let true_dev = self.advance_to(read_at);
+        let true_dev = self.advance_to(LocalNs(read_at));
         let tick = self.config.tick_ns.max(1);
         let mut dev_reported = true_dev / tick * tick;
         if self.rng.unit() < self.config.backwards_probability {
@@ -249,7 +255,7 @@ impl SyntheticClockModel {
         let mut truths = Vec::with_capacity(n);
         let mut now = host_ns;
         for _ in 0..n {
-            let (p, t) = self.sample(now, burst);
+            let (p, t) = self.sample(LocalNs(now), burst);
             now = p.after.realtime_ns + 100;
             pairs.push(p);
             truths.push(t);

@@ -1,5 +1,6 @@
 //! Fitter against the synthetic model, whose truth is known.
 use super::*;
+use clockmesh_time::LocalNs;
 
 const PERIOD_NS: i64 = 100_000_000;
 const BURST: usize = 16;
@@ -21,7 +22,7 @@ struct RunReport {
 /// ramping (then the slope is the window's average drift, which lags).
 fn run(model_cfg: SyntheticConfig, fit_cfg: FitConfig, bursts: u64, lag: usize) -> RunReport {
     let check_drift = model_cfg.drift_ramp_ppb_per_s == 0.0;
-    let mut model = SyntheticClockModel::new(model_cfg, START_NS);
+    let mut model = SyntheticClockModel::new(model_cfg, LocalNs(START_NS));
     let mut fitter =
         DeviceClockFitter::new(model.device_id(), SourceKind::Synthetic, fit_cfg).unwrap();
     let mut old_fits: std::collections::VecDeque<DeviceClockFit> = Default::default();
@@ -147,7 +148,7 @@ fn bad_readings_are_rejected_and_counted() {
     };
     let fit_cfg = FitConfig::default();
     // Count what was injected, by replaying the same seed.
-    let mut replay = SyntheticClockModel::new(model_cfg.clone(), START_NS);
+    let mut replay = SyntheticClockModel::new(model_cfg.clone(), LocalNs(START_NS));
     let (mut wide, mut backwards) = (0u64, 0u64);
     let mut now = START_NS;
     for b in 0..3_000 {
@@ -176,7 +177,7 @@ fn bad_readings_are_rejected_and_counted() {
 
 #[test]
 fn hidden_offset_step_is_an_outlier() {
-    let mut model = SyntheticClockModel::new(SyntheticConfig::default(), START_NS);
+    let mut model = SyntheticClockModel::new(SyntheticConfig::default(), LocalNs(START_NS));
     let mut fitter = DeviceClockFitter::new(
         model.device_id(),
         SourceKind::Synthetic,
@@ -203,7 +204,7 @@ fn hidden_offset_step_is_an_outlier() {
 
 #[test]
 fn device_reset_clears_window_and_refits() {
-    let mut a = SyntheticClockModel::new(SyntheticConfig::default(), START_NS);
+    let mut a = SyntheticClockModel::new(SyntheticConfig::default(), LocalNs(START_NS));
     let cfg = FitConfig::default();
     let mut fitter = DeviceClockFitter::new(a.device_id(), SourceKind::Synthetic, cfg).unwrap();
     let mut now = START_NS;
@@ -219,7 +220,7 @@ fn device_reset_clears_window_and_refits() {
             drift_ppb: -3_000.0,
             ..SyntheticConfig::default()
         },
-        now,
+        LocalNs(now),
     );
     let mut last_truth = None;
     for b in 200..800 {
@@ -248,7 +249,7 @@ fn cfg_reset() -> u32 {
 
 #[test]
 fn fails_closed_past_extrapolation_cap_and_before_enough_points() {
-    let mut model = SyntheticClockModel::new(SyntheticConfig::default(), START_NS);
+    let mut model = SyntheticClockModel::new(SyntheticConfig::default(), LocalNs(START_NS));
     let cfg = FitConfig::default();
     let mut fitter =
         DeviceClockFitter::new(model.device_id(), SourceKind::Synthetic, cfg.clone()).unwrap();
@@ -288,7 +289,7 @@ fn tick_readings_fit_like_ns_readings() {
         domain: HostDomain::Boottime,
         ..FitConfig::default()
     };
-    let mut m = SyntheticClockModel::new(model, START_NS);
+    let mut m = SyntheticClockModel::new(model, LocalNs(START_NS));
     let mut f = DeviceClockFitter::new(m.device_id(), SourceKind::Synthetic, fit_cfg).unwrap();
     let mut now = START_NS;
     let mut truth = None;
@@ -308,7 +309,7 @@ fn tick_readings_fit_like_ns_readings() {
 
 #[test]
 fn wrong_device_and_bad_config_are_errors() {
-    let mut model = SyntheticClockModel::new(SyntheticConfig::default(), START_NS);
+    let mut model = SyntheticClockModel::new(SyntheticConfig::default(), LocalNs(START_NS));
     let other = DeviceId {
         vendor: Vendor::Nvidia,
         index: 0,
@@ -333,7 +334,7 @@ fn wrong_device_and_bad_config_are_errors() {
 
 #[test]
 fn empty_and_all_invalid_bursts_do_not_panic() {
-    let mut model = SyntheticClockModel::new(SyntheticConfig::default(), START_NS);
+    let mut model = SyntheticClockModel::new(SyntheticConfig::default(), LocalNs(START_NS));
     let mut f = DeviceClockFitter::new(
         model.device_id(),
         SourceKind::Synthetic,
