@@ -101,16 +101,27 @@ def run_job_jax(a, out_dir, plant):
         cmd = [sys.executable, str(HERE / "critical_job_jax.py"), "--process", str(rank),
                "--processes", str(a.world), "--coordinator", coordinator, "--out", str(trace),
                "--steps", str(STEPS), "--ms-per-k", repr(a.ms_per_k)]
-        if plant:
-            cmd += ["--plant-rank", str(plant["rank"]), "--plant-op", plant["op"],
-                    "--plant-ms", str(a.plant_ms),
-                    "--plant-steps", ",".join(map(str, plant["steps"]))]
+        cmd += plant_args(a, plant)
         procs.append(subprocess.Popen(cmd, env=jax_env()))
         traces.append(trace)
+    wait_all(procs, "critical_job_jax.py")
+    return traces
+
+
+def plant_args(a, plant):
+    """The job's arguments for the planted delay (none for a re-run)."""
+    if not plant:
+        return []
+    return ["--plant-rank", str(plant["rank"]), "--plant-op", plant["op"],
+            "--plant-ms", str(a.plant_ms),
+            "--plant-steps", ",".join(map(str, plant["steps"]))]
+
+
+def wait_all(procs, script):
+    """Every rank's process finished well, or the run stops here."""
     for p in procs:
         if p.wait(timeout=300) != 0:
-            raise SystemExit(f"critical_job_jax.py exited {p.returncode}")
-    return traces
+            raise SystemExit(f"{script} exited {p.returncode}")
 
 
 def run_job(a, out_dir, plant):
@@ -128,19 +139,14 @@ def run_job(a, out_dir, plant):
         if a.device == "cuda":
             cmd += ["--cycles-per-ms", str(a.cycles_per_ms)] + (["--gpu-wait"] if a.gpu_wait else [])
             cmd += ["--nccl-stream"] if a.nccl_stream else []
-        if plant:
-            cmd += ["--plant-rank", str(plant["rank"]), "--plant-op", plant["op"],
-                    "--plant-ms", str(a.plant_ms),
-                    "--plant-steps", ",".join(map(str, plant["steps"]))]
+        cmd += plant_args(a, plant)
         env = dict(os.environ)
         if a.device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = str(rank)
             env["NCCL_NVLS_ENABLE"] = "0"  # NVLink multicast stays off
         procs.append(subprocess.Popen(cmd, env=env))
         traces.append(trace)
-    for p in procs:
-        if p.wait(timeout=300) != 0:
-            raise SystemExit(f"critical_job.py exited {p.returncode}")
+    wait_all(procs, "critical_job.py")
     return traces
 
 
