@@ -559,7 +559,7 @@ fn in_units<S: serde::Serializer, const NS: i64>(
     s: S,
 ) -> Result<S::Ok, S::Error> {
     Sourced {
-        value: u64::try_from(v.value.0 / NS).unwrap_or(0),
+        value: setting::whole_units(v.value, NS),
         source: v.source.clone(),
     }
     .serialize(s)

@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Deserializer, Serializer};
 use thiserror::Error;
 
 use crate::{graph::MAX_DEGREE, settings::Settings, time::Nanos};
@@ -65,12 +66,55 @@ pub trait SettingValue: Copy + PartialOrd {
 
 impl SettingValue for Nanos {
     fn to_units(self, unit: Unit) -> u64 {
-        u64::try_from(self.0 / unit.ns()).unwrap_or(0)
+        whole_units(self, unit.ns())
     }
 
     fn from_units(units: u64, unit: Unit) -> Self {
         Nanos::from_unsigned(units, unit.ns())
     }
+}
+
+/// `span` in whole units of `ns_per_unit` ns, as a key writes it
+/// (saturating; a negative span is 0).
+pub fn whole_units(span: Nanos, ns_per_unit: i64) -> u64 {
+    u64::try_from(span.0 / ns_per_unit.max(1)).unwrap_or(0)
+}
+
+/// Serde of a span setting written in whole units of its key, `NS` ns each
+/// (its descriptor's [`Unit::ns`]): `#[serde(serialize_with =
+/// "serialize_units::<_, { PROBE_CADENCE_US.unit.ns() }>")]`, so scenario
+/// files and reports carry what a configuration file does.
+pub fn serialize_units<S: Serializer, const NS: i64>(
+    span: &Nanos,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(whole_units(*span, NS))
+}
+
+/// See [`serialize_units`]; a negative number is refused, like the agent's
+/// configuration keys.
+pub fn deserialize_units<'de, D: Deserializer<'de>, const NS: i64>(
+    d: D,
+) -> Result<Nanos, D::Error> {
+    Ok(Nanos::from_unsigned(u64::deserialize(d)?, NS))
+}
+
+/// [`serialize_units`] for a setting unset by default.
+pub fn serialize_optional_units<S: Serializer, const NS: i64>(
+    span: &Option<Nanos>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match span {
+        Some(span) => s.serialize_some(&whole_units(*span, NS)),
+        None => s.serialize_none(),
+    }
+}
+
+/// [`deserialize_units`] for a setting unset by default.
+pub fn deserialize_optional_units<'de, D: Deserializer<'de>, const NS: i64>(
+    d: D,
+) -> Result<Option<Nanos>, D::Error> {
+    Ok(Option::<u64>::deserialize(d)?.map(|units| Nanos::from_unsigned(units, NS)))
 }
 
 impl SettingValue for usize {

@@ -168,13 +168,25 @@ pub const MIN_SPACING_ERROR_NS: i64 = 20_000;
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// Interval between coded pairs on one edge ([`setting::PROBE_CADENCE_US`]).
-    #[serde(rename = "probe_cadence_us", with = "in_micros")]
+    #[serde(
+        rename = "probe_cadence_us",
+        serialize_with = "crate::setting::serialize_units::<_, { crate::setting::PROBE_CADENCE_US.unit.ns() }>",
+        deserialize_with = "crate::setting::deserialize_units::<_, { crate::setting::PROBE_CADENCE_US.unit.ns() }>"
+    )]
     pub probe_cadence: Nanos,
     /// Spacing between the two probes of a pair ([`setting::PACKET_SPACING_US`]).
-    #[serde(rename = "packet_spacing_us", with = "in_micros")]
+    #[serde(
+        rename = "packet_spacing_us",
+        serialize_with = "crate::setting::serialize_units::<_, { crate::setting::PACKET_SPACING_US.unit.ns() }>",
+        deserialize_with = "crate::setting::deserialize_units::<_, { crate::setting::PACKET_SPACING_US.unit.ns() }>"
+    )]
     pub packet_spacing: Nanos,
     /// Estimation window ([`setting::PROBE_WINDOW_S`]).
-    #[serde(rename = "probe_window_s", with = "in_secs")]
+    #[serde(
+        rename = "probe_window_s",
+        serialize_with = "crate::setting::serialize_units::<_, { crate::setting::PROBE_WINDOW_S.unit.ns() }>",
+        deserialize_with = "crate::setting::deserialize_units::<_, { crate::setting::PROBE_WINDOW_S.unit.ns() }>"
+    )]
     pub probe_window: Nanos,
     /// Out-neighbours each node probes ([`setting::DEGREE`]).
     pub degree: usize,
@@ -182,56 +194,22 @@ pub struct Settings {
     /// most this. Replaces the ½-RTT asymmetry allowance in each edge's
     /// bound (unset by default; a wrong value makes every bound lie;
     /// [`setting::MAX_PATH_ASYMMETRY_NS`]).
-    #[serde(rename = "max_path_asymmetry_ns", with = "in_nanos_optional")]
+    #[serde(
+        rename = "max_path_asymmetry_ns",
+        serialize_with = "crate::setting::serialize_optional_units::<_, { crate::setting::MAX_PATH_ASYMMETRY_NS.unit.ns() }>",
+        deserialize_with = "crate::setting::deserialize_optional_units::<_, { crate::setting::MAX_PATH_ASYMMETRY_NS.unit.ns() }>"
+    )]
     pub max_path_asymmetry: Option<Nanos>,
     /// Past a result's validity, readers keep answering while its bound,
     /// grown at the published rate, is at most this
     /// ([`setting::HOLDOVER_MAX_BOUND_NS`]; 0: never). Written into every
     /// record; the node also keeps a held result only while it answers.
-    #[serde(rename = "holdover_max_bound_ns", with = "in_nanos")]
+    #[serde(
+        rename = "holdover_max_bound_ns",
+        serialize_with = "crate::setting::serialize_units::<_, { crate::setting::HOLDOVER_MAX_BOUND_NS.unit.ns() }>",
+        deserialize_with = "crate::setting::deserialize_units::<_, { crate::setting::HOLDOVER_MAX_BOUND_NS.unit.ns() }>"
+    )]
     pub holdover_max_bound: Nanos,
-}
-
-/// A [`Settings`] span written as whole units of its key (`_us`, `_s`,
-/// `_ns`), as scenario files and reports carry it: non-negative, like the
-/// agent's configuration keys.
-macro_rules! span_in_units {
-    ($module:ident, $ns_per_unit:expr) => {
-        mod $module {
-            use serde::{Deserialize, Deserializer, Serializer};
-
-            use crate::time::Nanos;
-
-            pub fn serialize<S: Serializer>(v: &Nanos, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_u64(u64::try_from(v.0 / $ns_per_unit).unwrap_or(0))
-            }
-
-            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Nanos, D::Error> {
-                Ok(Nanos::from_unsigned(u64::deserialize(d)?, $ns_per_unit))
-            }
-        }
-    };
-}
-
-span_in_units!(in_micros, 1_000);
-span_in_units!(in_secs, 1_000_000_000);
-span_in_units!(in_nanos, 1);
-
-mod in_nanos_optional {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    use crate::time::Nanos;
-
-    pub fn serialize<S: Serializer>(v: &Option<Nanos>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(v) => s.serialize_some(&u64::try_from(v.0).unwrap_or(0)),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Nanos>, D::Error> {
-        Ok(Option::<u64>::deserialize(d)?.map(|ns| Nanos::from_unsigned(ns, 1)))
-    }
 }
 
 /// The newest probes a path change is judged on (`core/src/history.rs`):
