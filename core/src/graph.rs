@@ -10,8 +10,16 @@
 //!   wins or held.
 //!
 //! In-neighbours are derived from everyone's out-lists.
+//!
+//! Building the graph needs the whole member list. Where reading that list
+//! on every agent costs O(N²) (etcd at thousands of members), the leader
+//! builds it once and hands each member its [`Neighbourhood`]; the member
+//! probes from [`ProbeGraph::seen_from`], the same edges the whole graph
+//! gives it.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
 
 /// Largest supported out-degree.
 pub const MAX_DEGREE: usize = 20;
@@ -31,6 +39,24 @@ fn ring_key(node: u32) -> u64 {
 
 fn rendezvous_weight(from: u32, to: u32) -> u64 {
     mix((u64::from(from) << 32 | u64::from(to)) ^ mix(u64::from(from)))
+}
+
+/// One member's edges: whom it probes and who probes it (ids, sorted).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Neighbourhood {
+    pub out: Vec<u32>,
+    #[serde(rename = "in")]
+    pub inn: Vec<u32>,
+}
+
+impl Neighbourhood {
+    /// Every member it exchanges probes with, once each, sorted.
+    pub fn peers(&self) -> Vec<u32> {
+        let mut all: Vec<u32> = self.out.iter().chain(&self.inn).copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
 }
 
 /// Out- and in-neighbours of every member.
@@ -61,6 +87,36 @@ impl ProbeGraph {
             list.sort_unstable();
         }
         graph
+    }
+
+    /// The graph as `me` knows it from its [`Neighbourhood`] alone: its
+    /// own edges both ways, nobody else's.
+    pub fn seen_from(me: u32, place: &Neighbourhood) -> Self {
+        let mut graph = ProbeGraph::default();
+        let sorted = |ids: &[u32]| {
+            let mut v = ids.to_vec();
+            v.sort_unstable();
+            v.dedup();
+            v.retain(|&n| n != me);
+            v
+        };
+        graph.out.insert(me, sorted(&place.out));
+        for from in sorted(&place.inn) {
+            graph.out.entry(from).or_default().push(me);
+        }
+        for to in sorted(&place.out) {
+            graph.inn.entry(to).or_default().push(me);
+        }
+        graph.inn.insert(me, sorted(&place.inn));
+        graph
+    }
+
+    /// `node`'s edges (empty for a node not in the graph).
+    pub fn neighbourhood(&self, node: u32) -> Neighbourhood {
+        Neighbourhood {
+            out: self.out_neighbours(node).to_vec(),
+            inn: self.in_neighbours(node).to_vec(),
+        }
     }
 
     pub fn out_neighbours(&self, node: u32) -> &[u32] {
@@ -187,6 +243,26 @@ mod tests {
             ProbeGraph::build(&big, 99).out_neighbours(0).len(),
             MAX_DEGREE
         );
+    }
+
+    /// A member that knows only its neighbourhood probes, and expects
+    /// probes from, exactly whom the whole graph says.
+    #[test]
+    fn a_neighbourhood_gives_the_same_edges_as_the_whole_graph() {
+        let members: Vec<u32> = (1..=200).map(|i| i * 13 + 5).collect();
+        let whole = ProbeGraph::build(&members, 4);
+        for &me in &members {
+            let place = whole.neighbourhood(me);
+            let seen = ProbeGraph::seen_from(me, &place);
+            assert_eq!(seen.out_neighbours(me), whole.out_neighbours(me));
+            assert_eq!(seen.in_neighbours(me), whole.in_neighbours(me));
+            assert_eq!(seen.neighbourhood(me), place);
+            let mine: Vec<(u32, u32)> =
+                whole.edges().filter(|&(a, b)| a == me || b == me).collect();
+            assert_eq!(seen.edges().collect::<Vec<_>>(), mine);
+        }
+        let json = serde_json::to_string(&whole.neighbourhood(members[0])).unwrap();
+        assert!(json.contains("\"in\":"), "{json}");
     }
 
     #[test]

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     codec,
     collector::{Collector, CollectorStats, PairKey, Settled, Side},
-    graph::ProbeGraph,
+    graph::{Neighbourhood, ProbeGraph},
     history::{EdgeHistory, HistoryFit},
     pairs::{PairBook, PairBookStats},
     peers::{HandshakeConfig, Peer, Peers},
@@ -88,6 +88,88 @@ pub struct Member {
 impl Member {
     pub fn probe_addr(&self) -> SocketAddr {
         SocketAddr::new(self.addr, self.probe_port)
+    }
+}
+
+/// A member's place in the probe graph, as the leader hands it out where
+/// members do not read the whole list (etcd at thousands of members:
+/// every agent reading every record was O(N²), `docs/coordination.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Place {
+    /// Its edges in the leader's graph.
+    pub edges: Neighbourhood,
+    /// The records it needs: itself, its neighbours, and the leader's,
+    /// sorted by name.
+    pub members: Vec<Member>,
+    /// How many members the graph has.
+    pub total: usize,
+}
+
+impl Place {
+    /// `id`'s place in `graph` (over `members`), with the records of
+    /// `leaders` (by name) besides its neighbours'.
+    pub fn of(graph: &ProbeGraph, members: &[Member], id: NodeId, leaders: &[&str]) -> Self {
+        Self::all(graph, members, leaders)
+            .find(|(m, _)| m.id == id)
+            .map(|(_, place)| place)
+            .unwrap_or_else(|| Place {
+                edges: Neighbourhood::default(),
+                members: Vec::new(),
+                total: members.len(),
+            })
+    }
+
+    /// Every member's place (what the leader hands out), in O(N × degree).
+    pub fn all<'a>(
+        graph: &'a ProbeGraph,
+        members: &'a [Member],
+        leaders: &[&str],
+    ) -> impl Iterator<Item = (&'a Member, Place)> + 'a {
+        let by_id: BTreeMap<NodeId, &Member> = members.iter().map(|m| (m.id, m)).collect();
+        let leaders: Vec<&Member> = members
+            .iter()
+            .filter(|m| leaders.contains(&m.name.as_str()))
+            .collect();
+        members.iter().map(move |m| {
+            let edges = graph.neighbourhood(m.id);
+            let mut known: Vec<Member> = std::iter::once(m.id)
+                .chain(edges.peers())
+                .filter_map(|n| by_id.get(&n).copied())
+                .chain(leaders.iter().copied())
+                .cloned()
+                .collect();
+            known.sort();
+            known.dedup();
+            let place = Place {
+                edges,
+                members: known,
+                total: members.len(),
+            };
+            (m, place)
+        })
+    }
+}
+
+/// What a node knows of the other members.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Membership {
+    /// Every member: the node builds the whole graph (static lists,
+    /// Kubernetes, etcd's seat holders).
+    All(Vec<Member>),
+    /// Its place, handed out by the leader.
+    Place(Place),
+    /// Nothing yet (its place not handed out): the node keeps what it has.
+    Pending,
+}
+
+impl Membership {
+    /// How many members there are, as far as this node knows.
+    pub fn total(&self) -> usize {
+        match self {
+            Membership::All(m) => m.len(),
+            Membership::Place(p) => p.total,
+            Membership::Pending => 0,
+        }
     }
 }
 
@@ -289,16 +371,49 @@ impl Node {
         if members == self.members {
             return Ok(Vec::new());
         }
-        if !members.iter().any(|m| m.id == self.me.id) {
-            return Err(NodeError::Deregistered(self.me.name.clone()));
-        }
+        self.check_listed(&members)?;
         let ids: Vec<NodeId> = members.iter().map(|m| m.id).collect();
-        self.graph = ProbeGraph::build(&ids, self.settings.degree);
-        let me = self.me.id;
-        let mut neighbours: Vec<NodeId> = self.graph.out_neighbours(me).to_vec();
-        neighbours.extend_from_slice(self.graph.in_neighbours(me));
-        neighbours.sort_unstable();
-        neighbours.dedup();
+        let graph = ProbeGraph::build(&ids, self.settings.degree);
+        Ok(self.adopt(members, graph, now))
+    }
+
+    /// What the backend knows of the members: the whole list, or this
+    /// node's place handed out by the leader (or nothing new yet).
+    #[must_use = "the actions are what the node asks its driver to do"]
+    pub fn handle_membership(
+        &mut self,
+        membership: Membership,
+        now: LocalNs,
+    ) -> Result<Vec<Action>, NodeError> {
+        match membership {
+            Membership::All(members) => self.handle_members(members, now),
+            Membership::Place(place) => self.handle_place(place, now),
+            Membership::Pending => Ok(Vec::new()),
+        }
+    }
+
+    /// This node's place, handed out by the leader: it probes, and
+    /// answers, the neighbours the leader's graph gives it.
+    fn handle_place(&mut self, place: Place, now: LocalNs) -> Result<Vec<Action>, NodeError> {
+        self.check_listed(&place.members)?;
+        let graph = ProbeGraph::seen_from(self.me.id, &place.edges);
+        if place.members == self.members && graph == self.graph {
+            return Ok(Vec::new());
+        }
+        Ok(self.adopt(place.members, graph, now))
+    }
+
+    fn check_listed(&self, members: &[Member]) -> Result<(), NodeError> {
+        if members.iter().any(|m| m.id == self.me.id) {
+            return Ok(());
+        }
+        Err(NodeError::Deregistered(self.me.name.clone()))
+    }
+
+    /// Takes `graph` (over `members`) as this node's: its peers follow.
+    fn adopt(&mut self, members: Vec<Member>, graph: ProbeGraph, now: LocalNs) -> Vec<Action> {
+        self.graph = graph;
+        let neighbours = self.graph.neighbourhood(self.me.id).peers();
         let wanted: Vec<(NodeId, String, SocketAddr)> = members
             .iter()
             .filter(|m| neighbours.contains(&m.id))
@@ -310,7 +425,7 @@ impl Node {
         }
         self.member_index = members.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
         self.members = members;
-        Ok(vec![self.targets()])
+        vec![self.targets()]
     }
 
     /// Static membership, where no engine elects: the lowest-id member
@@ -1482,6 +1597,67 @@ mod tests {
             n.handle_members(vec![member(1), member(3)], LocalNs(T0))
                 .is_ok()
         );
+    }
+
+    /// A node given only its place (by the leader) probes and answers the
+    /// same peers, at the same addresses, as one given every member, and
+    /// finds the leader; a place without it deregisters it.
+    #[test]
+    fn a_handed_out_place_gives_the_peers_the_whole_list_gives() {
+        let all: Vec<Member> = (1..=40).map(member).collect();
+        let ids: Vec<NodeId> = all.iter().map(|m| m.id).collect();
+        let graph = ProbeGraph::build(&ids, Settings::default().degree);
+        let peers_of =
+            |n: &Node| -> Vec<(NodeId, SocketAddr)> { n.peers().map(|p| (p.id, p.addr)).collect() };
+        let bare = |id| {
+            Node::new(NodeConfig {
+                me: member(id),
+                settings: Settings::default(),
+                key: None,
+                exchange: Exchange::Relay,
+                nonce_base: 1,
+                work_clock: no_work_clock,
+            })
+        };
+        for me in [1, 17, 40] {
+            let mut whole = bare(me);
+            let _ = whole.handle_members(all.clone(), LocalNs(T0)).unwrap();
+            let mut placed = bare(me);
+            let place = Place::of(&graph, &all, me, &["n5"]);
+            assert_eq!(place.total, 40);
+            assert!(place.members.len() < 20, "{}", place.members.len());
+            let _ = placed
+                .handle_membership(Membership::Place(place.clone()), LocalNs(T0))
+                .unwrap();
+            assert_eq!(peers_of(&placed), peers_of(&whole), "node {me}");
+            assert!(!peers_of(&placed).is_empty());
+            assert_eq!(
+                placed.graph().neighbourhood(me),
+                whole.graph().neighbourhood(me)
+            );
+            placed.handle_leader(Some("n5".into()));
+            assert_eq!(placed.reference(), Some(5));
+            let again = placed.handle_membership(Membership::Place(place), LocalNs(T0));
+            assert!(again.unwrap().is_empty(), "the same place changes nothing");
+            assert!(
+                placed
+                    .handle_membership(Membership::Pending, LocalNs(T0))
+                    .unwrap()
+                    .is_empty()
+            );
+            assert_eq!(peers_of(&placed), peers_of(&whole), "pending keeps them");
+        }
+        let elsewhere = Place::of(&graph, &all, 2, &[]);
+        let err = node(1)
+            .handle_membership(
+                Membership::Place(Place {
+                    members: vec![member(2)],
+                    ..elsewhere
+                }),
+                LocalNs(T0),
+            )
+            .unwrap_err();
+        assert!(matches!(err, NodeError::Deregistered(_)), "{err}");
     }
 
     /// Node 2's hand-over line when it becomes leader, ticking through

@@ -15,7 +15,17 @@ pub struct EtcdServer {
     dir: PathBuf,
     /// Namespace etcd runs in (`None`: the caller's).
     netns: Option<String>,
+    /// How to start it again on loopback: extra flags and ports.
+    again: Option<(Vec<String>, u16, u16)>,
     pub endpoint: String,
+}
+
+/// Where etcd on `ip:client` keeps its data (kept across a restart).
+fn data_dir(ip: &str, client: u16) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "clockmesh-etcd-{}-{ip}-{client}",
+        std::process::id()
+    ))
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -33,9 +43,31 @@ impl EtcdServer {
     /// benches that measure etcd itself.
     pub fn start_with(extra: &[String]) -> anyhow::Result<Self> {
         let (client, peer) = (free_port()?, free_port()?);
+        let _ = std::fs::remove_dir_all(data_dir("127.0.0.1", client));
         let mut cmd = Command::new("etcd");
         cmd.args(extra);
-        Self::launch(cmd, None, "127.0.0.1", client, peer)
+        let mut server = Self::launch(cmd, None, "127.0.0.1", client, peer)?;
+        server.again = Some((extra.to_vec(), client, peer));
+        Ok(server)
+    }
+
+    /// Kills etcd (SIGKILL, as a crashed or rescheduled member) and starts
+    /// it again on its data and ports; waits until it accepts clients.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        let (extra, client, peer) = self
+            .again
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("only a loopback etcd restarts"))?;
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut cmd = Command::new("etcd");
+        cmd.args(&extra);
+        let again = Self::launch(cmd, None, "127.0.0.1", client, peer)?;
+        // The new process takes over; the old handle must not delete its data.
+        let old = std::mem::replace(self, again);
+        std::mem::forget(old);
+        self.again = Some((extra, client, peer));
+        Ok(())
     }
 
     /// The etcd process's pid (for its CPU time and RSS under /proc).
@@ -48,6 +80,7 @@ impl EtcdServer {
     pub fn start_in(host: &Host) -> anyhow::Result<Self> {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &host.netns, "etcd"]);
+        let _ = std::fs::remove_dir_all(data_dir(&host.addr.to_string(), 2379));
         Self::launch(
             cmd,
             Some(host.netns.clone()),
@@ -64,11 +97,7 @@ impl EtcdServer {
         client: u16,
         peer: u16,
     ) -> anyhow::Result<Self> {
-        let dir = std::env::temp_dir().join(format!(
-            "clockmesh-etcd-{}-{ip}-{client}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = data_dir(ip, client);
         let client_url = format!("http://{ip}:{client}");
         let peer_url = format!("http://{ip}:{peer}");
         let child = cmd
@@ -95,6 +124,7 @@ impl EtcdServer {
             child,
             dir,
             netns,
+            again: None,
             endpoint: format!("{ip}:{client}"),
         };
         server.wait_ready()?;

@@ -3,9 +3,10 @@
 use std::time::{Duration, Instant};
 
 use clockmesh::discovery::{
-    Discovery, Member,
+    Discovery, DiscoveryError, Member, Membership,
     etcd::{EtcdConfig, EtcdDiscovery},
 };
+use clockmesh_core::graph::ProbeGraph;
 use clockmesh_testbed::etcd::EtcdServer;
 
 fn member(name: &str, last_octet: u8) -> Member {
@@ -178,29 +179,46 @@ async fn the_member_list_and_the_leader_follow_watches_instead_of_reads() {
     assert_eq!(a.members().await.unwrap()[0].name, "node-a");
 }
 
-/// How many keys etcd holds under `prefix` (its JSON gateway's range,
-/// count only).
-fn keys_under(server: &EtcdServer, prefix: &str) -> u64 {
-    use std::io::{Read, Write};
-    let b64 = |s: &[u8]| {
-        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for c in s.chunks(3) {
-            let n = c
-                .iter()
-                .enumerate()
-                .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-            for i in 0..4 {
-                let pad = i > c.len();
-                out.push(if pad {
-                    '='
-                } else {
-                    A[(n >> (18 - 6 * i) & 63) as usize] as char
-                });
-            }
+/// Base64, as etcd's JSON gateway takes keys.
+fn b64(s: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in s.chunks(3) {
+        let n = c
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            let pad = i > c.len();
+            out.push(if pad {
+                '='
+            } else {
+                A[(n >> (18 - 6 * i) & 63) as usize] as char
+            });
         }
-        out
-    };
+    }
+    out
+}
+
+/// A request to etcd's JSON gateway at `path`, its answer.
+fn gateway(server: &EtcdServer, path: &str, body: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let addr = server.endpoint.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("etcd gateway");
+    write!(
+        s,
+        "POST {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let json = &text[text.find("\r\n\r\n").map_or(0, |i| i + 4)..];
+    serde_json::from_str(json).expect(json)
+}
+
+/// How many keys etcd holds under `prefix` (count only).
+fn keys_under(server: &EtcdServer, prefix: &str) -> u64 {
     let mut end = prefix.as_bytes().to_vec();
     *end.last_mut().unwrap() += 1;
     let body = format!(
@@ -208,26 +226,21 @@ fn keys_under(server: &EtcdServer, prefix: &str) -> u64 {
         b64(prefix.as_bytes()),
         b64(&end)
     );
-    let addr = server.endpoint.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).expect("etcd gateway");
-    write!(
-        s,
-        "POST /v3/kv/range HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let json = &text[text.find("\r\n\r\n").map_or(0, |i| i + 4)..];
-    let v: serde_json::Value = serde_json::from_str(json).expect(json);
+    let v = gateway(server, "/v3/kv/range", &body);
     v["count"].as_str().map_or(0, |c| c.parse().unwrap())
 }
 
-/// Only the members with the lowest ids stand for leader: the election
-/// holds three keys however many members there are, and a departed
-/// candidate's place goes to the next id.
+/// Deletes one key, as an operator (or a lapsed lease) would.
+fn delete_key(server: &EtcdServer, key: &str) {
+    let body = format!(r#"{{"key":"{}"}}"#, b64(key.as_bytes()));
+    gateway(server, "/v3/kv/deleterange", &body);
+}
+
+/// Only three members stand for leader (the first to take the seats): the
+/// election holds three keys however many members there are, and a
+/// departed candidate's seat goes to the next member that looks.
 #[tokio::test]
-async fn only_the_oldest_members_stand_for_leader() {
+async fn only_three_members_stand_for_leader() {
     let server = EtcdServer::start().expect("etcd");
     let mut nodes = Vec::new();
     for i in 0..6u8 {
@@ -238,10 +251,12 @@ async fn only_the_oldest_members_stand_for_leader() {
             .unwrap();
         nodes.push((m.name, d));
     }
+    // Only seat holders follow the election (the others learn the leader
+    // from the place it hands them): the leader any of them names.
     let mut leader = None;
     for _ in 0..150 {
         for (_, d) in nodes.iter_mut() {
-            leader = d.leadership().await.unwrap().leader;
+            leader = d.leadership().await.unwrap().leader.or(leader);
         }
         if leader.is_some() && keys_under(&server, "/clockmesh/test/leader/") == 3 {
             break;
@@ -253,11 +268,11 @@ async fn only_the_oldest_members_stand_for_leader() {
         3,
         "three candidates"
     );
-    let oldest: Vec<String> = (0..3).map(|i| format!("node-{i}")).collect();
-    // Registered in order: ids rise with the names.
-    assert!(oldest.contains(&leader.clone().unwrap()), "{leader:?}");
-    // The leader leaves: another takes over, and the fourth-oldest member
-    // stands in its place.
+    let first: Vec<String> = (0..3).map(|i| format!("node-{i}")).collect();
+    // The first three to look took the seats.
+    assert!(first.contains(&leader.clone().unwrap()), "{leader:?}");
+    // The leader leaves: another takes over, and a fourth member stands
+    // in its seat.
     let at = nodes
         .iter()
         .position(|(name, _)| Some(name) == leader.as_ref())
@@ -268,10 +283,106 @@ async fn only_the_oldest_members_stand_for_leader() {
         let mut now = None;
         for (_, d) in nodes.iter_mut() {
             d.members().await.unwrap();
-            now = d.leadership().await.unwrap().leader;
+            now = d.leadership().await.unwrap().leader.or(now);
         }
         now.is_some() && now != leader && keys_under(&server, "/clockmesh/test/leader/") == 3
     });
+}
+
+/// Members without a seat read only their own place, handed out by the
+/// leader: the same edges the whole graph gives them, the leader's record,
+/// and an error once the leader no longer lists them (their lease lapsed),
+/// after which they register again and get a place again.
+#[tokio::test]
+async fn members_without_a_seat_follow_the_place_the_leader_hands_out() {
+    let server = EtcdServer::start().expect("etcd");
+    let mut nodes = Vec::new();
+    for i in 0..7u8 {
+        let mut d = connect(&server).await;
+        let m = d
+            .register(&member(&format!("node-{i}"), i + 1))
+            .await
+            .unwrap();
+        nodes.push((m, d));
+    }
+    // Every member refreshes as the driver does; the seat holders get the
+    // whole list, and one of them leads.
+    let mut seated = Vec::new();
+    for (m, d) in nodes.iter_mut() {
+        if matches!(d.membership().await.unwrap(), Membership::All(_)) {
+            seated.push(m.name.clone());
+        }
+        d.leadership().await.unwrap();
+    }
+    assert_eq!(seated, ["node-0", "node-1", "node-2"]);
+    let leader = {
+        let (_, d) = &mut nodes[0];
+        wait_for!("a leader", d.leadership().await.unwrap().leader.is_some());
+        d.leadership().await.unwrap().leader.unwrap()
+    };
+    let at = nodes.iter().position(|(m, _)| m.name == leader).unwrap();
+    let graph = hand_out(&mut nodes[at].1).await;
+    for (m, d) in nodes.iter_mut().skip(3) {
+        wait_for!(
+            "its place",
+            matches!(d.membership().await, Ok(Membership::Place(_)))
+        );
+        let Ok(Membership::Place(place)) = d.membership().await else {
+            panic!("no place");
+        };
+        assert_eq!(place.edges, graph.neighbourhood(m.id), "{}", m.name);
+        assert_eq!(place.total, 7);
+        assert!(place.members.iter().any(|p| p.name == leader));
+        let named = d.leadership().await.unwrap();
+        assert_eq!(
+            named.leader.as_deref(),
+            Some(leader.as_str()),
+            "from its place"
+        );
+        assert!(!named.is_me);
+        assert!(place.members.len() < 7, "not the whole list");
+    }
+    // node-6's record vanishes (as when its lease lapses): the leader
+    // takes its place back, and node-6 hears it is no longer listed.
+    delete_key(&server, "/clockmesh/test/members/node-6");
+    wait_for!(
+        "the leader to see it gone",
+        nodes[at].1.members().await.unwrap().len() == 6
+    );
+    hand_out(&mut nodes[at].1).await;
+    let (six, d6) = &mut nodes[6];
+    wait_for!("node-6 told", d6.membership().await.is_err());
+    let gone = d6.membership().await.err();
+    assert!(
+        matches!(gone, Some(DiscoveryError::NotAMember(ref n)) if n == "node-6"),
+        "{gone:?}"
+    );
+    let again = d6.register(six).await.unwrap();
+    assert_eq!(again.id, six.id);
+    assert_eq!(d6.membership().await.unwrap(), Membership::Pending);
+    wait_for!(
+        "the leader to list it again",
+        nodes[at].1.members().await.unwrap().len() == 7
+    );
+    hand_out(&mut nodes[at].1).await;
+    wait_for!(
+        "node-6's place again",
+        matches!(nodes[6].1.membership().await, Ok(Membership::Place(_)))
+    );
+}
+
+/// The driver's part as leader: the whole list, its graph, the places
+/// handed out.
+async fn hand_out(leader: &mut EtcdDiscovery) -> ProbeGraph {
+    wait_for!(
+        "the leader elected",
+        leader.leadership().await.unwrap().is_me
+    );
+    let all = leader.members().await.unwrap();
+    let ids: Vec<u32> = all.iter().map(|m| m.id).collect();
+    let graph = ProbeGraph::build(&ids, 2);
+    leader.hand_out(&graph, &all).await.unwrap();
+    graph
 }
 
 #[tokio::test]

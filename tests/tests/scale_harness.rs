@@ -48,13 +48,54 @@ fn with_the_relay_etcd_carries_membership_only() {
         etcd["members_refresh_ms"]["n"].as_u64().unwrap() >= 19,
         "{etcd}"
     );
+    // The leader handed every member without a seat its place: the edges
+    // the whole graph gives it.
+    assert_eq!(etcd["seat_holders"], 2, "{etcd}");
+    assert_eq!(etcd["members_placed_right"], 17, "{etcd}");
+    assert_eq!(etcd["members_placed_wrong"], 0, "{etcd}");
+}
+
+/// The leader's agent killed: its lease runs out, a seat holder takes
+/// over and hands the places out again; every member keeps a place
+/// throughout and all end on the new leader.
+#[test]
+fn a_killed_leader_s_successor_hands_the_places_out() {
+    let v = bench_scale(&[
+        "--exchange",
+        "relay",
+        "--path",
+        "etcd",
+        "--windows",
+        "18",
+        "--kill-leader-at",
+        "2",
+    ]);
+    let etcd = &v["etcd"][0];
+    let fault = &etcd["faults"][0];
+    assert_eq!(fault["placed_share_after"], 1.0, "{fault}");
+    let leader = fault["final_leader"].as_str().expect("a leader at the end");
+    assert_ne!(leader, "node-00000", "the killed leader");
+    // Its lease (10 s) runs out, then every member's next refresh (2 s).
+    let switched = fault["all_on_final_leader_after_s"].as_f64().unwrap();
+    assert!(switched < 16.0, "{fault}");
+    assert!(
+        etcd["successor_hand_out_ms"]["n"].as_u64().unwrap() >= 1,
+        "{etcd}"
+    );
+    assert_eq!(etcd["members_placed_wrong"], 0, "{etcd}");
 }
 
 /// `clockmesh-demo bench-scale` at 20 members, 4 windows, with `extra`.
 fn bench_scale(extra: &[&str]) -> Value {
+    let windows = if extra.contains(&"--windows") {
+        &[][..]
+    } else {
+        &["--windows", "4"][..]
+    };
     let out = Command::new(env!("CARGO_BIN_EXE_clockmesh-demo"))
         .args(["bench-scale", "--members", "20", "--relay-members", "20"])
-        .args(["--windows", "4", "--warmup", "2", "--json"])
+        .args(windows)
+        .args(["--warmup", "2", "--json"])
         .args(extra)
         .output()
         .expect("running clockmesh-demo bench-scale");
@@ -64,4 +105,28 @@ fn bench_scale(extra: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("JSON output")
+}
+
+/// The relay's leader killed: member 1 leads after the takeover and
+/// continues the timeline from its own last result; every member's reader
+/// answers throughout, within its bound of the first leader's clock.
+#[test]
+fn readers_answer_through_a_killed_leader_within_bound_of_its_timeline() {
+    let v = bench_scale(&[
+        "--path",
+        "relay",
+        "--windows",
+        "10",
+        "--kill-leader-at",
+        "2",
+        "--takeover-s",
+        "3",
+    ]);
+    let readers = &v["relay"]["readers"];
+    assert_eq!(readers["available"], 1.0, "{readers}");
+    assert_eq!(readers["coverage"], 1.0, "{readers}");
+    assert!(
+        readers["successor_results"].as_u64().unwrap() > 0,
+        "{readers}"
+    );
 }

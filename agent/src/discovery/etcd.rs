@@ -9,12 +9,24 @@
 //!   restarted agent or one whose lease lapsed (a link down for longer than
 //!   the TTL), so its peers' histories of its edges and its place in the
 //!   probe graph carry on, as with static membership.
-//! - `leader`: etcd's election on this name; the value is the leader's name.
-//!   Campaigning blocks in etcd until the seat is free, so it runs in a task.
+//! - `seats/<i>`: the [`CANDIDATES`] members that stand for leader
+//!   ([`seats`]), each key bound to its holder's lease.
+//! - `leader`: etcd's election on this name among the seat holders; the
+//!   value is the leader's name. Campaigning blocks in etcd until the seat
+//!   is free, so it runs in a task.
+//! - `places/<name>`: each member's place in the probe graph, handed out by
+//!   the leader ([`places`]); a member without a seat reads only its own.
+
+mod places;
+mod seats;
+
+pub use seats::CANDIDATES;
 
 use std::time::Duration;
 
-use clockmesh_core::{codec, fits::WindowFits, result::NodeResult};
+use clockmesh_core::{
+    codec, fits::WindowFits, graph::ProbeGraph, node::Membership, result::NodeResult,
+};
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, LeaderKey, PutOptions, ResignOptions, Txn, TxnOp,
 };
@@ -23,7 +35,7 @@ use tracing::{info, warn};
 
 use super::{
     Coordination, Discovery, DiscoveryError, Leadership, Member, NoStore, Store, check_unique,
-    prefix_watch::{Parse, PrefixWatch},
+    prefix_watch::{Keys, Parse, PrefixWatch},
 };
 
 /// How to reach etcd and how long a silent member stays listed.
@@ -49,10 +61,21 @@ pub struct EtcdDiscovery {
     won: Option<LeaderKey>,
     /// This member's id once registered.
     my_id: Option<u32>,
-    /// The member list and the election, kept current by watches.
+    /// The member list, kept current by a watch (seat holders only).
     member_watch: Option<PrefixWatch<Member>>,
     /// Candidates' values as written (the leader's name).
     leader_watch: Option<PrefixWatch<Vec<u8>>>,
+    /// The seats' holders, by seat key.
+    seat_watch: Option<PrefixWatch<String>>,
+    /// The seat this member holds.
+    seat: Option<usize>,
+    /// This member's place (members without a seat).
+    place_watch: Option<PrefixWatch<places::Handed>>,
+    /// Whether its place was there since it registered (gone after: its
+    /// lease lapsed).
+    had_place: bool,
+    /// As leader: the places written.
+    handed: Option<places::HandedOut>,
 }
 
 /// A member record; `None` (with a warning) for one that does not parse.
@@ -143,6 +166,11 @@ impl EtcdDiscovery {
             my_id: None,
             member_watch: None,
             leader_watch: None,
+            seat_watch: None,
+            seat: None,
+            place_watch: None,
+            had_place: false,
+            handed: None,
         }
     }
 
@@ -198,7 +226,7 @@ impl EtcdDiscovery {
     async fn current<T>(
         &mut self,
         watch: fn(&mut Self) -> &mut Option<PrefixWatch<T>>,
-        (prefix, parse): (String, Parse<T>),
+        (keys, parse): (Keys, Parse<T>),
         what: &str,
     ) -> Result<(), DiscoveryError> {
         if watch(self).as_mut().is_some_and(|w| w.catch_up(what)) {
@@ -206,7 +234,7 @@ impl EtcdDiscovery {
         }
         *watch(self) = None; // aborts a lost watch's task
         let (client, streaming) = (&mut self.client, &mut self.campaign_client);
-        let started = PrefixWatch::start(client, streaming, prefix, parse)
+        let started = PrefixWatch::start(client, streaming, keys, parse)
             .await
             .map_err(unavailable)?;
         *watch(self) = Some(started);
@@ -218,7 +246,7 @@ impl EtcdDiscovery {
         let prefix = self.members_prefix();
         self.current(
             |d| &mut d.member_watch,
-            (prefix, parse_member),
+            (Keys::Prefix(prefix), parse_member),
             "member list",
         )
         .await
@@ -268,21 +296,11 @@ impl EtcdDiscovery {
     }
 }
 
-/// How many members stand for leader: those with the lowest ids (the
-/// oldest names). Every member campaigning put N keys under the election
-/// and N pending campaigns in etcd, and every election watch saw each
-/// one: O(N²) events while a cluster of thousands starts (at 10,000
-/// simulated members etcd timed out registrations and campaigns alike,
-/// `docs/coordination.md`, "At scale"). Three keep a successor ready
-/// while a leader's lease runs out; a departed candidate's place goes to
-/// the next id at the next refresh.
-pub const CANDIDATES: usize = 3;
-
 impl EtcdDiscovery {
-    /// Stands for leader if this member is among the [`CANDIDATES`] with
-    /// the lowest ids, and withdraws otherwise (never once elected: a
-    /// leader stays until it leaves). A campaign that ended without
-    /// winning (connection trouble) is started again.
+    /// Stands for leader if this member holds a seat, and withdraws
+    /// otherwise (never once elected: a leader stays until it leaves). A
+    /// campaign that ended without winning (connection trouble) is started
+    /// again.
     async fn campaign_if_candidate(&mut self) {
         if self.campaign.as_ref().is_some_and(|c| c.is_finished())
             && let Some(c) = self.campaign.take()
@@ -310,21 +328,6 @@ impl EtcdDiscovery {
             _ => {}
         }
     }
-
-    /// Whether fewer than [`CANDIDATES`] listed members have a lower id
-    /// than this one (its own record may not have reached the list yet).
-    fn is_candidate(&self) -> bool {
-        let Some(me) = self.my_id else {
-            return false;
-        };
-        let older = self
-            .member_watch
-            .iter()
-            .flat_map(PrefixWatch::values)
-            .filter(|m| m.id < me)
-            .count();
-        older < CANDIDATES
-    }
 }
 
 impl Discovery for EtcdDiscovery {
@@ -343,6 +346,10 @@ impl Discovery for EtcdDiscovery {
         self.me = Some(me.name.clone());
         self.my_id = Some(id);
         self.lease = Some(lease);
+        // Bound to the old lease: a seat went with it, and the leader
+        // hands out a place again once it lists this member.
+        self.seat = None;
+        self.had_place = false;
         Ok(registered)
     }
 
@@ -365,13 +372,47 @@ impl Discovery for EtcdDiscovery {
     /// The election as the watch has it: the oldest candidate's key leads
     /// (etcd's election rule), read whole only at the start and after a
     /// lost watch.
+    /// A seat holder follows the whole list (it may have to lead); any
+    /// other member only its place, as the leader handed it out.
+    async fn membership(&mut self) -> Result<Membership, DiscoveryError> {
+        self.seats_current().await?;
+        if self.is_candidate() {
+            return Ok(Membership::All(self.members().await?));
+        }
+        self.member_watch = None;
+        self.my_place().await
+    }
+
+    async fn hand_out(
+        &mut self,
+        graph: &ProbeGraph,
+        members: &[Member],
+    ) -> Result<(), DiscoveryError> {
+        self.hand_out_places(graph, members).await
+    }
+
+    /// A seat holder follows the election; any other member learns who
+    /// leads from its place (every agent following the election was one
+    /// more watch each while thousands start).
     async fn leadership(&mut self) -> Result<Leadership, DiscoveryError> {
-        self.members_current().await?;
+        self.seats_current().await?;
         self.campaign_if_candidate().await;
+        if !self.is_candidate() {
+            self.leader_watch = None;
+            let leader = self.placed_leader();
+            return Ok(Leadership {
+                leader,
+                is_me: false,
+            });
+        }
         let prefix = format!("{}/", self.election());
         let as_written: Parse<Vec<u8>> = |_, value| Some(value.to_vec());
-        self.current(|d| &mut d.leader_watch, (prefix, as_written), "election")
-            .await?;
+        self.current(
+            |d| &mut d.leader_watch,
+            (Keys::Prefix(prefix), as_written),
+            "election",
+        )
+        .await?;
         let leader = self
             .leader_watch
             .as_ref()

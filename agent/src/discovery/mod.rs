@@ -15,10 +15,12 @@ pub mod kubernetes;
 #[cfg(feature = "etcd")]
 mod prefix_watch;
 
-pub use clockmesh_core::node::Member;
+pub use clockmesh_core::node::{Member, Membership, Place};
 pub use coordination::{Coordination, NoStore, Store};
 
 use std::{collections::BTreeSet, future::Future, net::SocketAddr};
+
+use clockmesh_core::graph::ProbeGraph;
 
 use thiserror::Error;
 
@@ -53,6 +55,22 @@ pub trait Discovery {
     fn register(&mut self, me: &Member) -> impl Future<Output = Result<Member, DiscoveryError>>;
     /// The current members, sorted by name.
     fn members(&mut self) -> impl Future<Output = Result<Vec<Member>, DiscoveryError>>;
+    /// What this agent needs of the membership: every member, or (where
+    /// the backend hands places out: etcd) its place in the leader's probe
+    /// graph. [`DiscoveryError::NotAMember`]: it is no longer listed.
+    fn membership(&mut self) -> impl Future<Output = Result<Membership, DiscoveryError>> {
+        async { Ok(Membership::All(self.members().await?)) }
+    }
+    /// As leader, where members follow places rather than the whole list:
+    /// hands each member its place in `graph` (over `members`).
+    fn hand_out(
+        &mut self,
+        graph: &ProbeGraph,
+        members: &[Member],
+    ) -> impl Future<Output = Result<(), DiscoveryError>> {
+        let _ = (graph, members);
+        async { Ok(()) }
+    }
     /// The current leader (reference node); campaigns if none.
     fn leadership(&mut self) -> impl Future<Output = Result<Leadership, DiscoveryError>>;
     /// Leaves the cluster (releases leases and leadership).

@@ -22,6 +22,33 @@ pub(super) struct Entry<T> {
 /// Reads a key's value (`key`, `value`); `None` leaves the key out.
 pub(super) type Parse<T> = fn(&[u8], &[u8]) -> Option<T>;
 
+/// What a watch follows: every key under a prefix, or one key (a member's
+/// handed-out place: `places/node-1` as a prefix would take `node-10`'s).
+#[derive(Clone, Debug)]
+pub(super) enum Keys {
+    Prefix(String),
+    Exact(String),
+}
+
+impl Keys {
+    fn key(&self) -> &str {
+        match self {
+            Keys::Prefix(k) | Keys::Exact(k) => k,
+        }
+    }
+
+    fn get_options(&self) -> Option<GetOptions> {
+        matches!(self, Keys::Prefix(_)).then(|| GetOptions::new().with_prefix())
+    }
+
+    fn watch_options(&self) -> WatchOptions {
+        match self {
+            Keys::Prefix(_) => WatchOptions::new().with_prefix(),
+            Keys::Exact(_) => WatchOptions::new(),
+        }
+    }
+}
+
 /// The prefix's keys with their values parsed once, as they arrive (not at
 /// every refresh: at 10,000 members that was 10,000 records read again
 /// every 2 s, twice).
@@ -47,18 +74,16 @@ enum Change {
 }
 
 impl<T> PrefixWatch<T> {
-    /// Reads `prefix` whole through `client` and watches it from the next
+    /// Reads `keys` whole through `client` and watches them from the next
     /// revision through `streaming` (a connection without a request
     /// timeout: a stream outlives any timeout); each value read by `parse`.
     pub(super) async fn start(
         client: &mut Client,
         streaming: &mut Client,
-        prefix: String,
+        keys: Keys,
         parse: Parse<T>,
     ) -> Result<Self, etcd_client::Error> {
-        let resp = client
-            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-            .await?;
+        let resp = client.get(keys.key(), keys.get_options()).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         let entries = resp
             .kvs()
@@ -71,10 +96,8 @@ impl<T> PrefixWatch<T> {
                 Some((kv.key().to_vec(), entry))
             })
             .collect();
-        let options = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(revision + 1);
-        let stream = streaming.watch(prefix, Some(options)).await?;
+        let options = keys.watch_options().with_start_revision(revision + 1);
+        let stream = streaming.watch(keys.key(), Some(options)).await?;
         let (tx, changes) = mpsc::unbounded_channel();
         Ok(PrefixWatch {
             entries,
@@ -120,6 +143,11 @@ impl<T> PrefixWatch<T> {
     /// The parsed values, by key.
     pub(super) fn values(&self) -> impl Iterator<Item = &T> {
         self.entries.values().map(|e| &e.value)
+    }
+
+    /// The value under `key`, if any.
+    pub(super) fn get(&self, key: &[u8]) -> Option<&T> {
+        self.entries.get(key).map(|e| &e.value)
     }
 
     /// The value of the oldest key (etcd's election: the leader's).

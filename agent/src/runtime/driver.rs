@@ -14,7 +14,7 @@ use clockmesh_common::{ProbeEvent, kind};
 use clockmesh_core::{
     codec,
     fits::WindowFits,
-    node::{Action, LocalNs, Node, NodeConfig, TICK, WindowIndex},
+    node::{Action, LocalNs, Membership, Node, NodeConfig, TICK, WindowIndex},
     publication::{Publication, ResultStatus},
     result::NodeResult,
     tally::StampTally,
@@ -41,7 +41,7 @@ use crate::{
         timestamping::{self, StampMode, Stamps},
     },
     config::{AgentConfig, InjectedSkew, TracepointStamps},
-    discovery::{Coordination, Discovery, Leadership, Member, Store},
+    discovery::{Coordination, Discovery, DiscoveryError, Leadership, Member, Store},
     probe::wire::{AuthKey, Sent, StampSource, WireStamp},
     publish::{OffsetsWriter, history::NodeLine, realtime_now_ns, sample_kernel_clocks},
 };
@@ -553,16 +553,16 @@ impl<D: Discovery + Coordination> Agent<D> {
     }
 
     async fn refresh_membership(&mut self) -> Result<(), RuntimeError> {
-        match self.discovery.members().await {
-            Ok(members) => {
-                let count = members.len();
+        match self.discovery.membership().await {
+            Ok(membership) => {
+                let count = membership.total();
                 let me = self.node.me();
                 // Listed under another id (Kubernetes ids are computed and
                 // can move): a new member; exit, so that it restarts cleanly.
-                if members.iter().any(|m| m.name == me.name && m.id != me.id) {
+                if listed_elsewhere(&membership, me) {
                     return Err(RuntimeError::Deregistered(me.name.clone()));
                 }
-                let Ok(actions) = self.node.handle_members(members, self.local_now()) else {
+                let Ok(actions) = self.node.handle_membership(membership, self.local_now()) else {
                     return self.rejoin().await;
                 };
                 if !actions.is_empty() {
@@ -570,6 +570,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 }
                 self.perform(actions).await;
             }
+            Err(DiscoveryError::NotAMember(_)) => return self.rejoin().await,
             Err(e) => self.discovery_error("membership refresh failed (keeping the last graph)", e),
         }
         if !self.discovery.elects_leader() {
@@ -585,6 +586,15 @@ impl<D: Discovery + Coordination> Agent<D> {
                 self.leadership = l;
             }
             Err(e) => self.discovery_error("leadership query failed", e),
+        }
+        if self.node.is_leader() {
+            let handed = self
+                .discovery
+                .hand_out(self.node.graph(), self.node.members())
+                .await;
+            if let Err(e) = handed {
+                self.discovery_error("handing out places failed (tried again next refresh)", e);
+            }
         }
         Ok(())
     }
@@ -793,6 +803,16 @@ impl<D: Discovery + Coordination> Agent<D> {
 
 /// Monotonic ns since the first call: the core's work clock (it times
 /// its fits and solves with it and reads no clock itself).
+/// Whether `me`'s name is listed under another id.
+fn listed_elsewhere(membership: &Membership, me: &Member) -> bool {
+    let listed = match membership {
+        Membership::All(members) => members.as_slice(),
+        Membership::Place(place) => place.members.as_slice(),
+        Membership::Pending => &[],
+    };
+    listed.iter().any(|m| m.name == me.name && m.id != me.id)
+}
+
 fn monotonic_ns() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     let elapsed = START.get_or_init(std::time::Instant::now).elapsed();

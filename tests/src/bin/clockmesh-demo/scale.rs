@@ -11,6 +11,7 @@ use clockmesh_core::node::Exchange;
 use serde::Serialize;
 
 mod etcd_run;
+mod fault_view;
 mod metrics;
 mod relay;
 mod truth;
@@ -26,6 +27,11 @@ pub struct ScaleArgs {
     /// Leading windows left out of the accuracy figures.
     #[arg(long, default_value_t = 2)]
     warmup: u64,
+    /// Windows before etcd's counters (requests, bytes, CPU) are first
+    /// read: more than 1 leaves the members' first reads out, for the
+    /// steady state.
+    #[arg(long, default_value_t = 1)]
+    settle_windows: u64,
     /// Window length, s (the agent's `probe_window_s`).
     #[arg(long, default_value_t = 1)]
     window_s: u64,
@@ -40,6 +46,23 @@ pub struct ScaleArgs {
     /// as the agent did before, measured for comparison).
     #[arg(long, value_enum, default_value_t = ExchangeArg::Relay)]
     exchange: ExchangeArg,
+    /// Kill etcd (SIGKILL) this many windows after the first measured one
+    /// and start it again on its data (the relay exchange's etcd runs).
+    #[arg(long)]
+    restart_etcd_at: Option<u64>,
+    /// Kill the leader's agent (no leave: its lease runs out after 10 s)
+    /// this many windows after the first measured one. etcd runs: a seat
+    /// holder takes over and hands the places out again. Relay run: member
+    /// 1 (following the leader's results as a member) leads
+    /// `--takeover-s` later and continues the timeline; every member's
+    /// reader is checked against the first leader's clock.
+    #[arg(long)]
+    kill_leader_at: Option<u64>,
+    /// Relay run with `--kill-leader-at`: seconds from the kill until the
+    /// successor leads (the etcd runs measure it: the lease's 10 s, then a
+    /// refresh).
+    #[arg(long, default_value_t = 12)]
+    takeover_s: u64,
     /// Out-neighbours per member in the probe graph (the agent's `degree`).
     #[arg(long, default_value_t = 4)]
     degree: usize,
@@ -210,6 +233,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
                 members: n,
                 windows: args.windows,
                 warmup: args.warmup,
+                settle_windows: args.settle_windows,
                 window_s: args.window_s,
                 membership_every_s: args.membership_every_s,
                 degree: args.degree,
@@ -225,6 +249,8 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
                     ExchangeArg::Relay => Exchange::Relay,
                     ExchangeArg::Store => Exchange::Store,
                 },
+                restart_etcd_at: args.restart_etcd_at,
+                kill_leader_at: args.kill_leader_at,
             };
             let r = etcd_run::run(&cfg).with_context(|| format!("etcd run at {n} members"))?;
             if !args.json {
@@ -243,6 +269,8 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
             degree: args.degree,
             seed: args.seed,
             rcvbuf: args.relay_rcvbuf,
+            kill_leader_at: args.kill_leader_at,
+            takeover_s: args.takeover_s,
         };
         out.relay = Some(relay::run(&cfg).context("relay run")?);
     }
@@ -272,9 +300,46 @@ fn print_tables(out: &Output) {
             }
         );
         print_etcd(&out.etcd);
+        for r in &out.etcd {
+            print_faults(r);
+        }
     }
     if let Some(r) = &out.relay {
         print_relay(r);
+    }
+}
+
+/// What the members saw of each fault of a run.
+fn print_faults(r: &etcd_run::EtcdReport) {
+    if r.etcd_restarted {
+        println!(
+            "\n({} members: etcd restarted in the run, so its request, byte, fsync and CPU figures above cover only what followed)",
+            r.members
+        );
+    }
+    for f in &r.faults {
+        println!(
+            "\n{} members, {} at {:.1} s: after it {} refreshes, {:.2} % with their place, {:.2} % knowing a leader; all on {} within {:.1} s (successor's hand-outs, ms: {})",
+            r.members,
+            f.fault,
+            f.at_s,
+            f.refreshes_after,
+            100.0 * f.placed_share_after,
+            100.0 * f.leader_known_share_after,
+            f.final_leader.as_deref().unwrap_or("no leader"),
+            f.all_on_final_leader_after_s,
+            q(&r.places.successor_hand_out_ms),
+        );
+        println!(
+            "  s after the first window | refreshes | with their place | naming the final leader"
+        );
+        for (t, n, placed, on_final) in &f.timeline {
+            println!(
+                "  {t:>24.0} | {n:>9} | {:>15.1} % | {:>21.1} %",
+                100.0 * placed,
+                100.0 * on_final
+            );
+        }
     }
 }
 
@@ -389,6 +454,26 @@ fn outcome_rows() -> &'static [Row] {
         }),
         ("|error| vs truth, ns p50/p99/max", |r| q(&r.abs_error_ns)),
         ("bound coverage", |r| format!("{:.4}", r.coverage)),
+        ("members with their place right / wrong / none", |r| {
+            format!(
+                "{} / {} / {}",
+                r.places.members_placed_right,
+                r.places.members_placed_wrong,
+                r.places.members_without_place
+            )
+        }),
+        ("  seat holders (the whole list)", |r| {
+            r.places.seat_holders.to_string()
+        }),
+        ("  refresh that first found the place p50/p99/max", |r| {
+            q(&r.places.refreshes_to_place)
+        }),
+        ("leader refresh (list + election), ms", |r| {
+            q(&r.places.leader_refresh_ms)
+        }),
+        ("leader hand-out of places, ms", |r| {
+            q(&r.places.leader_hand_out_ms)
+        }),
         ("request errors (registrations retried, rejoins)", |r| {
             format!(
                 "{} ({}, {})",
@@ -481,6 +566,27 @@ fn print_relay(r: &relay::RelayReport) {
         (
             "senders' thread CPU, cores",
             format!("{:.2}", r.senders_cpu_cores),
+        ),
+        (
+            "readers: checks, answered, in holdover",
+            format!(
+                "{} ({:.2} %, {:.2} %)",
+                r.readers.checks,
+                100.0 * r.readers.available,
+                100.0 * r.readers.holdover
+            ),
+        ),
+        (
+            "  within bound of the first leader's clock",
+            format!("{:.4}", r.readers.coverage),
+        ),
+        ("  |error|, ns p50/p99/max", q(&r.readers.abs_error_ns)),
+        ("  bound, ns p50/p99/max", q(&r.readers.bound_ns)),
+        (
+            "successor's first result after the kill, s (results)",
+            r.readers.successor_first_result_s.map_or("-".into(), |s| {
+                format!("{s:.1} ({})", r.readers.successor_results)
+            }),
         ),
     ];
     for (name, v) in rows {

@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::Context as _;
 use clockmesh::discovery::{
-    Discovery as _, Member, Store as _,
+    Discovery as _, DiscoveryError, Member, Membership, Store as _,
     etcd::{EtcdConfig, EtcdDiscovery},
 };
 use clockmesh_core::{
@@ -26,7 +26,10 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
+use clockmesh_core::graph::{Neighbourhood, ProbeGraph};
+
 use super::{
+    fault_view::FaultReport,
     metrics::{self, EtcdMetrics, Quantiles},
     realtime_ns, sleep_until_realtime,
     truth::{Rng, Truth},
@@ -39,6 +42,9 @@ pub struct EtcdRunCfg {
     pub windows: u64,
     /// Leading windows left out of the accuracy figures (the solve's start).
     pub warmup: u64,
+    /// Windows before etcd's and the harness's counters are first read
+    /// (more: the steady state without the members' first reads).
+    pub settle_windows: u64,
     pub window_s: u64,
     /// Every member also reads the member list and the leader this often,
     /// as the agent's runtime does every 2 s; 0: not (coordination only).
@@ -55,6 +61,11 @@ pub struct EtcdRunCfg {
     /// the election only, and the per-window figures come from the relay
     /// run).
     pub exchange: Exchange,
+    /// Faults (the relay exchange), windows after the first measured one:
+    /// etcd killed and started again on its data; the leader's agent
+    /// killed (its lease then runs out, and a seat holder takes over).
+    pub restart_etcd_at: Option<u64>,
+    pub kill_leader_at: Option<u64>,
 }
 
 /// Phase delays after a window's end at 1 s windows (`core/src/window_clock.rs`):
@@ -98,6 +109,28 @@ struct MemberLog {
     rejoins: usize,
     get_bytes: u64,
     refresh_bytes: u64,
+    /// Refreshes that found the whole list (a seat holder's), its place,
+    /// or nothing yet.
+    full_lists: usize,
+    places: usize,
+    pending: usize,
+    /// The refresh (1st, 2nd, …) that first found its place.
+    first_place_refresh: Option<usize>,
+    /// Whether the last place it found had its edges in the whole graph.
+    place_right: Option<bool>,
+    /// What each refresh found (the fault runs' timeline).
+    seen: Vec<Seen>,
+    /// Its hand-outs as leader (after a failover), ms.
+    led: Vec<f64>,
+}
+
+/// One refresh's view: when, whether it held a place (or the whole list),
+/// and the leader it knew.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub at_ns: i64,
+    pub placed: bool,
+    pub leader: Option<String>,
 }
 
 /// What the leader saw, per window.
@@ -114,6 +147,12 @@ struct LeaderLog {
     errors: usize,
     cpu_s: f64,
     own: MemberLog,
+    /// The relay exchange: the leader's refresh (its whole list, read by
+    /// its watch) and its hand-out of the places that changed, ms.
+    lead_refresh_ms: Vec<f64>,
+    hand_out_ms: Vec<f64>,
+    /// When its agent was killed (`--kill-leader-at`).
+    killed_at_ns: Option<i64>,
 }
 
 /// The table's figures for one member count.
@@ -159,6 +198,15 @@ pub struct EtcdReport {
     pub coverage: f64,
     pub request_errors: usize,
     pub register_retries: usize,
+    /// The relay exchange: the places the leader handed out.
+    #[serde(flatten)]
+    pub places: PlacesReport,
+    /// etcd was restarted in the run: its counters (requests, bytes,
+    /// fsyncs, CPU) cover only what followed.
+    pub etcd_restarted: bool,
+    /// The faults injected, as the members saw them (etcd's counters
+    /// restart with it: its request figures then cover what followed).
+    pub faults: Vec<FaultReport>,
     /// Members whose lease lapsed (a failed keep-alive) and that registered again.
     pub rejoins: usize,
     /// Mean WAL fsync and fsyncs per window.
@@ -175,6 +223,49 @@ pub struct EtcdReport {
     pub etcd_quota_mib: f64,
     pub harness_cpu_cores: f64,
     pub harness_rss_mib: f64,
+}
+
+/// The places the leader handed out (the relay exchange).
+#[derive(Debug, Default, Serialize)]
+pub struct PlacesReport {
+    /// Members that ended the run holding the place the whole graph gives
+    /// them (or, seat holders, the whole list).
+    pub members_placed_right: usize,
+    pub members_placed_wrong: usize,
+    pub members_without_place: usize,
+    pub seat_holders: usize,
+    /// Which of a member's refreshes first found its place (1 = its first).
+    pub refreshes_to_place: Quantiles,
+    pub leader_refresh_ms: Quantiles,
+    pub leader_hand_out_ms: Quantiles,
+    /// Hand-outs by a seat holder that came to lead, ms.
+    pub successor_hand_out_ms: Quantiles,
+}
+
+impl PlacesReport {
+    fn of(logs: &[MemberLog], lead_refresh_ms: &[f64], hand_out_ms: &[f64]) -> Self {
+        // Members that refreshed at all (not the leader's own log).
+        let count = |f: &dyn Fn(&MemberLog) -> bool| {
+            logs.iter()
+                .filter(|l| !l.refresh_ms.is_empty() && f(l))
+                .count()
+        };
+        PlacesReport {
+            members_placed_right: count(&|l| l.place_right == Some(true)),
+            members_placed_wrong: count(&|l| l.place_right == Some(false)),
+            members_without_place: count(&|l| l.place_right.is_none() && l.full_lists == 0),
+            seat_holders: count(&|l| l.place_right.is_none() && l.full_lists > 0),
+            refreshes_to_place: Quantiles::of(
+                logs.iter()
+                    .filter_map(|l| l.first_place_refresh)
+                    .map(|r| r as f64)
+                    .collect(),
+            ),
+            leader_refresh_ms: Quantiles::of(lead_refresh_ms.to_vec()),
+            leader_hand_out_ms: Quantiles::of(hand_out_ms.to_vec()),
+            successor_hand_out_ms: Quantiles::default(),
+        }
+    }
 }
 
 /// A registered member and its etcd client.
@@ -243,8 +334,11 @@ pub fn run(cfg: &EtcdRunCfg) -> anyhow::Result<EtcdReport> {
         cfg.members >= 2,
         "--members: at least 2 (a leader and one more)"
     );
-    let etcd = EtcdServer::start_with(&cfg.etcd_args)?;
-    let endpoint = etcd.endpoint.clone();
+    let etcd = Arc::new(std::sync::Mutex::new(EtcdServer::start_with(
+        &cfg.etcd_args,
+    )?));
+    let endpoint = etcd.lock().expect("etcd").endpoint.clone();
+    let pid = || etcd.lock().map_or(0, |e| e.pid());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -267,6 +361,7 @@ pub fn run(cfg: &EtcdRunCfg) -> anyhow::Result<EtcdReport> {
     info!(members = cfg.members, start_s, "all members registered");
 
     let mut all: Vec<Member> = members.iter().map(|s| s.member.clone()).collect();
+    let leader_member_id = leader_member.id;
     all.push(leader_member);
     all.sort();
     let ids: Arc<Vec<u32>> = Arc::new(all.iter().map(|m| m.id).collect());
@@ -286,6 +381,11 @@ pub fn run(cfg: &EtcdRunCfg) -> anyhow::Result<EtcdReport> {
         warmup: cfg.warmup,
         membership_every_s: cfg.membership_every_s,
         exchange: cfg.exchange,
+        degree: cfg.degree,
+        kill_leader_at: cfg.kill_leader_at,
+        places_after_kill: cfg
+            .kill_leader_at
+            .map(|_| Arc::new(places_without(&ids, leader_member_id, cfg.degree))),
     };
     to_leader
         .send(LeaderPlan {
@@ -294,20 +394,70 @@ pub fn run(cfg: &EtcdRunCfg) -> anyhow::Result<EtcdReport> {
         })
         .map_err(|_| anyhow::anyhow!("the leader thread ended early"))?;
 
-    let span_start = (first as i64 + 1) * window_ns;
+    let span_start = (first + cfg.settle_windows.clamp(1, cfg.windows - 1)) as i64 * window_ns;
+    let restart = cfg
+        .restart_etcd_at
+        .map(|at| restart_at(etcd.clone(), plan.end_ns(first + at)));
+    // The members run from the first window on; the counters are read
+    // meanwhile (a member started late would run its windows back to back).
+    let members_run = {
+        let plan = plan.clone();
+        rt.spawn(async move { run_members(members, &plan).await })
+    };
     let before = rt.block_on(async {
         sleep_until_realtime(span_start - 20_000_000).await;
-        Snapshot::take(&endpoint, etcd.pid())
+        Snapshot::take(&endpoint, pid())
     })?;
-    let logs = rt.block_on(run_members(members, &plan))?;
-    let after = Snapshot::take(&endpoint, etcd.pid())?;
+    let logs = rt.block_on(members_run)??;
+    let after = Snapshot::take(&endpoint, pid())?;
     let leader_log = leader
         .join()
         .map_err(|_| anyhow::anyhow!("the leader thread panicked"))??;
+    let faults = faults_seen(restart, &leader_log, &logs, plan.end_ns(first - 1))?;
+    let took_over: Vec<f64> = logs.iter().flat_map(|l| l.led.iter().copied()).collect();
     drop(rt);
-    Ok(report(
-        cfg, &truth, start_s, &before, &after, logs, leader_log,
-    ))
+    let mut r = report(cfg, &truth, start_s, &before, &after, logs, leader_log);
+    r.etcd_restarted = cfg.restart_etcd_at.is_some();
+    r.faults = faults;
+    r.places.successor_hand_out_ms = Quantiles::of(took_over);
+    Ok(r)
+}
+
+/// Kills etcd at `when_ns` (realtime) and starts it again; the time it did.
+fn restart_at(
+    etcd: Arc<std::sync::Mutex<EtcdServer>>,
+    when_ns: i64,
+) -> std::thread::JoinHandle<anyhow::Result<i64>> {
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_nanos((when_ns - realtime_ns()).max(0) as u64));
+        let at_ns = realtime_ns();
+        let mut server = etcd.lock().map_err(|_| anyhow::anyhow!("etcd lock"))?;
+        server.restart().map(|()| at_ns)
+    })
+}
+
+/// Each fault of the run, as the members' refreshes saw it.
+fn faults_seen(
+    restart: Option<std::thread::JoinHandle<anyhow::Result<i64>>>,
+    leader: &LeaderLog,
+    logs: &[MemberLog],
+    first_ns: i64,
+) -> anyhow::Result<Vec<FaultReport>> {
+    let mut faults = Vec::new();
+    if let Some(r) = restart {
+        let at_ns = r
+            .join()
+            .map_err(|_| anyhow::anyhow!("the restart thread panicked"))??;
+        faults.push(("etcd killed and restarted".to_owned(), at_ns));
+    }
+    if let Some(at_ns) = leader.killed_at_ns {
+        faults.push(("the leader's agent killed".to_owned(), at_ns));
+    }
+    let seen: Vec<&Seen> = logs.iter().flat_map(|l| &l.seen).collect();
+    Ok(faults
+        .into_iter()
+        .map(|(what, at)| FaultReport::of(what, at, first_ns, &seen))
+        .collect())
 }
 
 /// Registers members 1..N, `start_concurrency` groups at a time; each
@@ -350,6 +500,13 @@ async fn start_group(endpoint: String, group: Vec<usize>) -> anyhow::Result<Vec<
     Ok(out)
 }
 
+/// Each member's edges in the graph of `ids` without `gone`.
+fn places_without(ids: &[u32], gone: u32, degree: usize) -> Vec<Neighbourhood> {
+    let living: Vec<u32> = ids.iter().copied().filter(|&id| id != gone).collect();
+    let graph = ProbeGraph::build(&living, degree);
+    ids.iter().map(|&id| graph.neighbourhood(id)).collect()
+}
+
 /// The windows every member runs, and what it needs to make its fits.
 #[derive(Clone)]
 struct Schedule {
@@ -362,9 +519,24 @@ struct Schedule {
     warmup: u64,
     membership_every_s: u64,
     exchange: Exchange,
+    degree: usize,
+    kill_leader_at: Option<u64>,
+    /// With the leader killed: each member's edges in the graph without it
+    /// (its successor hands those out).
+    places_after_kill: Option<Arc<Vec<Neighbourhood>>>,
 }
 
 impl Schedule {
+    /// Whether `edges` are member `i`'s in the whole graph (or, after the
+    /// leader's agent was killed, in the graph without it).
+    fn placed_right(&self, i: usize, edges: &Neighbourhood) -> bool {
+        *edges == *self.truth.place(i)
+            || self
+                .places_after_kill
+                .as_ref()
+                .is_some_and(|after| *edges == after[i])
+    }
+
     fn index_of(&self, name: &str) -> Option<usize> {
         self.names.binary_search_by(|n| n.as_str().cmp(name)).ok()
     }
@@ -428,13 +600,52 @@ async fn membership_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> 
     let mut rng = Rng::new(plan.ids[i] as u64 ^ 0xA5A5);
     let every = plan.refresh_every_windows();
     let refresh_at = (rng.unit() * plan.window_ns as f64) as i64;
+    let mut lead = Lead::default();
     for k in plan.first..=plan.last {
         if (k + i as u64).is_multiple_of(every) {
             plan.sleep_until_local(i, plan.end_ns(k) + refresh_at).await;
-            refresh(&mut disc, &mut log).await;
+            let list = refresh(&mut disc, i, plan, &mut log).await;
+            lead.hand_out_if_leader(&mut disc, list, plan, &mut log)
+                .await;
         }
     }
     log
+}
+
+/// A seat holder's part if it comes to lead (the leader's agent killed):
+/// what the driver does as leader, the graph of its whole list and the
+/// places handed out.
+#[derive(Default)]
+struct Lead {
+    graph: Option<(Vec<Member>, ProbeGraph)>,
+}
+
+impl Lead {
+    async fn hand_out_if_leader(
+        &mut self,
+        disc: &mut EtcdDiscovery,
+        list: Option<(Vec<Member>, bool)>,
+        plan: &Schedule,
+        log: &mut MemberLog,
+    ) {
+        let Some((members, true)) = list else {
+            return;
+        };
+        if self.graph.as_ref().is_none_or(|(m, _)| *m != members) {
+            let ids: Vec<u32> = members.iter().map(|m| m.id).collect();
+            let graph = ProbeGraph::build(&ids, plan.degree);
+            self.graph = Some((members, graph));
+        }
+        let Some((members, graph)) = &self.graph else {
+            return;
+        };
+        let t = Instant::now();
+        if let Err(e) = disc.hand_out(graph, members).await {
+            log.errors += 1;
+            warn!("handing out places: {e}");
+        }
+        log.led.push(t.elapsed().as_secs_f64() * 1e3);
+    }
 }
 
 /// A member of the store exchange: its fits put and its result read every
@@ -473,7 +684,7 @@ async fn store_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> Membe
         read_result(&mut disc, i, k, reference, plan, &mut log).await;
         if plan.membership_every_s > 0 && (k + i as u64).is_multiple_of(every) {
             plan.sleep_until_local(i, end + refresh_at).await;
-            refresh(&mut disc, &mut log).await;
+            refresh(&mut disc, i, plan, &mut log).await;
         }
     }
     log
@@ -541,20 +752,64 @@ async fn read_result(
     log.outcomes.push((k, outcome));
 }
 
-/// The agent's membership refresh: the member list, then the leader.
-async fn refresh(disc: &mut EtcdDiscovery, log: &mut MemberLog) {
+/// The agent's membership refresh: what it needs of the membership (the
+/// whole list, or its place), then the leader. The whole list, if it got
+/// it, and whether it leads.
+async fn refresh(
+    disc: &mut EtcdDiscovery,
+    i: usize,
+    plan: &Schedule,
+    log: &mut MemberLog,
+) -> Option<(Vec<Member>, bool)> {
     let t = Instant::now();
-    match disc.members().await {
-        Ok(m) => log.refresh_bytes += m.len() as u64 * 110,
+    let mut list = None;
+    match disc.membership().await {
+        Ok(Membership::All(members)) => {
+            list = Some(members.clone());
+            note_membership(Membership::All(members), i, plan, log);
+        }
+        Ok(m) => note_membership(m, i, plan, log),
+        // No longer listed: registers again, as the agent's driver does.
+        Err(DiscoveryError::NotAMember(_)) => {
+            if register(disc, i).await.is_ok() {
+                log.rejoins += 1;
+            }
+        }
         Err(e) => {
             log.errors += 1;
-            warn!("members: {e}");
+            warn!("membership: {e}");
         }
     }
-    if disc.leadership().await.is_err() {
+    let leadership = disc.leadership().await;
+    if leadership.is_err() {
         log.errors += 1;
     }
     log.refresh_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    let leader = leadership.ok().and_then(|l| l.leader);
+    log.seen.push(Seen {
+        at_ns: realtime_ns(),
+        placed: log.place_right == Some(true) || list.is_some(),
+        leader: leader.clone(),
+    });
+    let me = &plan.names[i];
+    list.map(|l| (l, leader.as_ref() == Some(me)))
+}
+
+fn note_membership(m: Membership, i: usize, plan: &Schedule, log: &mut MemberLog) {
+    let refreshes = log.refresh_ms.len() + 1;
+    match m {
+        Membership::All(list) => {
+            log.full_lists += 1;
+            log.refresh_bytes += list.len() as u64 * 110;
+        }
+        Membership::Place(p) => {
+            log.places += 1;
+            log.refresh_bytes += p.members.len() as u64 * 110;
+            log.first_place_refresh.get_or_insert(refreshes);
+            log.place_right = Some(plan.placed_right(i, &p.edges));
+        }
+        Membership::Pending => log.pending += 1,
+    }
 }
 
 /// The leader: its own thread and runtime, a real `core::Node` with the
@@ -631,9 +886,13 @@ async fn leader_windows(
 ) -> LeaderLog {
     let mut log = LeaderLog::default();
     if plan.exchange == Exchange::Relay {
-        // Nothing per window through etcd: it holds its lease and seat.
-        plan.sleep_until_local(i, plan.end_ns(plan.last) + plan.window_ns)
-            .await;
+        // Nothing per window through etcd: it follows the list and hands
+        // out places, as the agent's driver does at each refresh.
+        lead_membership(node, disc, i, plan, &mut log).await;
+        if log.killed_at_ns.is_none() {
+            plan.sleep_until_local(i, plan.end_ns(plan.last) + plan.window_ns)
+                .await;
+        }
         return log;
     }
     let (fit, solve, fetch) = phases_ns(plan.window_ns);
@@ -659,6 +918,46 @@ async fn leader_windows(
         }
     }
     log
+}
+
+/// The leader's refreshes: its whole list, the graph it gives, every
+/// member's place written where it changed (`Discovery::hand_out`).
+async fn lead_membership(
+    node: &mut Node,
+    disc: &mut EtcdDiscovery,
+    i: usize,
+    plan: &Schedule,
+    log: &mut LeaderLog,
+) {
+    let every = plan.refresh_every_windows();
+    for k in (plan.first..=plan.last).filter(|k| k.is_multiple_of(every)) {
+        plan.sleep_until_local(i, plan.end_ns(k) + 50_000_000).await;
+        if plan.kill_leader_at.is_some_and(|at| k >= plan.first + at) {
+            // Killed: no leave; its lease runs out after its TTL.
+            log.killed_at_ns = Some(realtime_ns());
+            return;
+        }
+        let t = Instant::now();
+        match disc.membership().await {
+            Ok(m) => {
+                let _ = node.handle_membership(m, LocalNs(plan.local_now(i)));
+            }
+            Err(e) => {
+                log.errors += 1;
+                warn!("leader's membership: {e}");
+            }
+        }
+        if disc.leadership().await.is_err() {
+            log.errors += 1;
+        }
+        log.lead_refresh_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        if let Err(e) = disc.hand_out(node.graph(), node.members()).await {
+            log.errors += 1;
+            warn!("handing out places: {e}");
+        }
+        log.hand_out_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
 }
 
 struct LeaderCtx<'a> {
@@ -764,6 +1063,28 @@ impl Snapshot {
     }
 }
 
+/// The results members got (ms after the window's end, |error| ns, within
+/// the bound), and how many member-windows missed theirs.
+fn got_and_missed(logs: &[MemberLog]) -> (Vec<(f64, f64, bool)>, usize) {
+    let outcomes: Vec<Outcome> = logs
+        .iter()
+        .flat_map(|l| l.outcomes.iter().map(|o| o.1))
+        .collect();
+    let got: Vec<(f64, f64, bool)> = outcomes
+        .iter()
+        .filter_map(|o| match *o {
+            Outcome::Got {
+                after_end_ms,
+                err_ns,
+                covered,
+            } => Some((after_end_ms, err_ns, covered)),
+            Outcome::Missed => None,
+        })
+        .collect();
+    let missed = outcomes.len() - got.len();
+    (got, missed)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn report(
     cfg: &EtcdRunCfg,
@@ -790,22 +1111,7 @@ fn report(
     let collect = |f: &dyn Fn(&MemberLog) -> &Vec<f64>| -> Vec<f64> {
         logs.iter().flat_map(|l| f(l).iter().copied()).collect()
     };
-    let outcomes: Vec<Outcome> = logs
-        .iter()
-        .flat_map(|l| l.outcomes.iter().map(|o| o.1))
-        .collect();
-    let got: Vec<(f64, f64, bool)> = outcomes
-        .iter()
-        .filter_map(|o| match *o {
-            Outcome::Got {
-                after_end_ms,
-                err_ns,
-                covered,
-            } => Some((after_end_ms, err_ns, covered)),
-            Outcome::Missed => None,
-        })
-        .collect();
-    let missed = outcomes.len() - got.len();
+    let (got, missed) = got_and_missed(&logs);
     let db = |m: &EtcdMetrics| m.get("etcd_mvcc_db_total_size_in_bytes") / (1 << 20) as f64;
     let sum_u = |f: &dyn Fn(&MemberLog) -> u64| logs.iter().map(f).sum::<u64>() as f64;
     let txns = cfg.members.div_ceil(128);
@@ -846,12 +1152,15 @@ fn report(
         leader_cpu_cores: leader.cpu_s / wall_s,
         late_puts_per_window: logs.iter().map(|l| l.late_puts).sum::<usize>() as f64 / windows,
         result_after_end_ms: Quantiles::of(got.iter().map(|g| g.0).collect()),
-        missed_share: missed as f64 / outcomes.len().max(1) as f64,
-        member_windows: outcomes.len(),
+        missed_share: missed as f64 / (got.len() + missed).max(1) as f64,
+        member_windows: got.len() + missed,
         abs_error_ns: Quantiles::of(got.iter().map(|g| g.1).collect()),
         coverage: got.iter().filter(|g| g.2).count() as f64 / got.len().max(1) as f64,
         request_errors: logs.iter().map(|l| l.errors).sum::<usize>() + leader.errors,
         rejoins: logs.iter().map(|l| l.rejoins).sum(),
+        places: PlacesReport::of(&logs, &leader.lead_refresh_ms, &leader.hand_out_ms),
+        etcd_restarted: false,
+        faults: Vec::new(),
         register_retries: REGISTER_RETRIES.swap(0, std::sync::atomic::Ordering::Relaxed),
         etcd_wal_fsync_ms: ms_per(
             delta("etcd_disk_wal_fsync_duration_seconds_sum"),
@@ -866,7 +1175,7 @@ fn report(
         etcd_rss_mib: after.etcd_rss_mib,
         etcd_db_mib_start: db(&before.etcd),
         etcd_db_mib_end: db(&after.etcd),
-        etcd_db_growth_mib_per_window: (db(&after.etcd) - db(&before.etcd)) / windows,
+        etcd_db_growth_mib_per_window: per_window(db(&after.etcd) - db(&before.etcd)),
         etcd_keys: after.etcd.get("etcd_debugging_mvcc_keys_total"),
         etcd_compactions: delta("etcd_debugging_mvcc_db_compaction_keys_total"),
         etcd_quota_mib: after.etcd.get("etcd_server_quota_backend_bytes") / (1 << 20) as f64,

@@ -15,10 +15,14 @@ use std::{
 use anyhow::Context as _;
 use clockmesh_common::{ProbeHeader, kind};
 use clockmesh_core::{
+    codec,
     node::{Action, Exchange, LocalNs, Member, Node, NodeConfig},
+    publication::ResultStatus,
+    result::NodeResult,
     settings::Settings,
     wire::{self, Message, Sent},
 };
+use clockmesh_offsets::ClockStatus;
 use clockmesh_proto::{clockmesh as pb, prost::Message as _};
 use serde::Serialize;
 
@@ -39,6 +43,12 @@ pub struct RelayCfg {
     /// SO_RCVBUFFORCE for the leader's socket, bytes (None: as the agent
     /// sets its probe socket's).
     pub rcvbuf: Option<usize>,
+    /// The leader killed at the end of this window (after the first);
+    /// member 1, a seat holder following its results as a member, leads
+    /// `takeover_s` later (its etcd lease, then a refresh: the etcd run
+    /// measures it) and continues the timeline from its own last result.
+    pub kill_leader_at: Option<u64>,
+    pub takeover_s: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -70,6 +80,28 @@ pub struct RelayReport {
     pub coverage: f64,
     pub leader_cpu_cores: f64,
     pub senders_cpu_cores: f64,
+    /// Every member's reader (members 2..N: the newest result it holds,
+    /// aged by its drift and bound growth, by the offsets readers' own
+    /// rule), checked once a window against the first leader's timeline.
+    pub readers: ReaderReport,
+}
+
+/// What the members' readers answered, checked once a window.
+#[derive(Debug, Default, Serialize)]
+pub struct ReaderReport {
+    pub checks: u64,
+    /// Checks that got an answer (not stale, not unknown), share.
+    pub available: f64,
+    /// Answers within their bound of the first leader's timeline, share.
+    pub coverage: f64,
+    pub abs_error_ns: Quantiles,
+    pub bound_ns: Quantiles,
+    /// Checks in holdover (the window's result missing), share.
+    pub holdover: f64,
+    /// With the leader killed: the successor's first result, s after the
+    /// kill, and the results it sent.
+    pub successor_first_result_s: Option<f64>,
+    pub successor_results: u64,
 }
 
 fn member_ip(i: usize) -> Ipv4Addr {
@@ -109,19 +141,17 @@ pub fn run(cfg: &RelayCfg) -> anyhow::Result<RelayReport> {
     let names: Arc<Vec<String>> = Arc::new(all.iter().map(|m| m.name.clone()).collect());
     let window_ns = i64::try_from(cfg.window_s)?.saturating_mul(1_000_000_000);
     let truth = Arc::new(Truth::generate(&ids, cfg.degree, cfg.seed, realtime_ns()));
-    // Every member's socket, bound to its own address (the leader's fits
-    // leave from a second socket on the leader's address).
-    let socks: Vec<UdpSocket> = (0..cfg.members)
-        .map(|i| {
-            let port = if i == 0 { 0 } else { port };
-            let s = UdpSocket::bind(SocketAddrV4::new(member_ip(i), port))?;
-            s.set_nonblocking(true)?;
-            Ok(s)
-        })
-        .collect::<std::io::Result<_>>()
-        .context("binding the members' loopback sockets (127.78.x.y)")?;
+    let socks = member_sockets(cfg.members, port)?;
     let first = (realtime_ns() / window_ns + 2) as u64;
     let last = first + cfg.windows - 1;
+    let settings = Settings {
+        probe_window: clockmesh_core::time::Nanos::from_unsigned(cfg.window_s, 1_000_000_000),
+        degree: cfg.degree,
+        ..Settings::default()
+    };
+    let kill_end_ns = cfg
+        .kill_leader_at
+        .map(|k| (first + k + 1) as i64 * window_ns);
     let plan = Plan {
         first,
         last,
@@ -129,6 +159,8 @@ pub fn run(cfg: &RelayCfg) -> anyhow::Result<RelayReport> {
         truth: truth.clone(),
         ids,
         names,
+        settings,
+        takeover_ns: kill_end_ns.map(|t| t + cfg.takeover_s as i64 * 1_000_000_000),
     };
     let leader_addr = SocketAddrV4::new(member_ip(0), port);
     let drops0 = metrics::udp_socket_drops(leader_addr)?;
@@ -136,25 +168,38 @@ pub fn run(cfg: &RelayCfg) -> anyhow::Result<RelayReport> {
     let (done_tx, done_rx) = mpsc::channel();
     let leader = {
         let plan = plan.clone();
-        let settings = Settings {
-            probe_window: clockmesh_core::time::Nanos::from_unsigned(cfg.window_s, 1_000_000_000),
-            degree: cfg.degree,
-            ..Settings::default()
-        };
-        let all = all.clone();
+        let node = node_of(&all, 0, 0, &plan)?;
+        let until = kill_end_ns.unwrap_or(plan.end_ns(plan.last) + plan.window_ns);
+        // The socket outlives a killed leader's loop: the members' fits to
+        // it vanish as on a network (a closed loopback port would answer
+        // each with an ICMP error, seconds of the senders' time at 5,000).
         std::thread::Builder::new()
             .name("relay-leader".into())
-            .spawn(move || leader_loop(leader_sock, all, settings, &plan, done_rx))?
+            .spawn(move || {
+                let log = node_loop(&leader_sock, node, &plan, (until, None), done_rx);
+                (log, leader_sock)
+            })?
     };
-    let senders = senders_loop(&socks, leader_addr.into(), &plan, cfg.warmup)?;
+    let successor = spawn_successor(&plan, &all, &socks)?;
+    let leaders = [leader_addr.into(), all[1].probe_addr()];
+    let senders = senders_loop(&socks, leaders, &plan, cfg.warmup)?;
     let _ = done_tx.send(());
-    let leader = leader
+    let (leader, _closed_now) = leader
         .join()
-        .map_err(|_| anyhow::anyhow!("the relay leader panicked"))??;
+        .map_err(|_| anyhow::anyhow!("the relay leader panicked"))?;
+    let leader = leader?;
+    let successor = match successor {
+        Some((t, _keep)) => Some(
+            t.join()
+                .map_err(|_| anyhow::anyhow!("the relay successor panicked"))??,
+        ),
+        None => None,
+    };
     let drops = leader.socket_drops.saturating_sub(drops0);
     let snmp1 = metrics::udp_snmp()?;
     let w = cfg.windows as f64;
     let wall = (cfg.windows as f64) * cfg.window_s as f64;
+    let readers = senders.readers.report(successor.as_ref(), kill_end_ns);
     Ok(RelayReport {
         members: cfg.members,
         windows: cfg.windows,
@@ -177,7 +222,68 @@ pub fn run(cfg: &RelayCfg) -> anyhow::Result<RelayReport> {
         coverage: senders.covered as f64 / senders.errors_ns.len().max(1) as f64,
         leader_cpu_cores: leader.cpu_s / wall,
         senders_cpu_cores: senders.cpu_s / wall,
+        readers,
     })
+}
+
+/// Every member's socket, bound to its own address and the leader's port
+/// (the leader's own fits leave from a second socket on its address).
+fn member_sockets(n: usize, port: u16) -> anyhow::Result<Vec<UdpSocket>> {
+    (0..n)
+        .map(|i| {
+            let port = if i == 0 { 0 } else { port };
+            let s = UdpSocket::bind(SocketAddrV4::new(member_ip(i), port))?;
+            s.set_nonblocking(true)?;
+            Ok(s)
+        })
+        .collect::<std::io::Result<_>>()
+        .context("binding the members' loopback sockets (127.78.x.y)")
+}
+
+/// With the leader to be killed: member 1's node on its socket, a member
+/// until it leads at the takeover (and the sender that keeps it running).
+#[allow(clippy::type_complexity)]
+fn spawn_successor(
+    plan: &Plan,
+    all: &[Member],
+    socks: &[UdpSocket],
+) -> anyhow::Result<
+    Option<(
+        std::thread::JoinHandle<anyhow::Result<LeaderLog>>,
+        mpsc::Sender<()>,
+    )>,
+> {
+    let Some(at) = plan.takeover_ns else {
+        return Ok(None);
+    };
+    let plan = plan.clone();
+    let sock = socks[1].try_clone()?;
+    clockmesh::runtime::raise_receive_buffer(&sock);
+    let node = node_of(all, 1, 0, &plan)?;
+    let until = plan.end_ns(plan.last) + plan.window_ns;
+    let (keep, never) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("relay-successor".into())
+        .spawn(move || node_loop(&sock, node, &plan, (until, Some(at)), never))?;
+    Ok(Some((thread, keep)))
+}
+
+/// Member `i`'s node, following `leader`'s results (itself: it leads).
+fn node_of(all: &[Member], i: usize, leader: usize, plan: &Plan) -> anyhow::Result<Node> {
+    let mut node = Node::new(NodeConfig {
+        me: all[i].clone(),
+        settings: plan.settings.clone(),
+        key: None,
+        exchange: Exchange::Relay,
+        nonce_base: (i as u64 + 1) << 40,
+        work_clock: clockmesh_core::node::no_work_clock,
+    });
+    let now = LocalNs(plan.truth.local_at(i, realtime_ns()));
+    let _ = node
+        .handle_members(all.to_vec(), now)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    node.handle_leader(Some(all[leader].name.clone()));
+    Ok(node)
 }
 
 #[derive(Clone)]
@@ -188,11 +294,23 @@ struct Plan {
     truth: Arc<Truth>,
     ids: Arc<Vec<u32>>,
     names: Arc<Vec<String>>,
+    settings: Settings,
+    /// When member 1 leads (the leader killed), realtime ns.
+    takeover_ns: Option<i64>,
 }
 
 impl Plan {
     fn end_ns(&self, k: u64) -> i64 {
         (k as i64 + 1) * self.window_ns
+    }
+
+    /// Who leads when window `k`'s fits are sent: 0, or its successor 1
+    /// once it has taken over (members learn it from their places).
+    fn leader_at(&self, k: u64, fit_at: i64) -> usize {
+        usize::from(
+            self.takeover_ns
+                .is_some_and(|t| self.end_ns(k) + fit_at >= t),
+        )
     }
 }
 
@@ -213,59 +331,55 @@ struct LeaderLog {
     result_after_end_ms: Vec<f64>,
     socket_drops: u64,
     cpu_s: f64,
+    /// When it sent its first result (realtime ns).
+    first_result_ns: Option<i64>,
 }
 
-/// The agent driver's loop for the leader: a tick every 100 ms drains the
-/// socket into the node, then runs its timers (the solve at +0.4 s of 1 s
-/// windows), sending what it asks.
-fn leader_loop(
-    sock: UdpSocket,
-    members: Vec<Member>,
-    settings: Settings,
+/// The agent driver's loop for a node: a tick every 100 ms drains the
+/// socket into the node, then runs its timers (as leader, the solve at
+/// +0.4 s of 1 s windows), sending what it asks; until `until_ns`
+/// (realtime), leading from `lead_at_ns` if given (a successor).
+fn node_loop(
+    sock: &UdpSocket,
+    mut node: Node,
     plan: &Plan,
+    (until_ns, lead_at_ns): (i64, Option<i64>),
     done: mpsc::Receiver<()>,
 ) -> anyhow::Result<LeaderLog> {
     sock.set_nonblocking(true)?;
-    let me = members[0].clone();
-    let mut node = Node::new(NodeConfig {
-        me: me.clone(),
-        settings,
-        key: None,
-        exchange: Exchange::Relay,
-        nonce_base: 1 << 40,
-        work_clock: clockmesh_core::node::no_work_clock,
-    });
-    let local = |plan: &Plan| plan.truth.local_at(0, realtime_ns());
-    let _ = node
-        .handle_members(members, LocalNs(local(plan)))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    node.handle_leader(Some(me.name.clone()));
+    let i = plan.names.binary_search(&node.me().name).unwrap_or(0);
+    let local = |plan: &Plan| LocalNs(plan.truth.local_at(i, realtime_ns()));
     let mut log = LeaderLog::default();
     let cpu0 = metrics::thread_cpu_s();
     let received0 = node.counters().edge_fits_received;
     let mut buf = [0u8; 2048];
     let tick_ns = clockmesh_core::node::TICK.0;
-    let stop = plan.end_ns(plan.last) + plan.window_ns;
     let mut next = (realtime_ns() / tick_ns + 1) * tick_ns;
-    while realtime_ns() < stop && done.try_recv().is_err() {
+    let mut to_lead = lead_at_ns;
+    while realtime_ns() < until_ns && done.try_recv().is_err() {
         sleep_until(next);
         next += tick_ns;
+        if to_lead.is_some_and(|at| realtime_ns() >= at) {
+            to_lead = None;
+            node.handle_leader(Some(node.me().name.clone()));
+        }
         let t = Instant::now();
         loop {
             let (len, from) = match sock.recv_from(&mut buf) {
                 Ok(x) => x,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => continue,
                 Err(e) => return Err(e.into()),
             };
-            let actions = node.handle_datagram(&buf[..len], Some(from), &[], LocalNs(local(plan)));
-            send_all(&sock, &mut node, actions, plan, &mut log);
+            let actions = node.handle_datagram(&buf[..len], Some(from), &[], local(plan));
+            send_all(sock, &mut node, actions, (i, plan), &mut log);
         }
         log.drain_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let solves = node.timings().solves;
         let t = Instant::now();
-        let actions = node.handle_tick(LocalNs(local(plan)));
+        let actions = node.handle_tick(local(plan));
         let solve_ms = t.elapsed().as_secs_f64() * 1e3;
-        send_all(&sock, &mut node, actions, plan, &mut log);
+        send_all(sock, &mut node, actions, (i, plan), &mut log);
         if node.timings().solves != solves {
             log.solve_ms.push(solve_ms);
             log.solve_tick_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -284,7 +398,7 @@ fn send_all(
     sock: &UdpSocket,
     node: &mut Node,
     actions: Vec<Action>,
-    plan: &Plan,
+    (i, plan): (usize, &Plan),
     log: &mut LeaderLog,
 ) {
     for a in actions {
@@ -294,7 +408,8 @@ fn send_all(
                 node.count_sent(sent);
                 if result {
                     log.results_sent += 1;
-                    let now = plan.truth.local_at(0, realtime_ns());
+                    log.first_result_ns.get_or_insert(realtime_ns());
+                    let now = plan.truth.local_at(i, realtime_ns());
                     let end = now.div_euclid(plan.window_ns) * plan.window_ns;
                     log.result_after_end_ms.push((now - end) as f64 / 1e6);
                 }
@@ -315,35 +430,90 @@ struct SenderLog {
     errors_ns: Vec<f64>,
     covered: u64,
     cpu_s: f64,
+    readers: Readers,
+}
+
+/// Every member's reader: the newest result it holds.
+#[derive(Default)]
+struct Readers {
+    held: Vec<Option<NodeResult>>,
+    checks: u64,
+    available: u64,
+    covered: u64,
+    holdover: u64,
+    errors_ns: Vec<f64>,
+    bounds_ns: Vec<f64>,
+}
+
+impl Readers {
+    /// Member `i`'s reader asked now, scored against member 0's clock
+    /// (the timeline a successor continues).
+    fn check(&mut self, i: usize, plan: &Plan) {
+        self.checks += 1;
+        let Some(r) = self.held.get(i).and_then(Option::as_ref) else {
+            return;
+        };
+        let now = LocalNs(plan.truth.local_at(i, realtime_ns()));
+        match ResultStatus::of(r, &plan.settings).state_at(now) {
+            ClockStatus::Synchronised => {}
+            ClockStatus::Holdover => self.holdover += 1,
+            ClockStatus::Stale | ClockStatus::Unknown => return,
+        }
+        self.available += 1;
+        let err = (r.offset_at(now) - plan.truth.offset_vs(i, 0, now.0)).abs();
+        let bound = r.bound_at(now);
+        self.errors_ns.push(err);
+        self.bounds_ns.push(bound);
+        self.covered += u64::from(err <= bound);
+    }
+
+    fn report(self, successor: Option<&LeaderLog>, kill_ns: Option<i64>) -> ReaderReport {
+        let share = |n: u64| n as f64 / self.checks.max(1) as f64;
+        ReaderReport {
+            checks: self.checks,
+            available: share(self.available),
+            coverage: self.covered as f64 / self.available.max(1) as f64,
+            abs_error_ns: Quantiles::of(self.errors_ns),
+            bound_ns: Quantiles::of(self.bounds_ns),
+            holdover: share(self.holdover),
+            successor_first_result_s: successor
+                .and_then(|s| s.first_result_ns)
+                .zip(kill_ns)
+                .map(|(at, kill)| (at - kill) as f64 / 1e9),
+            successor_results: successor.map_or(0, |s| s.results_sent),
+        }
+    }
 }
 
 /// Every member's fits at the fit phase (+0.3 s), one datagram per fit as
-/// the node sends them; at +0.95 s every member's socket is read for its
-/// result.
+/// the node sends them, to whoever leads then; at +0.95 s every member's
+/// socket is read for its result, and its reader asked.
 fn senders_loop(
     socks: &[UdpSocket],
-    leader: SocketAddr,
+    leaders: [SocketAddr; 2],
     plan: &Plan,
     warmup: u64,
 ) -> anyhow::Result<SenderLog> {
     let mut log = SenderLog::default();
+    log.readers.held = vec![None; socks.len()];
     let mut rng = Rng::new(0x5E4D);
     let cpu0 = metrics::thread_cpu_s();
-    let leader_id = plan.ids[0];
     let fit_at = plan.window_ns / 100 * 30;
     let read_at = plan.window_ns / 100 * 95;
-    // Snapshots made before the burst: the harness's fit generation is
-    // not part of what the leader receives.
     for k in plan.first..=plan.last {
+        let leader = plan.leader_at(k, fit_at);
+        // Snapshots made before the burst: the harness's fit generation
+        // is not part of what the leader receives.
         let datagrams: Vec<(usize, Vec<u8>)> = (0..socks.len())
             .flat_map(|i| {
                 let s = plan
                     .truth
                     .snapshot(i, k, plan.window_ns, &plan.ids, &plan.names, &mut rng);
+                let to = plan.ids[leader];
                 s.edges
                     .into_iter()
                     .enumerate()
-                    .map(move |(j, fit)| (i, fit_datagram(&fit, leader_id, k, j)))
+                    .map(move |(j, fit)| (i, fit_datagram(&fit, to, k, j)))
                     .collect::<Vec<_>>()
             })
             .collect();
@@ -352,7 +522,7 @@ fn senders_loop(
         for (i, d) in &datagrams {
             log.fits += 1;
             log.fit_bytes += d.len() as u64;
-            if socks[*i].send_to(d, leader).is_err() {
+            if socks[*i].send_to(d, leaders[leader]).is_err() {
                 log.send_errors += 1;
             }
         }
@@ -376,23 +546,29 @@ fn fit_datagram(fit: &pb::EdgeFit, leader: u32, k: u64, j: usize) -> Vec<u8> {
     .encode(None)
 }
 
-/// Each member's socket holds at most this window's result (and the
-/// leader's handshakes, for its probe peers).
+/// Each member's socket holds at most this window's result (and its
+/// peers' handshakes). Member 1's socket is its successor node's when the
+/// leader is to be killed: it is read there.
 fn read_results(socks: &[UdpSocket], plan: &Plan, k: u64, scored: bool, log: &mut SenderLog) {
     let mut buf = [0u8; 2048];
-    for (i, s) in socks.iter().enumerate().skip(1) {
+    let skip = if plan.takeover_ns.is_some() { 2 } else { 1 };
+    for (i, s) in socks.iter().enumerate().skip(skip) {
         let mut got = None;
         while let Ok((len, _)) = s.recv_from(&mut buf) {
             if let Ok(Message::Result { payload, .. }) = wire::parse(&buf[..len], None)
                 && let Ok(r) = pb::NodeOffset::decode(payload.as_slice())
             {
                 log.results += 1;
+                if let Ok(held) = codec::decode_result(&payload) {
+                    log.readers.held[i] = Some(held);
+                }
                 got = Some(r);
             }
         }
         if !scored {
             continue;
         }
+        log.readers.check(i, plan);
         log.scored += 1;
         match got.filter(|r| r.window == k) {
             Some(r) => {

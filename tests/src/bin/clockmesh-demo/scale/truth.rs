@@ -9,7 +9,7 @@
 //! trip (software stamps: 1–3 µs), its true error inside the bound (a fixed
 //! path asymmetry per edge plus per-window noise).
 
-use clockmesh_core::graph::ProbeGraph;
+use clockmesh_core::graph::{Neighbourhood, ProbeGraph};
 use clockmesh_proto::clockmesh as pb;
 
 /// A small, seedable generator (splitmix64): the harness needs no crate for it.
@@ -62,6 +62,8 @@ pub struct Truth {
     theta_ns: Vec<f64>,
     drift: Vec<f64>,
     edges: Vec<Vec<EdgeTruth>>,
+    /// Each member's edges in the whole graph (what its place must hold).
+    places: Vec<Neighbourhood>,
 }
 
 /// Per-window noise of a fit's offset, ns (well inside every bound).
@@ -79,6 +81,7 @@ impl Truth {
         let mut rng = Rng::new(seed);
         let n = ids.len();
         let graph = ProbeGraph::build(ids, degree);
+        let places = ids.iter().map(|&id| graph.neighbourhood(id)).collect();
         let index: std::collections::HashMap<u32, usize> =
             ids.iter().enumerate().map(|(i, &id)| (id, i)).collect();
         let theta_ns = (0..n).map(|_| rng.uniform(-2e6, 2e6)).collect();
@@ -106,11 +109,17 @@ impl Truth {
             theta_ns,
             drift,
             edges,
+            places,
         }
     }
 
     pub fn len(&self) -> usize {
         self.theta_ns.len()
+    }
+
+    /// Member `i`'s edges in the whole probe graph.
+    pub fn place(&self, i: usize) -> &Neighbourhood {
+        &self.places[i]
     }
 
     /// Out-edges of member `i` (indices).
@@ -197,11 +206,17 @@ impl Truth {
     /// where the reference is member `reference`. The result says
     /// `global = local + offset_ns` at its anchor (member i's clock).
     pub fn score(&self, i: usize, reference: usize, r: &pb::NodeOffset) -> (f64, bool) {
-        let t = self.true_since_t0(i, r.anchor_ns);
-        let ref_clock = t + self.theta_ns[reference] + self.drift[reference] * t;
-        let truth = ref_clock - (r.anchor_ns - self.t0_ns) as f64;
+        let truth = self.offset_vs(i, reference, r.anchor_ns);
         let err = (r.offset_ns as f64 - truth).abs();
         (err, err <= r.bound_ns as f64)
+    }
+
+    /// The true offset (reference's clock − member `i`'s) when `i`'s
+    /// clock reads `local_ns`.
+    pub fn offset_vs(&self, i: usize, reference: usize, local_ns: i64) -> f64 {
+        let t = self.true_since_t0(i, local_ns);
+        let ref_clock = t + self.theta_ns[reference] + self.drift[reference] * t;
+        ref_clock - (local_ns - self.t0_ns) as f64
     }
 }
 
