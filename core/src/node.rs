@@ -106,20 +106,9 @@ pub struct Place {
 }
 
 impl Place {
-    /// `id`'s place in `graph` (over `members`), with the records of
-    /// `leaders` (by name) besides its neighbours'.
-    pub fn of(graph: &ProbeGraph, members: &[Member], id: NodeId, leaders: &[&str]) -> Self {
-        Self::all(graph, members, leaders)
-            .find(|(m, _)| m.id == id)
-            .map(|(_, place)| place)
-            .unwrap_or_else(|| Place {
-                edges: Neighbourhood::default(),
-                members: Vec::new(),
-                total: members.len(),
-            })
-    }
-
-    /// Every member's place (what the leader hands out), in O(N × degree).
+    /// Every member's place in `graph` (over `members`), with the records
+    /// of `leaders` (by name) besides its neighbours': what the leader
+    /// hands out, in O(N × degree).
     pub fn all<'a>(
         graph: &'a ProbeGraph,
         members: &'a [Member],
@@ -163,6 +152,15 @@ pub enum Membership {
 }
 
 impl Membership {
+    /// The member records it carries (none while pending).
+    pub fn known(&self) -> &[Member] {
+        match self {
+            Membership::All(members) => members,
+            Membership::Place(place) => &place.members,
+            Membership::Pending => &[],
+        }
+    }
+
     /// How many members there are, as far as this node knows.
     pub fn total(&self) -> usize {
         match self {
@@ -1599,6 +1597,13 @@ mod tests {
         );
     }
 
+    fn place_of(graph: &ProbeGraph, all: &[Member], id: NodeId, leaders: &[&str]) -> Place {
+        Place::all(graph, all, leaders)
+            .find(|(m, _)| m.id == id)
+            .map(|(_, place)| place)
+            .expect("a member")
+    }
+
     /// A node given only its place (by the leader) probes and answers the
     /// same peers, at the same addresses, as one given every member, and
     /// finds the leader; a place without it deregisters it.
@@ -1623,7 +1628,7 @@ mod tests {
             let mut whole = bare(me);
             let _ = whole.handle_members(all.clone(), LocalNs(T0)).unwrap();
             let mut placed = bare(me);
-            let place = Place::of(&graph, &all, me, &["n5"]);
+            let place = place_of(&graph, &all, me, &["n5"]);
             assert_eq!(place.total, 40);
             assert!(place.members.len() < 20, "{}", place.members.len());
             let _ = placed
@@ -1647,7 +1652,7 @@ mod tests {
             );
             assert_eq!(peers_of(&placed), peers_of(&whole), "pending keeps them");
         }
-        let elsewhere = Place::of(&graph, &all, 2, &[]);
+        let elsewhere = place_of(&graph, &all, 2, &[]);
         let err = node(1)
             .handle_membership(
                 Membership::Place(Place {

@@ -805,12 +805,10 @@ impl<D: Discovery + Coordination> Agent<D> {
 /// its fits and solves with it and reads no clock itself).
 /// Whether `me`'s name is listed under another id.
 fn listed_elsewhere(membership: &Membership, me: &Member) -> bool {
-    let listed = match membership {
-        Membership::All(members) => members.as_slice(),
-        Membership::Place(place) => place.members.as_slice(),
-        Membership::Pending => &[],
-    };
-    listed.iter().any(|m| m.name == me.name && m.id != me.id)
+    membership
+        .known()
+        .iter()
+        .any(|m| m.name == me.name && m.id != me.id)
 }
 
 fn monotonic_ns() -> u64 {
