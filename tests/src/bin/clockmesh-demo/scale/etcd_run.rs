@@ -612,15 +612,41 @@ async fn membership_loop(mut disc: EtcdDiscovery, i: usize, plan: &Schedule) -> 
     log
 }
 
-/// A seat holder's part if it comes to lead (the leader's agent killed):
-/// what the driver does as leader, the graph of its whole list and the
-/// places handed out.
+/// What the driver does as leader at each refresh, for the harness's
+/// leader and for a seat holder that comes to lead (the leader's agent
+/// killed): the graph of its whole list (built again only when the list
+/// changes), every place handed out where it changed.
 #[derive(Default)]
 struct Lead {
     graph: Option<(Vec<Member>, ProbeGraph)>,
 }
 
 impl Lead {
+    /// Hands out the places of `members`' graph; how long it took, ms
+    /// (`errors` counts a failure).
+    async fn hand_out(
+        &mut self,
+        disc: &mut EtcdDiscovery,
+        members: Vec<Member>,
+        plan: &Schedule,
+        errors: &mut usize,
+    ) -> f64 {
+        if self.graph.as_ref().is_none_or(|(m, _)| *m != members) {
+            let ids: Vec<u32> = members.iter().map(|m| m.id).collect();
+            let graph = ProbeGraph::build(&ids, plan.degree);
+            self.graph = Some((members, graph));
+        }
+        let t = Instant::now();
+        if let Some((members, graph)) = &self.graph
+            && let Err(e) = disc.hand_out(graph, members).await
+        {
+            *errors += 1;
+            warn!("handing out places: {e}");
+        }
+        t.elapsed().as_secs_f64() * 1e3
+    }
+
+    /// A member's part: hands out if its refresh found it leading.
     async fn hand_out_if_leader(
         &mut self,
         disc: &mut EtcdDiscovery,
@@ -628,23 +654,10 @@ impl Lead {
         plan: &Schedule,
         log: &mut MemberLog,
     ) {
-        let Some((members, true)) = list else {
-            return;
-        };
-        if self.graph.as_ref().is_none_or(|(m, _)| *m != members) {
-            let ids: Vec<u32> = members.iter().map(|m| m.id).collect();
-            let graph = ProbeGraph::build(&ids, plan.degree);
-            self.graph = Some((members, graph));
+        if let Some((members, true)) = list {
+            let ms = self.hand_out(disc, members, plan, &mut log.errors).await;
+            log.led.push(ms);
         }
-        let Some((members, graph)) = &self.graph else {
-            return;
-        };
-        let t = Instant::now();
-        if let Err(e) = disc.hand_out(graph, members).await {
-            log.errors += 1;
-            warn!("handing out places: {e}");
-        }
-        log.led.push(t.elapsed().as_secs_f64() * 1e3);
     }
 }
 
@@ -888,7 +901,7 @@ async fn leader_windows(
     if plan.exchange == Exchange::Relay {
         // Nothing per window through etcd: it follows the list and hands
         // out places, as the agent's driver does at each refresh.
-        lead_membership(node, disc, i, plan, &mut log).await;
+        lead_membership(disc, i, plan, &mut log).await;
         if log.killed_at_ns.is_none() {
             plan.sleep_until_local(i, plan.end_ns(plan.last) + plan.window_ns)
                 .await;
@@ -922,13 +935,8 @@ async fn leader_windows(
 
 /// The leader's refreshes: its whole list, the graph it gives, every
 /// member's place written where it changed (`Discovery::hand_out`).
-async fn lead_membership(
-    node: &mut Node,
-    disc: &mut EtcdDiscovery,
-    i: usize,
-    plan: &Schedule,
-    log: &mut LeaderLog,
-) {
+async fn lead_membership(disc: &mut EtcdDiscovery, i: usize, plan: &Schedule, log: &mut LeaderLog) {
+    let mut lead = Lead::default();
     let every = plan.refresh_every_windows();
     for k in (plan.first..=plan.last).filter(|k| k.is_multiple_of(every)) {
         plan.sleep_until_local(i, plan.end_ns(k) + 50_000_000).await;
@@ -938,25 +946,25 @@ async fn lead_membership(
             return;
         }
         let t = Instant::now();
-        match disc.membership().await {
-            Ok(m) => {
-                let _ = node.handle_membership(m, LocalNs(plan.local_now(i)));
-            }
+        let list = match disc.membership().await {
+            Ok(Membership::All(members)) => Some(members),
+            Ok(_) => None,
             Err(e) => {
                 log.errors += 1;
                 warn!("leader's membership: {e}");
+                None
             }
-        }
+        };
         if disc.leadership().await.is_err() {
             log.errors += 1;
         }
         log.lead_refresh_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        let t = Instant::now();
-        if let Err(e) = disc.hand_out(node.graph(), node.members()).await {
-            log.errors += 1;
-            warn!("handing out places: {e}");
+        // A failed refresh hands out from the last list, as the driver does.
+        let last = || lead.graph.as_ref().map(|(m, _)| m.clone());
+        if let Some(members) = list.or_else(last) {
+            let ms = lead.hand_out(disc, members, plan, &mut log.errors).await;
+            log.hand_out_ms.push(ms);
         }
-        log.hand_out_ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
 }
 
