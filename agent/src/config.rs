@@ -386,6 +386,13 @@ config_keys! {
         value: "NAME",
         help: "cluster name: etcd key prefix `/clockmesh/<cluster>/`",
     },
+    etcd_member_ttl_s: u64 = required(int_in(2u64, 3600)) {
+        env: ["CLOCKMESH_ETCD_MEMBER_TTL_S"],
+        aliases: [],
+        default: [crate::discovery::ETCD_MEMBER_TTL_S],
+        value: "S",
+        help: "`discovery = etcd`: how long an agent that went silent stays listed (its member lease's TTL; a keep-alive every third of it); the seat holders' own 10 s campaign lease bounds a leader's failover",
+    },
     kube_namespace: String = required(kube_name(true)) {
         env: ["CLOCKMESH_KUBE_NAMESPACE"],
         aliases: [],

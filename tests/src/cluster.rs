@@ -246,6 +246,11 @@ impl Cluster {
                 format!("http://{}", e.endpoint),
                 "--cluster".into(),
                 "test".into(),
+                // The tests wait for killed and cut-off agents to drop out
+                // of the list: a 10 s member lease keeps them short (the
+                // default 30 s saves etcd work at thousands of members).
+                "--etcd-member-ttl-s".into(),
+                "10".into(),
             ]),
             _ => {
                 let members: Vec<String> = (0..c.nodes)

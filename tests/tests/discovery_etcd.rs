@@ -23,7 +23,8 @@ async fn connect(server: &EtcdServer) -> EtcdDiscovery {
     EtcdDiscovery::connect(EtcdConfig {
         endpoints: vec![server.endpoint.clone()],
         cluster: "test".into(),
-        lease_ttl_s: 2,
+        member_ttl_s: 2,
+        campaign_ttl_s: 2,
     })
     .await
     .expect("connect")
@@ -133,6 +134,59 @@ async fn a_crashed_member_disappears_when_its_lease_expires_and_rejoins_under_it
     let mut c = connect(&server).await;
     let other = c.register(&member("node-c", 3)).await.unwrap();
     assert_ne!(other.id, first.id);
+}
+
+/// A seat holder's candidacy is bound to a short campaign lease of its own,
+/// apart from its member lease: a crashed leader (no leave) leaves the
+/// election within the campaign lease's TTL while the long member lease
+/// still lists it, so that failover does not wait for the member TTL that
+/// every member keeps alive.
+#[tokio::test]
+async fn a_crashed_leader_leaves_the_election_on_its_campaign_lease_before_the_list() {
+    let server = EtcdServer::start().expect("etcd");
+    let long_member_lease = |server: &EtcdServer| {
+        EtcdDiscovery::connect(EtcdConfig {
+            endpoints: vec![server.endpoint.clone()],
+            cluster: "test".into(),
+            member_ttl_s: 60,
+            campaign_ttl_s: 2,
+        })
+    };
+    let mut a = long_member_lease(&server).await.expect("connect");
+    let mut b = long_member_lease(&server).await.expect("connect");
+    a.register(&member("node-a", 1)).await.unwrap();
+    b.register(&member("node-b", 2)).await.unwrap();
+    wait_for!("a leader", a.leadership().await.unwrap().leader.is_some());
+    let leader = a.leadership().await.unwrap().leader.unwrap();
+    let (crashed, survivor) = if leader == "node-a" {
+        (a, &mut b)
+    } else {
+        (b, &mut a)
+    };
+    wait_for!(
+        "both to see the leader",
+        survivor.leadership().await.unwrap().leader.as_deref() == Some(leader.as_str())
+    );
+    let crashed_at = Instant::now();
+    drop(crashed); // no leave: both keep-alives stop
+    wait_for!(
+        "the survivor to lead",
+        survivor.leadership().await.unwrap().is_me
+    );
+    let took = crashed_at.elapsed();
+    // The campaign lease's 2 s and etcd's lease check, far short of 60 s.
+    assert!(took < Duration::from_secs(10), "failover took {took:?}");
+    let names: Vec<String> = survivor
+        .members()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert!(
+        names.contains(&leader),
+        "the crashed leader's member lease (60 s) still lists it: {names:?}"
+    );
 }
 
 /// etcd's count of served `method` requests, from its `/metrics`.
@@ -395,7 +449,8 @@ async fn unreachable_etcd_is_a_clear_error() {
     let err = EtcdDiscovery::connect(EtcdConfig {
         endpoints: vec![format!("127.0.0.1:{port}")],
         cluster: "test".into(),
-        lease_ttl_s: 2,
+        member_ttl_s: 2,
+        campaign_ttl_s: 2,
     })
     .await
     .err()

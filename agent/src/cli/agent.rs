@@ -14,10 +14,6 @@ use tracing::info;
 
 use super::config::ConfigFlags;
 
-/// How long a silent member stays listed in etcd.
-#[cfg(feature = "etcd")]
-const ETCD_LEASE_TTL_S: i64 = 10;
-
 #[derive(clap::Args, Debug)]
 #[command(
     long_about = "Run the clockmesh node agent: register with the membership backend, probe the \
@@ -53,7 +49,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                 let d = EtcdDiscovery::connect(EtcdConfig {
                     endpoints: cfg.etcd_endpoints.value.clone(),
                     cluster: cfg.cluster.value.clone(),
-                    lease_ttl_s: ETCD_LEASE_TTL_S,
+                    member_ttl_s: i64::try_from(cfg.etcd_member_ttl_s.value).unwrap_or(i64::MAX),
+                    campaign_ttl_s: clockmesh::discovery::ETCD_CAMPAIGN_TTL_S,
                 })
                 .await?;
                 runtime::run(cfg, d, shutdown).await?;

@@ -1,16 +1,21 @@
 //! etcd backend.
 //!
 //! Layout under `/clockmesh/<cluster>/`:
-//! - `members/<name>`: JSON [`Member`] bound to this agent's lease (TTL
-//!   `lease_ttl_s`, kept alive in the background): a crashed agent vanishes
-//!   from the list when its lease expires.
+//! - `members/<name>`: JSON [`Member`] bound to this agent's member lease
+//!   (TTL `member_ttl_s`, kept alive in the background): a crashed agent
+//!   vanishes from the list when its lease expires.
 //! - `ids/<name>`: the name's id, the create revision of this key, which is
 //!   written once and bound to no lease: cluster-unique, and the same for a
 //!   restarted agent or one whose lease lapsed (a link down for longer than
 //!   the TTL), so its peers' histories of its edges and its place in the
 //!   probe graph carry on, as with static membership.
 //! - `seats/<i>`: the [`CANDIDATES`] members that stand for leader
-//!   ([`seats`]), each key bound to its holder's lease.
+//!   ([`seats`]), each key bound to its holder's member lease.
+//! - Each seat holder's candidacy is bound to a *campaign lease* of its own
+//!   (TTL `campaign_ttl_s`): only the three seat holders keep a short lease,
+//!   so a leader's failover is quick while the thousands of other members
+//!   keep alive a long one (a keep-alive each every third of its TTL was
+//!   half of etcd's CPU at 10,000 members, `docs/coordination.md`).
 //! - `leader`: etcd's election on this name among the seat holders; the
 //!   value is the leader's name. Campaigning blocks in etcd until the seat
 //!   is free, so it runs in a task.
@@ -44,7 +49,45 @@ pub struct EtcdConfig {
     pub endpoints: Vec<String>,
     /// Namespaces several clusters in one etcd.
     pub cluster: String,
-    pub lease_ttl_s: i64,
+    /// TTL of a member's lease: how long a member whose agent went silent
+    /// stays listed.
+    pub member_ttl_s: i64,
+    /// TTL of a seat holder's campaign lease: how long a silent leader (or
+    /// candidate) stays in the election, which bounds a failover.
+    pub campaign_ttl_s: i64,
+}
+
+/// A lease this member holds, kept alive by a task of its own until it is
+/// dropped (aborted: etcd then lets the lease run out) or etcd says the
+/// lease is gone.
+struct HeldLease {
+    id: i64,
+    keeper: JoinHandle<()>,
+}
+
+impl HeldLease {
+    async fn grant(client: &mut Client, ttl_s: i64) -> Result<Self, DiscoveryError> {
+        let id = client
+            .lease_grant(ttl_s, None)
+            .await
+            .map_err(unavailable)?
+            .id();
+        let period = Duration::from_millis((ttl_s.max(1) as u64) * 1000 / 3);
+        let stream = client.lease_keep_alive(id).await.map_err(unavailable)?;
+        let keeper = tokio::spawn(keep_alive(client.clone(), id, period, stream));
+        Ok(HeldLease { id, keeper })
+    }
+
+    /// etcd said the lease is gone (its keeper stops only then).
+    fn lapsed(&self) -> bool {
+        self.keeper.is_finished()
+    }
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        self.keeper.abort();
+    }
 }
 
 pub struct EtcdDiscovery {
@@ -54,8 +97,10 @@ pub struct EtcdDiscovery {
     campaign_client: Client,
     cfg: EtcdConfig,
     me: Option<String>,
-    lease: Option<i64>,
-    keepalive: Option<JoinHandle<()>>,
+    /// The lease of this member's record.
+    lease: Option<HeldLease>,
+    /// The lease of its candidacy, while it campaigns or leads.
+    campaign_lease: Option<HeldLease>,
     campaign: Option<JoinHandle<Option<LeaderKey>>>,
     /// Our election key once elected (to resign on leave).
     won: Option<LeaderKey>,
@@ -160,7 +205,7 @@ impl EtcdDiscovery {
             cfg,
             me: None,
             lease: None,
-            keepalive: None,
+            campaign_lease: None,
             campaign: None,
             won: None,
             my_id: None,
@@ -192,7 +237,7 @@ impl EtcdDiscovery {
     }
 
     pub(crate) fn lease(&self) -> Option<i64> {
-        self.lease
+        self.lease.as_ref().map(|l| l.id)
     }
 
     pub(crate) fn prefix(&self) -> String {
@@ -256,28 +301,6 @@ impl EtcdDiscovery {
         format!("{}leader", self.prefix())
     }
 
-    async fn grant_lease(&mut self) -> Result<i64, DiscoveryError> {
-        let lease = self
-            .client
-            .lease_grant(self.cfg.lease_ttl_s, None)
-            .await
-            .map_err(unavailable)?
-            .id();
-        let period = Duration::from_millis((self.cfg.lease_ttl_s.max(1) as u64) * 1000 / 3);
-        let stream = self
-            .client
-            .lease_keep_alive(lease)
-            .await
-            .map_err(unavailable)?;
-        self.keepalive = Some(tokio::spawn(keep_alive(
-            self.client.clone(),
-            lease,
-            period,
-            stream,
-        )));
-        Ok(lease)
-    }
-
     fn start_campaign(&mut self, name: String, lease: i64) {
         let mut client = self.campaign_client.clone();
         let election = self.election();
@@ -302,6 +325,16 @@ impl EtcdDiscovery {
     /// campaign that ended without winning (connection trouble) is started
     /// again.
     async fn campaign_if_candidate(&mut self) {
+        if self.campaign_lease.as_ref().is_some_and(HeldLease::lapsed) {
+            // Silent past its TTL (etcd overloaded, or this host cut off):
+            // the candidacy, or the lead, is gone; stand again.
+            warn!(node = ?self.me, "campaign lease expired; campaigning again");
+            if let Some(c) = self.campaign.take() {
+                c.abort();
+            }
+            self.won = None;
+            self.campaign_lease = None;
+        }
         if self.campaign.as_ref().is_some_and(|c| c.is_finished())
             && let Some(c) = self.campaign.take()
         {
@@ -315,16 +348,18 @@ impl EtcdDiscovery {
         }
         match (self.is_candidate(), self.campaign.is_some()) {
             (true, false) => {
-                if let (Some(name), Some(lease)) = (self.me.clone(), self.lease) {
+                if self.campaign_lease.is_none() {
+                    let ttl = self.cfg.campaign_ttl_s;
+                    match HeldLease::grant(&mut self.client, ttl).await {
+                        Ok(l) => self.campaign_lease = Some(l),
+                        Err(e) => warn!("campaign lease: {e}"),
+                    }
+                }
+                if let (Some(name), Some(lease)) = (self.me.clone(), self.campaign_lease()) {
                     self.start_campaign(name, lease);
                 }
             }
-            (false, true) => {
-                // Cancelled, the request withdraws the candidacy.
-                if let Some(c) = self.campaign.take() {
-                    c.abort();
-                }
-            }
+            (false, true) => self.stand_down().await,
             _ => {}
         }
     }
@@ -333,22 +368,22 @@ impl EtcdDiscovery {
 impl Discovery for EtcdDiscovery {
     async fn register(&mut self, me: &Member) -> Result<Member, DiscoveryError> {
         let id = self.id_of(&me.name).await?;
-        // Registering again after a lapse: the old lease's tasks are done for.
-        self.stop_tasks();
-        let lease = self.grant_lease().await?;
+        // Registering again after a lapse: the old lease's tasks are done
+        // for, and the seat went with the old lease.
+        self.stand_down().await;
+        self.lease = None;
+        let lease = HeldLease::grant(&mut self.client, self.cfg.member_ttl_s).await?;
         let key = format!("{}{}", self.members_prefix(), me.name);
         let registered = Member { id, ..me.clone() };
         let value = serde_json::to_vec(&registered).map_err(unavailable)?;
         self.client
-            .put(key, value, Some(PutOptions::new().with_lease(lease)))
+            .put(key, value, Some(PutOptions::new().with_lease(lease.id)))
             .await
             .map_err(unavailable)?;
         self.me = Some(me.name.clone());
         self.my_id = Some(id);
         self.lease = Some(lease);
-        // Bound to the old lease: a seat went with it, and the leader
-        // hands out a place again once it lists this member.
-        self.seat = None;
+        // The leader hands out a place again once it lists this member.
         self.had_place = false;
         Ok(registered)
     }
@@ -440,11 +475,11 @@ impl Discovery for EtcdDiscovery {
                 .resign(Some(ResignOptions::new().with_leader(key)))
                 .await;
         }
-        if let Some(k) = self.keepalive.take() {
-            k.abort();
-        }
+        self.stand_down().await;
         if let Some(lease) = self.lease.take() {
-            self.client.lease_revoke(lease).await.map_err(unavailable)?;
+            let id = lease.id;
+            drop(lease); // its keeper stops
+            self.client.lease_revoke(id).await.map_err(unavailable)?;
         }
         self.me = None;
         Ok(())
@@ -529,20 +564,37 @@ impl Store for EtcdDiscovery {
 }
 
 impl EtcdDiscovery {
+    /// Stops the campaign and forgets the seat; the campaign lease's
+    /// keeper stops as it drops (etcd lets the lease run out).
     fn stop_tasks(&mut self) {
-        if let Some(k) = self.keepalive.take() {
-            k.abort();
-        }
         if let Some(c) = self.campaign.take() {
             c.abort();
         }
         self.won = None;
+        self.seat = None;
+        self.campaign_lease = None;
+    }
+
+    /// Stops campaigning (or leading) and gives the campaign lease back,
+    /// so that the candidacy leaves the election now, not after its TTL.
+    async fn stand_down(&mut self) {
+        let lease = self.campaign_lease();
+        self.stop_tasks();
+        if let Some(id) = lease {
+            let _ = self.client.lease_revoke(id).await;
+        }
+    }
+
+    /// The lease this member's candidacy is bound to.
+    fn campaign_lease(&self) -> Option<i64> {
+        self.campaign_lease.as_ref().map(|l| l.id)
     }
 }
 
 impl Drop for EtcdDiscovery {
     fn drop(&mut self) {
-        // Without `leave`, the lease simply expires after its TTL.
+        // Without `leave`, the leases simply expire after their TTLs (their
+        // keepers stop as they drop).
         self.stop_tasks();
     }
 }

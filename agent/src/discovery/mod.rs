@@ -15,6 +15,17 @@ pub mod kubernetes;
 #[cfg(feature = "etcd")]
 mod prefix_watch;
 
+/// etcd: how long an agent that went silent stays listed by default (its
+/// member lease's TTL, config `etcd_member_ttl_s`). Every member keeps its
+/// lease alive every third of it: at 10,000 members a 10 s TTL cost etcd
+/// about twice the CPU of 30 s (`docs/coordination.md`).
+pub const ETCD_MEMBER_TTL_S: u64 = 30;
+
+/// etcd: how long a silent candidate stays in the election (the TTL of
+/// the lease its candidacy is bound to): a leader's failover takes about
+/// this long. Only the three seat holders hold one, so it can be short.
+pub const ETCD_CAMPAIGN_TTL_S: i64 = 10;
+
 pub use clockmesh_core::node::{Member, Membership, Place};
 pub use coordination::{Coordination, NoStore, Store};
 

@@ -68,12 +68,12 @@ impl EtcdDiscovery {
 
     /// What this member writes in a seat it takes.
     fn seat_value(&self) -> Option<String> {
-        Some(format!("{}@{:x}", self.me.as_ref()?, self.lease?))
+        Some(format!("{}@{:x}", self.me.as_ref()?, self.lease()?))
     }
 
     /// Takes `seat` if it is still free (another member may be quicker).
     async fn take_seat(&mut self, seat: usize) -> Result<(), DiscoveryError> {
-        let (Some(value), Some(lease)) = (self.seat_value(), self.lease) else {
+        let (Some(value), Some(lease)) = (self.seat_value(), self.lease()) else {
             return Ok(()); // not registered yet
         };
         let key = format!("{}{seat}", self.seats_prefix());

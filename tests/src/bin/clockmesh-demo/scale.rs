@@ -59,10 +59,17 @@ pub struct ScaleArgs {
     #[arg(long)]
     kill_leader_at: Option<u64>,
     /// Relay run with `--kill-leader-at`: seconds from the kill until the
-    /// successor leads (the etcd runs measure it: the lease's 10 s, then a
-    /// refresh).
-    #[arg(long, default_value_t = 12)]
-    takeover_s: u64,
+    /// successor leads. Default: with `--path both`, what the etcd runs
+    /// before it measured (the time until every member named the new
+    /// leader, rounded up; the largest over their member counts), else 12
+    /// (the campaign lease's 10 s, then a refresh).
+    #[arg(long)]
+    takeover_s: Option<u64>,
+    /// TTL of each etcd member's lease, s (the agent's `etcd_member_ttl_s`:
+    /// a keep-alive every third of it). The seat holders' leases keep the
+    /// agent's 10 s.
+    #[arg(long, default_value_t = clockmesh::discovery::ETCD_MEMBER_TTL_S)]
+    member_ttl_s: u64,
     /// Out-neighbours per member in the probe graph (the agent's `degree`).
     #[arg(long, default_value_t = 4)]
     degree: usize,
@@ -114,6 +121,47 @@ struct Output {
     host: Host,
     etcd: Vec<etcd_run::EtcdReport>,
     relay: Option<relay::RelayReport>,
+    /// The relay's successor led this long after the kill, and why.
+    relay_takeover: Option<Takeover>,
+}
+
+#[derive(Serialize)]
+struct Takeover {
+    s: u64,
+    from: String,
+}
+
+/// Without `--takeover-s`, the relay's successor leads when the etcd runs
+/// of this invocation saw every member name the new leader (the slowest of
+/// them, rounded up), else after the campaign lease's 10 s and a refresh.
+fn takeover(asked: Option<u64>, etcd: &[etcd_run::EtcdReport]) -> Takeover {
+    if let Some(s) = asked {
+        return Takeover {
+            s,
+            from: "--takeover-s".into(),
+        };
+    }
+    let measured = etcd
+        .iter()
+        .flat_map(|r| r.faults.iter().map(move |f| (r.members, f)))
+        .filter(|(_, f)| f.fault == fault_view::Fault::LeaderKilled)
+        .max_by(|a, b| {
+            a.1.all_on_final_leader_after_s
+                .total_cmp(&b.1.all_on_final_leader_after_s)
+        });
+    match measured {
+        Some((n, f)) => Takeover {
+            s: (f.all_on_final_leader_after_s.ceil() as u64).max(1),
+            from: format!(
+                "the etcd run at {n} members: every member named the new leader {:.1} s after the kill",
+                f.all_on_final_leader_after_s
+            ),
+        },
+        None => Takeover {
+            s: 12,
+            from: "default: the campaign lease's 10 s and a refresh".into(),
+        },
+    }
 }
 
 #[derive(Serialize)]
@@ -225,6 +273,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
         host: host(),
         etcd: Vec::new(),
         relay: None,
+        relay_takeover: None,
     };
     if args.path != Path::Relay {
         for &n in &args.members {
@@ -251,6 +300,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
                 },
                 restart_etcd_at: args.restart_etcd_at,
                 kill_leader_at: args.kill_leader_at,
+                member_ttl_s: args.member_ttl_s,
             };
             let r = etcd_run::run(&cfg).with_context(|| format!("etcd run at {n} members"))?;
             if !args.json {
@@ -261,6 +311,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
     }
     if args.path != Path::Etcd {
         eprintln!("bench-scale: relay, {} members …", args.relay_members);
+        let takeover = takeover(args.takeover_s, &out.etcd);
         let cfg = relay::RelayCfg {
             members: args.relay_members,
             windows: args.windows,
@@ -270,9 +321,12 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
             seed: args.seed,
             rcvbuf: args.relay_rcvbuf,
             kill_leader_at: args.kill_leader_at,
-            takeover_s: args.takeover_s,
+            takeover_s: takeover.s,
         };
         out.relay = Some(relay::run(&cfg).context("relay run")?);
+        if args.kill_leader_at.is_some() {
+            out.relay_takeover = Some(takeover);
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -306,6 +360,12 @@ fn print_tables(out: &Output) {
     }
     if let Some(r) = &out.relay {
         print_relay(r);
+    }
+    if let Some(t) = &out.relay_takeover {
+        println!(
+            "(the relay's successor led {} s after the kill: {})",
+            t.s, t.from
+        );
     }
 }
 
@@ -372,6 +432,9 @@ fn traffic_rows() -> &'static [Row] {
                 _ => "etcd (store)",
             }
             .to_string()
+        }),
+        ("member lease TTL, s (keep-alive every third)", |r| {
+            r.member_ttl_s.to_string()
         }),
         ("mean out-edges per member", |r| {
             format!("{:.2}", r.mean_out_edges)

@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::Context as _;
 use clockmesh::discovery::{
-    Discovery as _, DiscoveryError, Member, Membership, Store as _,
+    Discovery as _, DiscoveryError, ETCD_CAMPAIGN_TTL_S, Member, Membership, Store as _,
     etcd::{EtcdConfig, EtcdDiscovery},
 };
 use clockmesh_core::{
@@ -29,7 +29,7 @@ use tracing::{info, warn};
 use clockmesh_core::graph::{Neighbourhood, ProbeGraph};
 
 use super::{
-    fault_view::FaultReport,
+    fault_view::{Fault, FaultReport},
     metrics::{self, EtcdMetrics, Quantiles},
     realtime_ns, sleep_until_realtime,
     truth::{Rng, Truth},
@@ -66,6 +66,8 @@ pub struct EtcdRunCfg {
     /// killed (its lease then runs out, and a seat holder takes over).
     pub restart_etcd_at: Option<u64>,
     pub kill_leader_at: Option<u64>,
+    /// TTL of each member's lease, s (the agent's `etcd_member_ttl_s`).
+    pub member_ttl_s: u64,
 }
 
 /// Phase delays after a window's end at 1 s windows (`core/src/window_clock.rs`):
@@ -164,6 +166,8 @@ pub struct EtcdReport {
     pub windows: u64,
     pub window_s: u64,
     pub membership_every_s: u64,
+    /// TTL of each member's lease, s.
+    pub member_ttl_s: u64,
     pub members_per_connection: usize,
     pub etcd_connections: usize,
     pub degree: usize,
@@ -290,16 +294,19 @@ fn announced(i: usize) -> Member {
     }
 }
 
-fn etcd_cfg(endpoint: &str) -> EtcdConfig {
+/// A member's etcd settings: the agent's, but for the member lease's TTL
+/// (`--member-ttl-s`; the agent's default unless asked).
+fn etcd_cfg(endpoint: &str, cfg: &EtcdRunCfg) -> EtcdConfig {
     EtcdConfig {
         endpoints: vec![endpoint.to_owned()],
         cluster: "scale".into(),
-        lease_ttl_s: 10,
+        member_ttl_s: i64::try_from(cfg.member_ttl_s).unwrap_or(i64::MAX),
+        campaign_ttl_s: ETCD_CAMPAIGN_TTL_S,
     }
 }
 
-async fn start_member(endpoint: String, i: usize) -> anyhow::Result<Started> {
-    let mut disc = EtcdDiscovery::connect(etcd_cfg(&endpoint))
+async fn start_member(etcd: EtcdConfig, i: usize) -> anyhow::Result<Started> {
+    let mut disc = EtcdDiscovery::connect(etcd)
         .await
         .with_context(|| format!("member {i}: connecting"))?;
     let member = register(&mut disc, i).await?;
@@ -348,11 +355,11 @@ pub fn run(cfg: &EtcdRunCfg) -> anyhow::Result<EtcdReport> {
     // thread: its solve is not scheduled behind the members' tasks.
     let (to_leader, leader_rx) = tokio::sync::oneshot::channel::<LeaderPlan>();
     let (leader_ready, from_leader) = mpsc::channel::<anyhow::Result<Member>>();
-    let leader_endpoint = endpoint.clone();
+    let leader_etcd = etcd_cfg(&endpoint, cfg);
     let leader_cfg = cfg.clone();
     let leader = std::thread::Builder::new()
         .name("scale-leader".into())
-        .spawn(move || leader_thread(leader_endpoint, leader_cfg, leader_ready, leader_rx))?;
+        .spawn(move || leader_thread(leader_etcd, leader_cfg, leader_ready, leader_rx))?;
     let leader_member = from_leader
         .recv()
         .context("the leader thread ended before registering")??;
@@ -448,10 +455,10 @@ fn faults_seen(
         let at_ns = r
             .join()
             .map_err(|_| anyhow::anyhow!("the restart thread panicked"))??;
-        faults.push(("etcd killed and restarted".to_owned(), at_ns));
+        faults.push((Fault::EtcdRestarted, at_ns));
     }
     if let Some(at_ns) = leader.killed_at_ns {
-        faults.push(("the leader's agent killed".to_owned(), at_ns));
+        faults.push((Fault::LeaderKilled, at_ns));
     }
     let seen: Vec<&Seen> = logs.iter().flat_map(|l| &l.seen).collect();
     Ok(faults
@@ -470,11 +477,11 @@ async fn start_members(endpoint: &str, cfg: &EtcdRunCfg) -> anyhow::Result<Vec<S
     let ids: Vec<usize> = (1..cfg.members).collect();
     for group in ids.chunks(per) {
         let gate = gate.clone();
-        let endpoint = endpoint.to_owned();
+        let etcd = etcd_cfg(endpoint, cfg);
         let group = group.to_vec();
         set.spawn(async move {
             let _permit = gate.acquire_owned().await?;
-            start_group(endpoint, group).await
+            start_group(etcd, group).await
         });
     }
     let mut started = Vec::with_capacity(cfg.members);
@@ -485,11 +492,11 @@ async fn start_members(endpoint: &str, cfg: &EtcdRunCfg) -> anyhow::Result<Vec<S
 }
 
 /// The group's first member connects; the others register on its connections.
-async fn start_group(endpoint: String, group: Vec<usize>) -> anyhow::Result<Vec<Started>> {
+async fn start_group(etcd: EtcdConfig, group: Vec<usize>) -> anyhow::Result<Vec<Started>> {
     let Some((&first, rest)) = group.split_first() else {
         return Ok(Vec::new());
     };
-    let head = start_member(endpoint, first).await?;
+    let head = start_member(etcd, first).await?;
     let mut out = Vec::with_capacity(group.len());
     for &i in rest {
         let mut disc = head.disc.share_connections();
@@ -829,7 +836,7 @@ fn note_membership(m: Membership, i: usize, plan: &Schedule, log: &mut MemberLog
 /// store exchange ticked at its phases; the store actions it asks for are
 /// carried out through its `EtcdDiscovery` as the agent's driver does.
 fn leader_thread(
-    endpoint: String,
+    etcd: EtcdConfig,
     cfg: EtcdRunCfg,
     ready: mpsc::Sender<anyhow::Result<Member>>,
     plan: tokio::sync::oneshot::Receiver<LeaderPlan>,
@@ -838,7 +845,7 @@ fn leader_thread(
         .enable_all()
         .build()?;
     let registered = rt.block_on(async {
-        let mut s = start_member(endpoint, 0).await?;
+        let mut s = start_member(etcd, 0).await?;
         let deadline = Instant::now() + Duration::from_secs(20);
         while !s.disc.leadership().await?.is_me {
             anyhow::ensure!(
@@ -1132,6 +1139,7 @@ fn report(
         windows: cfg.windows,
         window_s: cfg.window_s,
         membership_every_s: cfg.membership_every_s,
+        member_ttl_s: cfg.member_ttl_s,
         members_per_connection: cfg.members_per_connection,
         etcd_connections: 2 * (cfg.members - 1).div_ceil(cfg.members_per_connection.max(1)) + 2,
         degree: cfg.degree,

@@ -7,10 +7,29 @@ use serde::Serialize;
 
 use super::etcd_run::Seen;
 
+/// A fault the etcd run makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// etcd killed (SIGKILL) and started again on its data.
+    EtcdRestarted,
+    /// The leader's agent killed (no leave).
+    LeaderKilled,
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Fault::EtcdRestarted => "etcd killed and restarted",
+            Fault::LeaderKilled => "the leader's agent killed",
+        })
+    }
+}
+
 /// The members' refreshes around one fault.
 #[derive(Debug, Serialize)]
 pub struct FaultReport {
-    pub fault: String,
+    pub fault: Fault,
     /// When, s after the first measured window began.
     pub at_s: f64,
     pub refreshes_after: usize,
@@ -30,7 +49,7 @@ pub struct FaultReport {
 }
 
 impl FaultReport {
-    pub fn of(fault: String, fault_ns: i64, first_ns: i64, seen: &[&Seen]) -> Self {
+    pub fn of(fault: Fault, fault_ns: i64, first_ns: i64, seen: &[&Seen]) -> Self {
         let after: Vec<&&Seen> = seen.iter().filter(|s| s.at_ns >= fault_ns).collect();
         let share = |f: &dyn Fn(&Seen) -> bool, of: &[&&Seen]| {
             of.iter().filter(|s| f(s)).count() as f64 / of.len().max(1) as f64
