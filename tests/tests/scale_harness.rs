@@ -37,7 +37,19 @@ fn truth_fits_solve_and_results_recover_every_offset_through_etcd_and_the_relay(
 /// the watches) answered.
 #[test]
 fn with_the_relay_etcd_carries_membership_only() {
-    let v = bench_scale(&["--exchange", "relay", "--path", "etcd"]);
+    // The relay runs alongside, in the same process (as at 10,000 in
+    // docs/coordination.md): it carries every result while etcd runs.
+    let v = bench_scale(&[
+        "--exchange",
+        "relay",
+        "--path",
+        "both",
+        "--relay-alongside-after-s",
+        "1",
+    ]);
+    let relay = &v["relay"];
+    assert_eq!(relay["missed_share"], 0.0, "{relay}");
+    assert_eq!(relay["coverage"], 1.0, "{relay}");
     let etcd = &v["etcd"][0];
     assert_eq!(etcd["exchange"], "relay", "{etcd}");
     assert_eq!(etcd["request_errors"], 0, "{etcd}");

@@ -79,6 +79,14 @@ pub struct ScaleArgs {
     /// Members of the relay run.
     #[arg(long, default_value_t = 10_000)]
     relay_members: usize,
+    /// `--path both` with one etcd member count: run the relay alongside
+    /// the etcd run, in this process on the same cores, starting this many
+    /// seconds after the etcd run begins (so that its windows fall in
+    /// etcd's measured span); without it the relay runs after the etcd
+    /// runs. Not with `--kill-leader-at` (the relay's takeover is taken from
+    /// the etcd run).
+    #[arg(long)]
+    relay_alongside_after_s: Option<u64>,
     /// Receive buffer forced on the relay leader's socket, bytes (default:
     /// what the agent sets on its probe socket).
     #[arg(long)]
@@ -175,6 +183,10 @@ const SHARED: &str = "etcd, the harness's simulated members and their client tas
 leader's thread (and, for the relay, the senders' thread) on the same cores; another \
 engineer's build may have been running";
 
+const SHARED_ALONGSIDE: &str = "etcd, the harness's simulated etcd members and their client \
+tasks, the etcd leader's thread, and the relay run alongside (its leader's and senders' threads) \
+on the same cores; the harness CPU figure counts the relay's threads too";
+
 /// Current CLOCK_REALTIME, ns.
 pub fn realtime_ns() -> i64 {
     let d = std::time::SystemTime::now()
@@ -192,17 +204,28 @@ pub async fn sleep_until_realtime(t_ns: i64) {
 }
 
 /// Each member holds two etcd connections and each relay member a
-/// socket: raises the open-file limit toward `want`, as far as the hard
-/// limit lets it; returns the limit now in force.
+/// socket: raises the open-file limit toward `want` — the hard limit too
+/// where this process may (root), else as far as the hard limit lets it;
+/// returns the limit now in force.
 fn raise_nofile(want: u64) -> anyhow::Result<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: lim is a valid rlimit to fill and read.
+    // SAFETY: lim is a valid rlimit to fill and read; `both` is a valid
+    // rlimit to read.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             anyhow::bail!("getrlimit: {}", std::io::Error::last_os_error());
+        }
+        if want > lim.rlim_max {
+            let both = libc::rlimit {
+                rlim_cur: want,
+                rlim_max: want,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &both) == 0 {
+                return Ok(want);
+            }
         }
         let target = want.min(lim.rlim_max);
         if lim.rlim_cur >= target {
@@ -268,13 +291,43 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
         .max()
         .unwrap_or(0)
         .max(args.relay_members);
-    let nofile = raise_nofile(4 * most as u64 + 4096)?;
+    if args.relay_alongside_after_s.is_some() {
+        anyhow::ensure!(
+            args.path == Path::Both && args.members.len() == 1,
+            "--relay-alongside-after-s: with --path both and one --members count"
+        );
+        anyhow::ensure!(
+            args.kill_leader_at.is_none(),
+            "--relay-alongside-after-s: not with --kill-leader-at (the relay's takeover comes from the etcd run)"
+        );
+    }
+    let together = args.relay_alongside_after_s.is_some();
+    let relay_alongside = if together {
+        args.relay_members as u64
+    } else {
+        0
+    };
+    let nofile = raise_nofile(4 * most as u64 + 2 * relay_alongside + 4096)?;
     let mut out = Output {
         host: host(),
         etcd: Vec::new(),
         relay: None,
         relay_takeover: None,
     };
+    if together {
+        out.host.shares_the_cpus = SHARED_ALONGSIDE;
+    }
+    let alongside = args.relay_alongside_after_s.map(|after| {
+        let cfg = relay_cfg(&args, takeover(args.takeover_s, &[]).s);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(after));
+            eprintln!(
+                "bench-scale: relay, {} members, alongside etcd …",
+                cfg.members
+            );
+            relay::run(&cfg).context("relay run alongside etcd")
+        })
+    });
     if args.path != Path::Relay {
         for &n in &args.members {
             eprintln!("bench-scale: etcd, {n} members, {} windows …", args.windows);
@@ -292,7 +345,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
                 members_per_connection: members_per_connection(
                     n,
                     args.members_per_connection,
-                    nofile,
+                    nofile.saturating_sub(relay_alongside),
                 ),
                 exchange: match args.exchange {
                     ExchangeArg::Relay => Exchange::Relay,
@@ -309,20 +362,15 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
             out.etcd.push(r);
         }
     }
-    if args.path != Path::Etcd {
+    if let Some(t) = alongside {
+        let r = t
+            .join()
+            .map_err(|_| anyhow::anyhow!("the relay thread panicked"))??;
+        out.relay = Some(r);
+    } else if args.path != Path::Etcd {
         eprintln!("bench-scale: relay, {} members …", args.relay_members);
         let takeover = takeover(args.takeover_s, &out.etcd);
-        let cfg = relay::RelayCfg {
-            members: args.relay_members,
-            windows: args.windows,
-            warmup: args.warmup,
-            window_s: args.window_s,
-            degree: args.degree,
-            seed: args.seed,
-            rcvbuf: args.relay_rcvbuf,
-            kill_leader_at: args.kill_leader_at,
-            takeover_s: takeover.s,
-        };
+        let cfg = relay_cfg(&args, takeover.s);
         out.relay = Some(relay::run(&cfg).context("relay run")?);
         if args.kill_leader_at.is_some() {
             out.relay_takeover = Some(takeover);
@@ -334,6 +382,20 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
         print_tables(&out);
     }
     Ok(())
+}
+
+fn relay_cfg(args: &ScaleArgs, takeover_s: u64) -> relay::RelayCfg {
+    relay::RelayCfg {
+        members: args.relay_members,
+        windows: args.windows,
+        warmup: args.warmup,
+        window_s: args.window_s,
+        degree: args.degree,
+        seed: args.seed,
+        rcvbuf: args.relay_rcvbuf,
+        kill_leader_at: args.kill_leader_at,
+        takeover_s,
+    }
 }
 
 fn print_tables(out: &Output) {
