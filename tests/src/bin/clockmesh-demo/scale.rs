@@ -273,17 +273,7 @@ fn host() -> Host {
 }
 
 pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.windows > args.warmup, "--windows must exceed --warmup");
-    anyhow::ensure!(args.window_s >= 1, "--window-s: at least 1");
-    anyhow::ensure!(args.degree >= 1, "--degree: at least 1");
-    anyhow::ensure!(
-        args.members.iter().all(|&n| n >= 2),
-        "--members: each count at least 2 (a leader and one more)"
-    );
-    anyhow::ensure!(
-        (2..=60_000).contains(&args.relay_members),
-        "--relay-members: 2 to 60000 (one loopback address each)"
-    );
+    check(&args)?;
     let most = args
         .members
         .iter()
@@ -291,23 +281,14 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
         .max()
         .unwrap_or(0)
         .max(args.relay_members);
-    if args.relay_alongside_after_s.is_some() {
-        anyhow::ensure!(
-            args.path == Path::Both && args.members.len() == 1,
-            "--relay-alongside-after-s: with --path both and one --members count"
-        );
-        anyhow::ensure!(
-            args.kill_leader_at.is_none(),
-            "--relay-alongside-after-s: not with --kill-leader-at (the relay's takeover comes from the etcd run)"
-        );
-    }
     let together = args.relay_alongside_after_s.is_some();
-    let relay_alongside = if together {
+    // The relay's sockets, where it runs in this process beside etcd's members.
+    let relay_files = if together {
         args.relay_members as u64
     } else {
         0
     };
-    let nofile = raise_nofile(4 * most as u64 + 2 * relay_alongside + 4096)?;
+    let nofile = raise_nofile(4 * most as u64 + 2 * relay_files + 4096)?;
     let mut out = Output {
         host: host(),
         etcd: Vec::new(),
@@ -330,35 +311,12 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
     });
     if args.path != Path::Relay {
         for &n in &args.members {
-            eprintln!("bench-scale: etcd, {n} members, {} windows …", args.windows);
-            let cfg = etcd_run::EtcdRunCfg {
-                members: n,
-                windows: args.windows,
-                warmup: args.warmup,
-                settle_windows: args.settle_windows,
-                window_s: args.window_s,
-                membership_every_s: args.membership_every_s,
-                degree: args.degree,
-                seed: args.seed,
-                etcd_args: args.etcd_args.clone(),
-                start_concurrency: args.start_concurrency,
-                members_per_connection: members_per_connection(
-                    n,
-                    args.members_per_connection,
-                    nofile.saturating_sub(relay_alongside),
-                ),
-                exchange: match args.exchange {
-                    ExchangeArg::Relay => Exchange::Relay,
-                    ExchangeArg::Store => Exchange::Store,
-                },
-                restart_etcd_at: args.restart_etcd_at,
-                kill_leader_at: args.kill_leader_at,
-                member_ttl_s: args.member_ttl_s,
-            };
-            let r = etcd_run::run(&cfg).with_context(|| format!("etcd run at {n} members"))?;
-            if !args.json {
-                eprintln!("{}", serde_json::to_string(&r)?);
-            }
+            let per = members_per_connection(
+                n,
+                args.members_per_connection,
+                nofile.saturating_sub(relay_files),
+            );
+            let r = run_etcd(&args, n, per)?;
             out.etcd.push(r);
         }
     }
@@ -382,6 +340,62 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
         print_tables(&out);
     }
     Ok(())
+}
+
+/// The arguments' rules a flag's own parser cannot check.
+fn check(args: &ScaleArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.windows > args.warmup, "--windows must exceed --warmup");
+    anyhow::ensure!(args.window_s >= 1, "--window-s: at least 1");
+    anyhow::ensure!(args.degree >= 1, "--degree: at least 1");
+    anyhow::ensure!(
+        args.members.iter().all(|&n| n >= 2),
+        "--members: each count at least 2 (a leader and one more)"
+    );
+    anyhow::ensure!(
+        (2..=60_000).contains(&args.relay_members),
+        "--relay-members: 2 to 60000 (one loopback address each)"
+    );
+    if args.relay_alongside_after_s.is_some() {
+        anyhow::ensure!(
+            args.path == Path::Both && args.members.len() == 1,
+            "--relay-alongside-after-s: with --path both and one --members count"
+        );
+        anyhow::ensure!(
+            args.kill_leader_at.is_none(),
+            "--relay-alongside-after-s: not with --kill-leader-at (the relay's takeover comes from the etcd run)"
+        );
+    }
+    Ok(())
+}
+
+/// One etcd run at `n` members, `per` members to a connection pair.
+fn run_etcd(args: &ScaleArgs, n: usize, per: usize) -> anyhow::Result<etcd_run::EtcdReport> {
+    eprintln!("bench-scale: etcd, {n} members, {} windows …", args.windows);
+    let cfg = etcd_run::EtcdRunCfg {
+        members: n,
+        windows: args.windows,
+        warmup: args.warmup,
+        settle_windows: args.settle_windows,
+        window_s: args.window_s,
+        membership_every_s: args.membership_every_s,
+        degree: args.degree,
+        seed: args.seed,
+        etcd_args: args.etcd_args.clone(),
+        start_concurrency: args.start_concurrency,
+        members_per_connection: per,
+        exchange: match args.exchange {
+            ExchangeArg::Relay => Exchange::Relay,
+            ExchangeArg::Store => Exchange::Store,
+        },
+        restart_etcd_at: args.restart_etcd_at,
+        kill_leader_at: args.kill_leader_at,
+        member_ttl_s: args.member_ttl_s,
+    };
+    let r = etcd_run::run(&cfg).with_context(|| format!("etcd run at {n} members"))?;
+    if !args.json {
+        eprintln!("{}", serde_json::to_string(&r)?);
+    }
+    Ok(r)
 }
 
 fn relay_cfg(args: &ScaleArgs, takeover_s: u64) -> relay::RelayCfg {
