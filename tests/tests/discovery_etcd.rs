@@ -30,6 +30,16 @@ async fn connect(server: &EtcdServer) -> EtcdDiscovery {
     .expect("connect")
 }
 
+/// The names on `d`'s member list.
+async fn listed_names(d: &mut EtcdDiscovery) -> Vec<String> {
+    d.members()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect()
+}
+
 /// Polls `cond` (an expression that may `.await`) for up to 15 s.
 macro_rules! wait_for {
     ($what:expr, $cond:expr) => {{
@@ -100,14 +110,7 @@ async fn members_register_elect_one_leader_and_fail_over() {
         "the leader off the list",
         stay2.members().await.unwrap().len() == 2
     );
-    let names: Vec<String> = stay2
-        .members()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.name)
-        .collect();
-    assert!(!names.contains(&leader));
+    assert!(!listed_names(stay2).await.contains(&leader));
 }
 
 #[tokio::test]
@@ -176,13 +179,7 @@ async fn a_crashed_leader_leaves_the_election_on_its_campaign_lease_before_the_l
     let took = crashed_at.elapsed();
     // The campaign lease's 2 s and etcd's lease check, far short of 60 s.
     assert!(took < Duration::from_secs(10), "failover took {took:?}");
-    let names: Vec<String> = survivor
-        .members()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.name)
-        .collect();
+    let names = listed_names(survivor).await;
     assert!(
         names.contains(&leader),
         "the crashed leader's member lease (60 s) still lists it: {names:?}"
