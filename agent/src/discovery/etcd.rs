@@ -346,6 +346,7 @@ impl EtcdDiscovery {
         if self.won.is_some() {
             return;
         }
+        let standing = self.campaign.is_some() || self.campaign_lease.is_some();
         match (self.is_candidate(), self.campaign.is_some()) {
             (true, false) => {
                 if self.campaign_lease.is_none() {
@@ -359,7 +360,8 @@ impl EtcdDiscovery {
                     self.start_campaign(name, lease);
                 }
             }
-            (false, true) => self.stand_down().await,
+            // Without a seat, neither a campaign nor its lease is kept.
+            (false, _) if standing => self.stand_down().await,
             _ => {}
         }
     }
