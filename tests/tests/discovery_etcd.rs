@@ -30,6 +30,21 @@ async fn connect(server: &EtcdServer) -> EtcdDiscovery {
     .expect("connect")
 }
 
+/// `n` members `node-0`, `node-1`, … registered in that order, each on its
+/// own connections.
+async fn registered(server: &EtcdServer, n: u8) -> Vec<(Member, EtcdDiscovery)> {
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let mut d = connect(server).await;
+        let m = d
+            .register(&member(&format!("node-{i}"), i + 1))
+            .await
+            .unwrap();
+        nodes.push((m, d));
+    }
+    nodes
+}
+
 /// The names on `d`'s member list.
 async fn listed_names(d: &mut EtcdDiscovery) -> Vec<String> {
     d.members()
@@ -293,15 +308,11 @@ fn delete_key(server: &EtcdServer, key: &str) {
 #[tokio::test]
 async fn only_three_members_stand_for_leader() {
     let server = EtcdServer::start().expect("etcd");
-    let mut nodes = Vec::new();
-    for i in 0..6u8 {
-        let mut d = connect(&server).await;
-        let m = d
-            .register(&member(&format!("node-{i}"), i + 1))
-            .await
-            .unwrap();
-        nodes.push((m.name, d));
-    }
+    let mut nodes: Vec<(String, EtcdDiscovery)> = registered(&server, 6)
+        .await
+        .into_iter()
+        .map(|(m, d)| (m.name, d))
+        .collect();
     // Only seat holders follow the election (the others learn the leader
     // from the place it hands them): the leader any of them names.
     let mut leader = None;
@@ -347,15 +358,7 @@ async fn only_three_members_stand_for_leader() {
 #[tokio::test]
 async fn members_without_a_seat_follow_the_place_the_leader_hands_out() {
     let server = EtcdServer::start().expect("etcd");
-    let mut nodes = Vec::new();
-    for i in 0..7u8 {
-        let mut d = connect(&server).await;
-        let m = d
-            .register(&member(&format!("node-{i}"), i + 1))
-            .await
-            .unwrap();
-        nodes.push((m, d));
-    }
+    let mut nodes = registered(&server, 7).await;
     // Every member refreshes as the driver does; the seat holders get the
     // whole list, and one of them leads.
     let mut seated = Vec::new();

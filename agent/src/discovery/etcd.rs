@@ -82,6 +82,15 @@ impl HeldLease {
     fn lapsed(&self) -> bool {
         self.keeper.is_finished()
     }
+
+    /// Stops keeping it alive and gives it back, so that what is bound to
+    /// it goes now rather than after its TTL.
+    async fn revoke(self, client: &mut Client) -> Result<(), DiscoveryError> {
+        let id = self.id;
+        drop(self); // its keeper stops
+        client.lease_revoke(id).await.map_err(unavailable)?;
+        Ok(())
+    }
 }
 
 impl Drop for HeldLease {
@@ -123,12 +132,13 @@ pub struct EtcdDiscovery {
     handed: Option<places::HandedOut>,
 }
 
-/// A member record; `None` (with a warning) for one that does not parse.
-fn parse_member(key: &[u8], value: &[u8]) -> Option<Member> {
-    serde_json::from_slice::<Member>(value)
+/// A JSON record (a member, a place); `None` (with a warning naming its
+/// key) for one that does not parse.
+fn parse_json<T: serde::de::DeserializeOwned>(key: &[u8], value: &[u8]) -> Option<T> {
+    serde_json::from_slice::<T>(value)
         .map_err(|e| {
             let key = String::from_utf8_lossy(key);
-            warn!(%key, "ignoring bad member record: {e}");
+            warn!(%key, "ignoring bad record: {e}");
         })
         .ok()
 }
@@ -291,7 +301,7 @@ impl EtcdDiscovery {
         let prefix = self.members_prefix();
         self.current(
             |d| &mut d.member_watch,
-            (Keys::Prefix(prefix), parse_member),
+            (Keys::Prefix(prefix), parse_json::<Member>),
             "member list",
         )
         .await
@@ -329,11 +339,7 @@ impl EtcdDiscovery {
             // Silent past its TTL (etcd overloaded, or this host cut off):
             // the candidacy, or the lead, is gone; stand again.
             warn!(node = ?self.me, "campaign lease expired; campaigning again");
-            if let Some(c) = self.campaign.take() {
-                c.abort();
-            }
-            self.won = None;
-            self.campaign_lease = None;
+            self.end_campaign();
         }
         if self.campaign.as_ref().is_some_and(|c| c.is_finished())
             && let Some(c) = self.campaign.take()
@@ -406,9 +412,6 @@ impl Discovery for EtcdDiscovery {
         Ok(members)
     }
 
-    /// The election as the watch has it: the oldest candidate's key leads
-    /// (etcd's election rule), read whole only at the start and after a
-    /// lost watch.
     /// A seat holder follows the whole list (it may have to lead); any
     /// other member only its place, as the leader handed it out.
     async fn membership(&mut self) -> Result<Membership, DiscoveryError> {
@@ -428,9 +431,11 @@ impl Discovery for EtcdDiscovery {
         self.hand_out_places(graph, members).await
     }
 
-    /// A seat holder follows the election; any other member learns who
-    /// leads from its place (every agent following the election was one
-    /// more watch each while thousands start).
+    /// A seat holder follows the election as the watch has it: the oldest
+    /// candidate's key leads (etcd's election rule), read whole only at the
+    /// start and after a lost watch. Any other member learns who leads from
+    /// its place (every agent following the election was one more watch
+    /// each while thousands start).
     async fn leadership(&mut self) -> Result<Leadership, DiscoveryError> {
         self.seats_current().await?;
         self.campaign_if_candidate().await;
@@ -479,9 +484,7 @@ impl Discovery for EtcdDiscovery {
         }
         self.stand_down().await;
         if let Some(lease) = self.lease.take() {
-            let id = lease.id;
-            drop(lease); // its keeper stops
-            self.client.lease_revoke(id).await.map_err(unavailable)?;
+            lease.revoke(&mut self.client).await?;
         }
         self.me = None;
         Ok(())
@@ -566,24 +569,30 @@ impl Store for EtcdDiscovery {
 }
 
 impl EtcdDiscovery {
-    /// Stops the campaign and forgets the seat; the campaign lease's
+    /// Stops the campaign and forgets the lead; the campaign lease's
     /// keeper stops as it drops (etcd lets the lease run out).
-    fn stop_tasks(&mut self) {
+    fn end_campaign(&mut self) {
         if let Some(c) = self.campaign.take() {
             c.abort();
         }
         self.won = None;
-        self.seat = None;
         self.campaign_lease = None;
     }
 
+    /// Ends the campaign and forgets the seat.
+    fn stop_tasks(&mut self) {
+        self.end_campaign();
+        self.seat = None;
+    }
+
     /// Stops campaigning (or leading) and gives the campaign lease back,
-    /// so that the candidacy leaves the election now, not after its TTL.
+    /// so that the candidacy leaves the election now, not after its TTL
+    /// (etcd's refusal is left to the TTL).
     async fn stand_down(&mut self) {
-        let lease = self.campaign_lease();
+        let lease = self.campaign_lease.take();
         self.stop_tasks();
-        if let Some(id) = lease {
-            let _ = self.client.lease_revoke(id).await;
+        if let Some(lease) = lease {
+            let _ = lease.revoke(&mut self.client).await;
         }
     }
 

@@ -801,8 +801,6 @@ impl<D: Discovery + Coordination> Agent<D> {
     }
 }
 
-/// Monotonic ns since the first call: the core's work clock (it times
-/// its fits and solves with it and reads no clock itself).
 /// Whether `me`'s name is listed under another id.
 fn listed_elsewhere(membership: &Membership, me: &Member) -> bool {
     membership
@@ -811,6 +809,8 @@ fn listed_elsewhere(membership: &Membership, me: &Member) -> bool {
         .any(|m| m.name == me.name && m.id != me.id)
 }
 
+/// Monotonic ns since the first call: the core's work clock (it times
+/// its fits and solves with it and reads no clock itself).
 fn monotonic_ns() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     let elapsed = START.get_or_init(std::time::Instant::now).elapsed();

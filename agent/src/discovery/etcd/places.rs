@@ -16,9 +16,9 @@ use clockmesh_core::{
 };
 use etcd_client::{GetOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
-use tracing::{debug, warn};
+use tracing::debug;
 
-use super::{EtcdDiscovery, RESULTS_PER_TXN, unavailable};
+use super::{EtcdDiscovery, RESULTS_PER_TXN, parse_json, unavailable};
 use crate::discovery::{
     DiscoveryError, Member,
     prefix_watch::{Keys, Parse},
@@ -34,16 +34,7 @@ pub(super) struct Handed {
     leader: String,
 }
 
-fn parse_place(key: &[u8], value: &[u8]) -> Option<Handed> {
-    serde_json::from_slice(value)
-        .map_err(|e| {
-            let key = String::from_utf8_lossy(key);
-            warn!(%key, "ignoring bad place record: {e}");
-        })
-        .ok()
-}
-
-const PLACE: Parse<Handed> = parse_place;
+const PLACE: Parse<Handed> = parse_json::<Handed>;
 
 /// What the leader last wrote, to write only what changed.
 #[derive(Default)]
