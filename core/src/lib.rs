@@ -57,6 +57,7 @@ pub mod history;
 pub mod node;
 pub mod pairs;
 pub mod peers;
+pub mod probe_rate;
 pub mod publication;
 pub mod report;
 pub mod result;

@@ -25,7 +25,7 @@ use std::{
 use clockmesh_common::{PROBE_VERSION, ProbeHeader, kind};
 use clockmesh_estimator::convert::ceil_bound_ns;
 use clockmesh_estimator::{
-    AnchorKind as SolveAnchor, EdgeMeasurement, Estimator, EstimatorConfig, NodeId,
+    AnchorKind as SolveAnchor, EdgeMeasurement, Estimator, EstimatorConfig, NodeId, pair_probes,
 };
 use serde::{Deserialize, Serialize};
 
@@ -33,9 +33,10 @@ use crate::{
     codec,
     collector::{Collector, CollectorStats, PairKey, Settled, Side},
     graph::{Neighbourhood, ProbeGraph},
-    history::{EdgeHistory, HistoryFit},
+    history::{EdgeHistory, HistoryFit, purity_for},
     pairs::{PairBook, PairBookStats},
     peers::{HandshakeConfig, Peer, Peers},
+    probe_rate::{DirectionWindow, ProbeRates},
     report::FitLine,
     settings::{Settings, estimator_config},
     window_clock::{Phase, WindowClock},
@@ -214,6 +215,11 @@ pub struct Target {
     pub addr: SocketAddr,
     /// The peer takes warm-up datagrams before each pair.
     pub warmup: bool,
+    /// Pairs per `probe_cadence_us`: 1, or up to
+    /// [`crate::probe_rate::MAX_PAIRS_PER_CADENCE`] on a NIC-stamped direction
+    /// short of pure pairs; senders space them evenly
+    /// ([`crate::probe_rate::rounds_per_cadence`], [`crate::probe_rate::due_in_round`]).
+    pub pairs_per_cadence: u32,
 }
 
 /// What the caller must do.
@@ -292,6 +298,8 @@ pub struct Node {
     graph: ProbeGraph,
     /// Recent windows of each out-edge's probes (the fit's history).
     history: BTreeMap<NodeId, EdgeHistory>,
+    /// How fast each peer is probed (faster where pure pairs are few).
+    probe_rates: ProbeRates,
     peers: Peers,
     collector: Collector,
     book: PairBook,
@@ -326,6 +334,7 @@ impl Node {
         Node {
             graph: ProbeGraph::build(&[cfg.me.id], cfg.settings.degree),
             history: BTreeMap::new(),
+            probe_rates: ProbeRates::default(),
             windows: WindowClock::new(cfg.settings.window(), cfg.exchange == Exchange::Store),
             peers: Peers::new(HandshakeConfig::default(), cfg.nonce_base),
             collector: Collector::new(SETTLE, MAX_PENDING_PAIRS),
@@ -735,6 +744,7 @@ impl Node {
                     id: p.id,
                     addr: p.addr,
                     warmup: p.capabilities & wire::capability::WARMUP != 0,
+                    pairs_per_cadence: self.probe_rates.pairs_per_cadence(p.id),
                 })
                 .collect(),
         )
@@ -956,6 +966,9 @@ impl Node {
         let me = self.me.clone();
         let mut fits = Vec::new();
         let mut actions = Vec::new();
+        if self.judge_probe_rates() {
+            actions.push(self.targets());
+        }
         for peer in self.graph.out_neighbours(me.id).to_vec() {
             let history = self.history.entry(peer).or_default();
             let (probes, stamps) = self.book.take_edge_classified(me.id, peer);
@@ -988,6 +1001,40 @@ impl Node {
         self.timings.windows += 1;
         actions.extend(self.share_fits(k, fits, now));
         actions
+    }
+
+    /// Judges this node's direction to every ready peer by the window's
+    /// complete pairs (before the fits take them); true when a rate changed.
+    fn judge_probe_rates(&mut self) -> bool {
+        let me = self.me.id;
+        let ready: Vec<NodeId> = self.peers.ready().map(|p| p.id).collect();
+        self.probe_rates.keep_only(&ready);
+        let mut changed = false;
+        for &peer in &ready {
+            let Some(window) = self.direction_window(me, peer) else {
+                continue;
+            };
+            changed |= self.probe_rates.observe(
+                peer,
+                window,
+                self.settings.cadence(),
+                self.settings.window(),
+            );
+        }
+        changed
+    }
+
+    /// The window's complete pairs `from → to` and how many are pure.
+    fn direction_window(&self, from: NodeId, to: NodeId) -> Option<DirectionWindow> {
+        let (probes, stamps) = self.book.complete(from, to)?;
+        let stats = pair_probes(probes, &purity_for(stamps, &self.est_cfg))
+            .ok()?
+            .stats;
+        Some(DirectionWindow {
+            complete: stats.pure + stats.impure + stats.spacing_rejected,
+            pure: stats.pure,
+            stamps,
+        })
     }
 
     fn share_fits(&mut self, k: u64, fits: Vec<SharedFit>, now: LocalNs) -> Vec<Action> {

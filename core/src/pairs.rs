@@ -167,6 +167,22 @@ impl PairBook {
         (probes, class)
     }
 
+    /// The complete probes of direction `from → to` not yet taken, with the
+    /// class of their stamps (as [`PairBook::take_edge_classified`] judges
+    /// an edge); `None` without any.
+    pub fn complete(&self, from: NodeId, to: NodeId) -> Option<(&[ProbeTimestamps], StampClass)> {
+        let book = self
+            .books
+            .get(&(from, to))
+            .filter(|b| !b.complete.is_empty())?;
+        let class = if book.software {
+            StampClass::Software
+        } else {
+            StampClass::Nic
+        };
+        Some((&book.complete, class))
+    }
+
     /// Drops every complete probe not taken (directions this node does not fit).
     pub fn clear_complete(&mut self) {
         for book in self.books.values_mut() {

@@ -231,7 +231,7 @@ pub const LONG_SILENCE_NS: i64 = 4_000_000_000;
 
 /// How many whole windows fit in `span`: rounded down (a span must not
 /// exceed its history), at least one.
-fn windows_within(span: Nanos, window: Nanos) -> usize {
+pub(crate) fn windows_within(span: Nanos, window: Nanos) -> usize {
     usize::try_from(span.0 / window.0.max(1)).map_or(1, |w| w.max(1))
 }
 

@@ -18,6 +18,7 @@ use clockmesh_core::{
     codec,
     collector::{PairKey, Side},
     node::{Action, Exchange, LocalNs, Member, Node, NodeConfig, TICK, Target},
+    probe_rate::{due_in_round, rounds_per_cadence},
     result::NodeResult,
     tally::{DropCounts, NodeCounters},
     time::Nanos,
@@ -556,19 +557,28 @@ impl<'a> Sim<'a> {
         self.perform(to, actions);
     }
 
-    /// A pair to every target of host `i`, the first target rotating, and
-    /// the next round ±20 % jittered around the cadence, as the agent's
-    /// sender does.
+    /// A pair to every target of host `i` due in this round, the first
+    /// one rotating, and the next round ±20 % jittered around the cadence
+    /// shared by the rounds a cadence the fastest target needs, as the
+    /// agent's sender does.
     fn send_round(&mut self, i: usize) {
         let targets = self.hosts[i].targets.clone();
+        let rounds = rounds_per_cadence(targets.iter().map(|t| t.pairs_per_cadence));
         if !targets.is_empty() {
             self.hosts[i].rounds += 1;
-            let first = self.hosts[i].rounds % targets.len();
-            for k in 0..targets.len() {
-                self.send_pair(i, targets[(first + k) % targets.len()]);
+        }
+        let round = self.hosts[i].rounds as u64;
+        let due: Vec<Target> = targets
+            .into_iter()
+            .filter(|t| due_in_round(round, t.pairs_per_cadence, rounds))
+            .collect();
+        if !due.is_empty() {
+            let first = self.hosts[i].rounds % due.len();
+            for k in 0..due.len() {
+                self.send_pair(i, due[(first + k) % due.len()]);
             }
         }
-        let cadence = self.s.agent.cadence().0 as f64;
+        let cadence = self.s.agent.cadence().0 as f64 / f64::from(rounds);
         let next = self.now + (cadence * self.rng.random_range(0.8..1.2)) as i64;
         self.schedule(next, Event::SendRound(i));
     }

@@ -180,3 +180,32 @@ fn isolated_nodes_answer_throughout_and_resume_at_once_when_their_links_return()
         );
     }
 }
+
+/// NIC stamps over queues busy 70 % of the time leave about one pair in
+/// ten pure: every node sends its peers several pairs a cadence there
+/// (`clockmesh_core::probe_rate`), and the cadence alone over idle queues.
+#[test]
+fn busy_queues_are_probed_faster_and_idle_ones_at_the_cadence() {
+    let pairs_sent = |busy_probability: f64| {
+        let s = Scenario {
+            windows: 8,
+            queue: clockmesh_sim::QueueModel {
+                busy_probability,
+                ..Default::default()
+            },
+            timestamps: clockmesh_sim::TimestampModel {
+                nic: true,
+                ..Default::default()
+            },
+            ..scenario(4, Exchange::Relay)
+        };
+        let r = run_protocol(&s).unwrap();
+        assert_eq!(r.coverage, 1.0, "{r:#?}");
+        r.counters.pairs_sent
+    };
+    let (idle, busy) = (pairs_sent(0.0), pairs_sent(0.7));
+    assert!(
+        busy as f64 >= 2.5 * idle as f64,
+        "busy queues: {busy} pairs, idle: {idle}"
+    );
+}

@@ -5,7 +5,9 @@
 //! spacing apart, a sub-millisecond sleep the async runtime's timer cannot
 //! give. Every peer is probed in the same round (one wake-up for all of
 //! them, not one per peer: wake-ups, not packets, dominate an idle agent's
-//! CPU); rounds are jittered ±20 % around the cadence. Probes leave from
+//! CPU); rounds are jittered ±20 % around the cadence, or around a part
+//! of it when a peer short of pure pairs gets several pairs a cadence
+//! (`clockmesh_core::probe_rate`; the others skip rounds). Probes leave from
 //! their own socket so the `OPT_ID` counter of SO_TIMESTAMPING numbers
 //! probes only.
 
@@ -42,6 +44,7 @@ const WARMUP_INDEX: u8 = u8::MAX;
 
 /// A peer to probe (from the protocol core's `SetTargets`).
 pub use clockmesh_core::node::Target;
+use clockmesh_core::probe_rate::{due_in_round, rounds_per_cadence};
 
 #[derive(Clone, Debug)]
 pub struct SenderConfig {
@@ -205,7 +208,7 @@ impl Worker {
                 // behind by more than one period (after a stall, skip
                 // rather than burst).
                 let jitter = 0.8 + 0.4 * self.random();
-                self.next_round = (self.next_round + self.cfg.cadence.mul_f64(jitter)).max(now);
+                self.next_round = (self.next_round + self.round_period().mul_f64(jitter)).max(now);
             }
             self.read_tx_reports();
             if !self.batch.is_empty() {
@@ -213,6 +216,16 @@ impl Worker {
             }
             thread::sleep(self.sleep_time());
         }
+    }
+
+    /// The cadence shared by the rounds a cadence the fastest peer needs
+    /// (a peer short of pure pairs gets several pairs a cadence).
+    fn round_period(&self) -> Duration {
+        self.cfg.cadence / self.rounds_per_cadence()
+    }
+
+    fn rounds_per_cadence(&self) -> u32 {
+        rounds_per_cadence(self.peers.iter().map(|t| t.pairs_per_cadence))
     }
 
     /// Until the next round, or a short while if TX stamps are still due.
@@ -262,11 +275,21 @@ impl Worker {
         self.rounds += 1;
         self.awaiting_reports = 0;
         self.report_retries = 0;
-        let n = self.peers.len();
+        let rounds = self.rounds_per_cadence();
+        let due: Vec<Target> = self
+            .peers
+            .iter()
+            .filter(|t| due_in_round(self.rounds, t.pairs_per_cadence, rounds))
+            .copied()
+            .collect();
+        let n = due.len();
+        if n == 0 {
+            return;
+        }
         let first = (self.rounds % n as u64) as usize;
         let round: Vec<(Target, u64)> = (0..n)
             .map(|i| {
-                let t = self.peers[(first + i) % n];
+                let t = due[(first + i) % n];
                 let seq = self.seqs.entry(t.id).or_insert(self.cfg.seq_base);
                 *seq += 1;
                 (t, *seq - 1)
@@ -417,5 +440,56 @@ impl Worker {
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Over loopback: a peer given four pairs a cadence gets about four
+    /// times the pairs of one at the cadence, within the same rounds.
+    #[test]
+    fn a_peer_short_of_pure_pairs_gets_several_pairs_a_cadence() {
+        let cfg = SenderConfig {
+            me: 1,
+            cadence: Duration::from_millis(40),
+            spacing: Duration::from_micros(100),
+            key: None,
+            seq_base: 0,
+            stamp_mode: StampMode::Software,
+        };
+        let (events, _keep) = tokio::sync::mpsc::unbounded_channel();
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let sender = Sender::start(cfg, loopback, events).unwrap();
+        let peer = |id, pairs_per_cadence| {
+            let sock = UdpSocket::bind(loopback).unwrap();
+            sock.set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            let target = Target {
+                id,
+                addr: sock.local_addr().unwrap(),
+                warmup: false,
+                pairs_per_cadence,
+            };
+            (sock, target)
+        };
+        let (fast, fast_target) = peer(2, 4);
+        let (slow, slow_target) = peer(3, 1);
+        sender.set_targets(vec![fast_target, slow_target]);
+        thread::sleep(Duration::from_millis(1_200));
+        drop(sender);
+        // The sockets' buffers hold every datagram of the run.
+        let received = |sock: &UdpSocket| {
+            let mut buf = [0u8; 256];
+            std::iter::from_fn(|| sock.recv(&mut buf).ok()).count()
+        };
+        let (to_fast, to_slow) = (received(&fast) as u32, received(&slow) as u32);
+        // 30 cadences: about 60 datagrams to the slow peer, 240 to the fast.
+        assert!(to_slow >= 20, "slow peer: {to_slow} datagrams");
+        assert!(
+            f64::from(to_fast) >= 3.0 * f64::from(to_slow),
+            "fast peer {to_fast}, slow peer {to_slow} datagrams"
+        );
     }
 }
