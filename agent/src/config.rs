@@ -286,6 +286,13 @@ config_keys! {
         value: "N",
         help: setting::DEGREE.doc,
     },
+    max_pairs_per_cadence: usize = required(setting_in(&setting::MAX_PAIRS_PER_CADENCE)) {
+        env: ["CLOCKMESH_MAX_PAIRS_PER_CADENCE"],
+        aliases: [],
+        default: [setting setting::MAX_PAIRS_PER_CADENCE],
+        value: "N",
+        help: setting::MAX_PAIRS_PER_CADENCE.doc,
+    },
     tracepoint_stamps: TracepointStamps = required(tracepoint_stamps) {
         env: ["CLOCKMESH_TRACEPOINT_STAMPS"],
         aliases: [],
@@ -897,6 +904,7 @@ impl AgentConfig {
             packet_spacing: self.packet_spacing_us.value,
             probe_window: self.probe_window_s.value,
             degree: self.degree.value,
+            max_pairs_per_cadence: self.max_pairs_per_cadence.value,
             max_path_asymmetry: self.max_path_asymmetry_ns.as_ref().map(|s| s.value),
             holdover_max_bound: self.holdover_max_bound_ns.value,
         }

@@ -216,7 +216,8 @@ pub struct Target {
     /// The peer takes warm-up datagrams before each pair.
     pub warmup: bool,
     /// Pairs per `probe_cadence_us`: 1, or up to
-    /// [`crate::probe_rate::MAX_PAIRS_PER_CADENCE`] on a NIC-stamped direction
+    /// `max_pairs_per_cadence` ([`crate::setting::MAX_PAIRS_PER_CADENCE`])
+    /// on a NIC-stamped direction
     /// short of pure pairs; senders space them evenly
     /// ([`crate::probe_rate::rounds_per_cadence`], [`crate::probe_rate::due_in_round`]).
     pub pairs_per_cadence: u32,
@@ -334,7 +335,7 @@ impl Node {
         Node {
             graph: ProbeGraph::build(&[cfg.me.id], cfg.settings.degree),
             history: BTreeMap::new(),
-            probe_rates: ProbeRates::default(),
+            probe_rates: ProbeRates::new(cfg.settings.max_pairs_per_cadence),
             windows: WindowClock::new(cfg.settings.window(), cfg.exchange == Exchange::Store),
             peers: Peers::new(HandshakeConfig::default(), cfg.nonce_base),
             collector: Collector::new(SETTLE, MAX_PENDING_PAIRS),
@@ -736,6 +737,12 @@ impl Node {
 
     // ---- handshakes and probes ----
 
+    /// Coded pairs this node sends `peer` per cadence
+    /// ([`crate::probe_rate`]).
+    pub fn pairs_per_cadence(&self, peer: NodeId) -> u32 {
+        self.probe_rates.pairs_per_cadence(peer)
+    }
+
     fn targets(&self) -> Action {
         Action::SetTargets(
             self.peers
@@ -1005,10 +1012,14 @@ impl Node {
 
     /// Judges this node's direction to every ready peer by the window's
     /// complete pairs (before the fits take them); true when a rate changed.
+    /// A peer silent long enough to be handshaken again keeps its rate: its
+    /// path's queues are what they were, and a history emptied by the
+    /// silence needs the pure pairs most.
     fn judge_probe_rates(&mut self) -> bool {
         let me = self.me.id;
+        let known: Vec<NodeId> = self.peers.all().map(|p| p.id).collect();
+        self.probe_rates.keep_only(&known);
         let ready: Vec<NodeId> = self.peers.ready().map(|p| p.id).collect();
-        self.probe_rates.keep_only(&ready);
         let mut changed = false;
         for &peer in &ready {
             let Some(window) = self.direction_window(me, peer) else {

@@ -10,7 +10,8 @@
 //! clocks' wander. More pairs over the same span are the better cure:
 //! each node judges its own direction to every peer from the complete
 //! pairs it holds (its TX stamps and the peer's RX reports) and sends up
-//! to [`MAX_PAIRS_PER_CADENCE`] pairs a cadence while the pure share is low
+//! to `max_pairs_per_cadence` ([`crate::setting::MAX_PAIRS_PER_CADENCE`])
+//! pairs a cadence while the pure share is low
 //! (docs/estimator.md §8, "Probing faster where pure pairs are few").
 //! Software-stamped directions keep the cadence: their purity tolerance
 //! passes most pairs, and their 32 s span holds hundreds.
@@ -22,15 +23,13 @@ use crate::time::Nanos;
 use clockmesh_estimator::NodeId;
 use clockmesh_estimator::convert::{count_f64, ns_f64};
 
-/// Most pairs a direction gets per cadence (a power of two: the sender's
-/// rounds come this many times a cadence at most, and a slower target is
-/// due every `MAX / its rate` rounds).
-pub const MAX_PAIRS_PER_CADENCE: u32 = 4;
-
 /// Pure pairs a NIC-stamped direction should hold over the NIC fit's span
 /// ([`NIC_HISTORY_NS`]): twice what makes a fit starved, so that a span
 /// holds enough even when its seconds run below their average.
 pub const NIC_PURE_PAIRS_WANTED: usize = 2 * NIC_STARVED_POINTS;
+
+/// Complete pairs over the span a share is judged on, at least.
+const MIN_JUDGED_PAIRS: usize = NIC_PURE_PAIRS_WANTED;
 
 /// A rate is lowered only when the lower one would still give this many
 /// times [`NIC_PURE_PAIRS_WANTED`]: the pure share measured over a couple of
@@ -38,9 +37,11 @@ pub const NIC_PURE_PAIRS_WANTED: usize = 2 * NIC_STARVED_POINTS;
 const LOWER_MARGIN: f64 = 1.5;
 
 /// The rate of every peer's direction, judged window by window.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ProbeRates {
     directions: BTreeMap<NodeId, DirectionRate>,
+    /// Rates are powers of two up to this.
+    max_pairs_per_cadence: u32,
 }
 
 #[derive(Debug)]
@@ -68,6 +69,17 @@ pub struct DirectionWindow {
 }
 
 impl ProbeRates {
+    /// Rates up to `max_pairs_per_cadence` (the setting; 1: the cadence
+    /// alone).
+    pub fn new(max_pairs_per_cadence: usize) -> Self {
+        ProbeRates {
+            directions: BTreeMap::new(),
+            max_pairs_per_cadence: u32::try_from(max_pairs_per_cadence)
+                .unwrap_or(u32::MAX)
+                .max(1),
+        }
+    }
+
     /// Pairs a cadence to send to `peer` (1 until a window says otherwise).
     pub fn pairs_per_cadence(&self, peer: NodeId) -> u32 {
         self.directions
@@ -102,7 +114,18 @@ impl ProbeRates {
             .recent
             .iter()
             .fold((0, 0), |(c, p), &(wc, wp)| (c + wc, p + wp));
-        d.pairs_per_cadence = next_rate(before, pure_share(pure, complete), cadence);
+        if complete < MIN_JUDGED_PAIRS {
+            // A few pairs (the first after a link came back) say little
+            // about the share: none of three pure is no reason to probe
+            // eight times as fast.
+            return false;
+        }
+        d.pairs_per_cadence = next_rate(
+            before,
+            pure_share(pure, complete),
+            cadence,
+            self.max_pairs_per_cadence,
+        );
         d.pairs_per_cadence != before
     }
 
@@ -116,16 +139,17 @@ fn pure_share(pure: usize, complete: usize) -> f64 {
     count_f64(pure) / count_f64(complete.max(1))
 }
 
-/// The slowest rate whose expected pure pairs over a NIC span reach the
-/// wanted count (the fastest if none does); a lower rate than `current`
-/// only with [`LOWER_MARGIN`].
-fn next_rate(current: u32, share: f64, cadence: Nanos) -> u32 {
+/// The slowest rate up to `max` whose expected pure pairs over a NIC span
+/// reach the wanted count (the fastest if none does); a lower rate than
+/// `current` only with [`LOWER_MARGIN`].
+fn next_rate(current: u32, share: f64, cadence: Nanos, max: u32) -> u32 {
     let pairs_per_span = ns_f64(NIC_HISTORY_NS) / ns_f64(cadence.0.max(1));
     let expected = |rate: u32| share * pairs_per_span * f64::from(rate);
+    let fastest = rates(max).last().unwrap_or(1);
     let slowest_with = |wanted: f64| {
-        rates()
+        rates(max)
             .find(|&r| expected(r) >= wanted)
-            .unwrap_or(MAX_PAIRS_PER_CADENCE)
+            .unwrap_or(fastest)
     };
     let wanted = count_f64(NIC_PURE_PAIRS_WANTED);
     let needed = slowest_with(wanted);
@@ -135,19 +159,15 @@ fn next_rate(current: u32, share: f64, cadence: Nanos) -> u32 {
     slowest_with(LOWER_MARGIN * wanted).min(current)
 }
 
-/// 1, 2, 4, … up to [`MAX_PAIRS_PER_CADENCE`].
-fn rates() -> impl Iterator<Item = u32> {
-    std::iter::successors(Some(1u32), |r| Some(r * 2)).take_while(|&r| r <= MAX_PAIRS_PER_CADENCE)
+/// 1, 2, 4, … up to `max`.
+fn rates(max: u32) -> impl Iterator<Item = u32> {
+    std::iter::successors(Some(1u32), |r| r.checked_mul(2)).take_while(move |&r| r <= max)
 }
 
-/// How many rounds a sender makes per cadence for these rates: as many as
-/// the fastest target needs.
+/// How many rounds a sender makes per cadence for these rates (powers of
+/// two): as many as the fastest target needs.
 pub fn rounds_per_cadence(rates: impl IntoIterator<Item = u32>) -> u32 {
-    rates
-        .into_iter()
-        .max()
-        .unwrap_or(1)
-        .clamp(1, MAX_PAIRS_PER_CADENCE)
+    rates.into_iter().max().unwrap_or(1).max(1)
 }
 
 /// Whether a target sent `pairs_per_cadence` pairs a cadence is due in
@@ -174,14 +194,14 @@ mod tests {
 
     #[test]
     fn a_clean_nic_direction_keeps_the_cadence() {
-        let mut r = ProbeRates::default();
+        let mut r = ProbeRates::new(4);
         assert!(!r.observe(1, nic(10, 9), CADENCE, WINDOW));
         assert_eq!(r.pairs_per_cadence(1), 1);
     }
 
     #[test]
     fn a_busy_nic_direction_is_probed_faster_and_slows_once_the_queue_clears() {
-        let mut r = ProbeRates::default();
+        let mut r = ProbeRates::new(4);
         // Busy 0.7: about 9 % of the pairs pure.
         assert!(r.observe(1, nic(10, 1), CADENCE, WINDOW));
         assert_eq!(r.pairs_per_cadence(1), 4);
@@ -198,8 +218,21 @@ mod tests {
     }
 
     #[test]
+    fn the_setting_caps_the_rate() {
+        let mut at_cadence = ProbeRates::new(1);
+        assert!(!at_cadence.observe(1, nic(10, 0), CADENCE, WINDOW));
+        assert_eq!(at_cadence.pairs_per_cadence(1), 1);
+        let mut up_to_8 = ProbeRates::new(8);
+        up_to_8.observe(1, nic(10, 1), CADENCE, WINDOW);
+        assert_eq!(up_to_8.pairs_per_cadence(1), 8);
+        let mut up_to_6 = ProbeRates::new(6);
+        up_to_6.observe(1, nic(10, 1), CADENCE, WINDOW);
+        assert_eq!(up_to_6.pairs_per_cadence(1), 4, "a power of two");
+    }
+
+    #[test]
     fn a_share_near_the_line_does_not_flip_the_rate() {
-        let mut r = ProbeRates::default();
+        let mut r = ProbeRates::new(4);
         // 45 % pure: 9 in 2 s at the cadence, below the 10 wanted.
         r.observe(1, nic(10, 4), CADENCE, WINDOW);
         r.observe(1, nic(10, 5), CADENCE, WINDOW);
@@ -213,7 +246,7 @@ mod tests {
 
     #[test]
     fn software_stamps_and_silent_windows_keep_the_rate() {
-        let mut r = ProbeRates::default();
+        let mut r = ProbeRates::new(4);
         let software = DirectionWindow {
             complete: 10,
             pure: 0,
@@ -224,6 +257,9 @@ mod tests {
         r.observe(2, nic(10, 1), CADENCE, WINDOW);
         assert!(!r.observe(2, nic(0, 0), CADENCE, WINDOW));
         assert_eq!(r.pairs_per_cadence(2), 4);
+        // A handful of pairs, none pure, is not judged.
+        assert!(!r.observe(3, nic(3, 0), CADENCE, WINDOW));
+        assert_eq!(r.pairs_per_cadence(3), 1);
         r.keep_only(&[1]);
         assert_eq!(r.pairs_per_cadence(2), 1);
     }

@@ -250,6 +250,20 @@ pub const DEGREE: Setting<usize> = Setting {
     doc: "out-neighbours each node probes",
 };
 
+/// The most pairs one peer gets per cadence. A NIC-stamped direction whose
+/// queues leave few pairs pure is probed up to this many times faster, in
+/// powers of two (`core/src/probe_rate.rs`); 1 keeps every peer at the
+/// cadence. 8: the scenario family's busy-queue NIC members were within
+/// 20 ns 34 of 46 at 4, 42 at 8 (docs/estimator.md §8).
+pub const MAX_PAIRS_PER_CADENCE: Setting<usize> = Setting {
+    key: "max_pairs_per_cadence",
+    unit: Unit::Count,
+    default: Some(8),
+    min: 1,
+    max: 16,
+    doc: "most coded pairs one peer gets per cadence: a NIC-stamped direction whose busy queues leave few pairs pure is probed up to this many times faster (powers of two); 1: every peer at the cadence",
+};
+
 /// Operator knowledge of path asymmetry; unset by default because a wrong
 /// value makes every bound lie.
 pub const MAX_PATH_ASYMMETRY_NS: Setting<Nanos> = Setting {
@@ -297,12 +311,13 @@ impl<T: SettingValue> From<&Setting<T>> for SettingText {
 }
 
 /// Every protocol setting, in [`Settings`] field order.
-pub fn all() -> [SettingText; 6] {
+pub fn all() -> [SettingText; 7] {
     [
         SettingText::from(&PROBE_CADENCE_US),
         SettingText::from(&PACKET_SPACING_US),
         SettingText::from(&PROBE_WINDOW_S),
         SettingText::from(&DEGREE),
+        SettingText::from(&MAX_PAIRS_PER_CADENCE),
         SettingText::from(&MAX_PATH_ASYMMETRY_NS),
         SettingText::from(&HOLDOVER_MAX_BOUND_NS),
     ]
@@ -315,6 +330,7 @@ impl Default for Settings {
             packet_spacing: PACKET_SPACING_US.default_value(),
             probe_window: PROBE_WINDOW_S.default_value(),
             degree: DEGREE.default_value(),
+            max_pairs_per_cadence: MAX_PAIRS_PER_CADENCE.default_value(),
             max_path_asymmetry: MAX_PATH_ASYMMETRY_NS.default,
             holdover_max_bound: HOLDOVER_MAX_BOUND_NS.default_value(),
         }
@@ -330,6 +346,7 @@ impl Settings {
         PACKET_SPACING_US.check(self.packet_spacing)?;
         PROBE_WINDOW_S.check(self.probe_window)?;
         DEGREE.check(self.degree)?;
+        MAX_PAIRS_PER_CADENCE.check(self.max_pairs_per_cadence)?;
         if let Some(a) = self.max_path_asymmetry {
             MAX_PATH_ASYMMETRY_NS.check(a)?;
         }
@@ -431,6 +448,7 @@ mod tests {
                 "packet_spacing_us",
                 "probe_window_s",
                 "degree",
+                "max_pairs_per_cadence",
                 "max_path_asymmetry_ns",
                 "holdover_max_bound_ns"
             ]
@@ -448,7 +466,8 @@ mod tests {
         let mut sorted = keys.clone();
         sorted.sort_unstable();
         assert_eq!(fields, sorted);
-        assert_eq!(all()[4].default, None);
+        assert_eq!(all()[4].default.as_deref(), Some("8"));
+        assert_eq!(all()[5].default, None);
         // Each is written in its key's unit and read back to the same span.
         assert_eq!(json["probe_cadence_us"], 100_000);
         assert_eq!(json["probe_window_s"], 1);

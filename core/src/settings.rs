@@ -190,6 +190,9 @@ pub struct Settings {
     pub probe_window: Nanos,
     /// Out-neighbours each node probes ([`setting::DEGREE`]).
     pub degree: usize,
+    /// Most pairs one peer gets per cadence, on a NIC-stamped direction
+    /// short of pure pairs ([`setting::MAX_PAIRS_PER_CADENCE`]).
+    pub max_pairs_per_cadence: usize,
     /// Operator knowledge: the paths' minimum one-way delays differ by at
     /// most this. Replaces the ½-RTT asymmetry allowance in each edge's
     /// bound (unset by default; a wrong value makes every bound lie;

@@ -281,6 +281,7 @@ impl Scenario {
         setting::PACKET_SPACING_US.check(a.packet_spacing)?;
         setting::PROBE_WINDOW_S.check(a.probe_window)?;
         setting::DEGREE.check(a.degree)?;
+        setting::MAX_PAIRS_PER_CADENCE.check(a.max_pairs_per_cadence)?;
         Ok(())
     }
 

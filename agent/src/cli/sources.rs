@@ -26,13 +26,14 @@ fn peer_json(p: &PeerStatus) -> serde_json::Value {
     v
 }
 
-const HEADER: [&str; 11] = [
+const HEADER: [&str; 12] = [
     "Peer",
     "Id",
     "Address",
     "State",
     "Edge",
     "Heard",
+    "Rate",
     "Stamps",
     "Pure",
     "minRTT ns",
@@ -43,7 +44,7 @@ const HEADER: [&str; 11] = [
 /// The table.
 pub fn render(s: &Status) -> String {
     let mut out = format!(
-        "{:<16} {:>5} {:<22} {:<10} {:<4} {:>6} {:<8} {:>10} {:>9} {:>7} {:>24} {:>12}\n",
+        "{:<16} {:>5} {:<22} {:<10} {:<4} {:>6} {:>4} {:<8} {:>10} {:>9} {:>7} {:>24} {:>12}\n",
         HEADER[0],
         HEADER[1],
         HEADER[2],
@@ -55,6 +56,7 @@ pub fn render(s: &Status) -> String {
         HEADER[8],
         HEADER[9],
         HEADER[10],
+        HEADER[11],
         "Drift ppb"
     );
     for p in &s.peers {
@@ -64,7 +66,8 @@ pub fn render(s: &Status) -> String {
         out += "(no peers yet)\n";
     }
     out += "\nState: connecting (hello sent) or ready. Edge: out = this node fits it, in = the peer does.\n\
-             Heard: since the last datagram. Pure: pure pairs / pairs (%). Fit: windows since the edge's last fit.\n\
+             Heard: since the last datagram. Rate: pairs sent to the peer per cadence (more where busy queues leave few pure).\n\
+             Pure: pure pairs / pairs (%). Fit: windows since the edge's last fit.\n\
              Offset: the peer's clock minus this one's, as the edge fit sees it.\n";
     out
 }
@@ -93,13 +96,14 @@ fn row(p: &PeerStatus, window: u64) -> String {
         None => (dash(), dash(), dash(), dash(), dash(), dash()),
     };
     format!(
-        "{:<16} {:>5} {:<22} {:<10} {:<4} {:>6} {:<8} {:>10} {:>9} {:>7} {:>24} {:>12}\n",
+        "{:<16} {:>5} {:<22} {:<10} {:<4} {:>6} {:>4} {:<8} {:>10} {:>9} {:>7} {:>24} {:>12}\n",
         p.name,
         p.id,
         p.addr,
         p.state.as_str(),
         if p.out_edge { "out" } else { "in" },
         heard,
+        format!("×{}", p.pairs_per_cadence.max(1)),
         stamps,
         pure,
         rtt,
@@ -126,6 +130,7 @@ mod tests {
             state: PeerState::Ready,
             out_edge: true,
             last_heard_ms: Some(1500),
+            pairs_per_cadence: 4,
             edge: Some(EdgeStatus {
                 window: 11,
                 pure: 30,
@@ -155,6 +160,7 @@ mod tests {
             "ready",
             "out",
             "1.5s",
+            "×4",
             "software",
             "30/40 75%",
             "21345",
@@ -167,6 +173,7 @@ mod tests {
         assert!(n0.split_whitespace().any(|w| w == "1"), "{n0}");
         let n2 = text.lines().find(|l| l.starts_with("n2")).unwrap();
         assert!(n2.contains("connecting") && n2.contains(" in "), "{n2}");
+        assert!(n2.contains("×1"), "{n2}");
         assert!(render(&Status::default()).contains("(no peers yet)"));
     }
 

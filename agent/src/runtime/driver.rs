@@ -795,6 +795,7 @@ impl<D: Discovery + Coordination> Agent<D> {
                 out_edge: out_edges.contains(&p.id),
                 hello_attempts: p.attempts,
                 last_heard_ms: u64::try_from(now.since(p.last_heard).0 / 1_000_000).ok(),
+                pairs_per_cadence: self.node.pairs_per_cadence(p.id),
                 edge: self.node.edge_status(p.id),
             })
             .collect()

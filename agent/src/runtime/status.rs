@@ -183,6 +183,10 @@ pub struct PeerStatus {
     pub out_edge: bool,
     pub hello_attempts: u32,
     pub last_heard_ms: Option<u64>,
+    /// Coded pairs this node sends the peer per cadence: 1, more on a
+    /// NIC-stamped direction short of pure pairs (`max_pairs_per_cadence`).
+    #[serde(default)]
+    pub pairs_per_cadence: u32,
     pub edge: Option<EdgeStatus>,
 }
 
@@ -269,6 +273,18 @@ impl Status {
                 "clockmesh_peers",
                 &[("node", &self.node), ("state", state.as_str())],
                 n as f64,
+            );
+        }
+        p.help(
+            "clockmesh_peer_pairs_per_cadence",
+            "gauge",
+            "coded pairs sent to the peer per cadence (more where busy queues leave few pure)",
+        );
+        for x in self.peers.iter().filter(|x| x.state == PeerState::Ready) {
+            p.sample(
+                "clockmesh_peer_pairs_per_cadence",
+                &[("node", &self.node), ("peer", &x.name)],
+                f64::from(x.pairs_per_cadence.max(1)),
             );
         }
         for (name, v) in named_counts(&self.counters) {
@@ -611,6 +627,7 @@ mod tests {
         s.peers.push(PeerStatus {
             name: "p".into(),
             state: PeerState::Ready,
+            pairs_per_cadence: 2,
             edge: Some(EdgeStatus {
                 probes: 4,
                 pure: 3,
@@ -627,6 +644,7 @@ mod tests {
             "clockmesh_probes_sent_total{node=\"a\\\"b\"} 10",
             "clockmesh_dropped_total{node=\"a\\\"b\",reason=\"unauthenticated\"} 2",
             "clockmesh_peers{node=\"a\\\"b\",state=\"ready\"} 1",
+            "clockmesh_peer_pairs_per_cadence{node=\"a\\\"b\",peer=\"p\"} 2",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }
