@@ -97,15 +97,22 @@ pub struct HistoryFit {
 
 impl HistoryFit {
     /// The share of its stamps' full history the fit spans, when a shorter
-    /// one means a noisier offset: with software stamps (the span out of
-    /// [`StampClass::max_history_windows`]); 1 with NIC stamps, whose
-    /// pairs pin the line within a window or two (weighting NIC fits down
-    /// by their pure points made the simulator's harsh NIC scenario worse,
-    /// p99 10.5 → 15–18 ns: a history cut by a path change is on the
-    /// current path).
+    /// one means a noisier offset: with software stamps the span out of
+    /// [`StampClass::max_history_windows`]. With NIC stamps, whose pairs
+    /// pin the line within a window or two, 1 once its pure pairs span half
+    /// a window (weighting NIC fits down by their pure points made the
+    /// simulator's harsh NIC scenario worse, p99 10.5 → 15–18 ns: a history
+    /// cut by a path change is on the current path); less for a fit over
+    /// the part of a window after a peer came back, whose slope over tens
+    /// of ms can be ppm off: such a node's drift then leans on its previous
+    /// one (the estimator's drift prior), and the gate's isolated NIC
+    /// member's worst reader went 8.4 µs → 0.7 µs (docs/estimator.md §8).
     pub fn history_share(&self, window: Nanos) -> f64 {
         match self.stamps {
-            StampClass::Nic => 1.0,
+            StampClass::Nic => match &self.outcome.fit {
+                Ok(fit) => (2.0 * ns_f64(fit.span_ns) / ns_f64(window.0.max(1))).clamp(0.01, 1.0),
+                Err(_) => 1.0,
+            },
             StampClass::Software => {
                 let full = self.stamps.max_history_windows(window);
                 count_f64(self.windows.clamp(1, full)) / count_f64(full)
@@ -595,8 +602,19 @@ mod tests {
         assert_eq!(share_after(1, StampClass::Software), 1.0 / 32.0);
         assert_eq!(share_after(4, StampClass::Software), 4.0 / 32.0);
         assert_eq!(share_after(40, StampClass::Software), 1.0);
-        // NIC fits weigh by their bound alone, young or not.
+        // NIC fits weigh by their bound alone once their pure pairs span
+        // half a window, young or not.
         assert_eq!(share_after(1, StampClass::Nic), 1.0);
+    }
+
+    #[test]
+    fn a_nic_fit_over_part_of_a_window_has_that_share() {
+        // A peer back 0.7 s into a 1 s window: three pairs each way.
+        let mut h = EdgeHistory::default();
+        h.push(window_of(300_000_000, 0, |_| 1_000, 0), StampClass::Nic);
+        let fit = h.fit(&cfg(), Nanos::from_secs(1)).unwrap();
+        let share = fit.history_share(Nanos::from_secs(1));
+        assert!(share > 0.0 && share < 0.6, "{share}");
     }
 
     #[test]

@@ -328,10 +328,13 @@ impl Estimator {
     /// long span before was a few. The previous drift counts with its bound
     /// plus the wander allowance, and the two are combined by their inverse
     /// square bounds; the combined bound is the same convex combination of
-    /// theirs, so it holds whenever both do. Settled nodes, and NIC-stamped
-    /// ones (whose short fits pin the slope within a few windows better
-    /// than a drift that wandered through the outage; the simulator's
-    /// isolation with NIC stamps got worse with the prior), are left alone.
+    /// theirs, so it holds whenever both do. Settled nodes are left alone,
+    /// NIC-stamped ones as soon as a fit's pure pairs span half a window
+    /// (such fits pin the slope better than a drift that wandered through
+    /// the outage; the simulator's isolation with NIC stamps got worse with
+    /// the prior for them); a NIC fit over the part of a window after a
+    /// peer came back, whose slope over tens of ms can be ppm off, counts
+    /// as young (`clockmesh_core::history::HistoryFit::history_share`).
     /// Only nodes on the reference timeline take part; the reference's
     /// drift is 0 by definition.
     fn weigh_drifts_with_priors(&mut self, sol: &mut NetworkSolution, settled: &HashSet<NodeId>) {
