@@ -36,9 +36,9 @@ use crate::{
     history::{EdgeHistory, HistoryFit, purity_for},
     pairs::{PairBook, PairBookStats},
     peers::{HandshakeConfig, Peer, Peers},
-    probe_rate::{DirectionWindow, ProbeRates},
+    probe_rate::{DirectionWindow, ProbeRates, due_in_round, rounds_per_cadence},
     report::FitLine,
-    settings::{Settings, estimator_config},
+    settings::{Settings, StampClass, estimator_config},
     window_clock::{Phase, WindowClock},
     wire::{
         self, AuthKey, BatchEntry, Hello, MAX_BATCH_ENTRIES, Message, ReplayWindow, Report, Sent,
@@ -221,6 +221,26 @@ pub struct Target {
     /// short of pure pairs; senders space them evenly
     /// ([`crate::probe_rate::rounds_per_cadence`], [`crate::probe_rate::due_in_round`]).
     pub pairs_per_cadence: u32,
+}
+
+/// The targets due in round `round` of a sender making as many rounds a
+/// cadence as its fastest target needs, the first one rotating with the
+/// round so that no peer always waits behind the others' packets. The
+/// agent's sender and the simulator both send their rounds from it.
+pub fn targets_in_round(targets: &[Target], round: u64) -> Vec<Target> {
+    let rounds = rounds_per_cadence(targets.iter().map(|t| t.pairs_per_cadence));
+    let due: Vec<Target> = targets
+        .iter()
+        .filter(|t| due_in_round(round, t.pairs_per_cadence, rounds))
+        .copied()
+        .collect();
+    let first = usize::try_from(round % due.len().max(1) as u64).unwrap_or(0);
+    due.iter()
+        .cycle()
+        .skip(first)
+        .take(due.len())
+        .copied()
+        .collect()
 }
 
 /// What the caller must do.
@@ -1035,9 +1055,17 @@ impl Node {
         changed
     }
 
-    /// The window's complete pairs `from → to` and how many are pure.
+    /// The window's complete pairs `from → to` and how many are pure
+    /// (not counted for software stamps, whose rate never changes).
     fn direction_window(&self, from: NodeId, to: NodeId) -> Option<DirectionWindow> {
         let (probes, stamps) = self.book.complete(from, to)?;
+        if stamps != StampClass::Nic {
+            return Some(DirectionWindow {
+                complete: probes.len() / 2,
+                pure: 0,
+                stamps,
+            });
+        }
         let stats = pair_probes(probes, &purity_for(stamps, &self.est_cfg))
             .ok()?
             .stats;

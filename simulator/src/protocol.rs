@@ -17,8 +17,8 @@ use clockmesh_common::ProbeHeader;
 use clockmesh_core::{
     codec,
     collector::{PairKey, Side},
-    node::{Action, Exchange, LocalNs, Member, Node, NodeConfig, TICK, Target},
-    probe_rate::{due_in_round, rounds_per_cadence},
+    node::{Action, Exchange, LocalNs, Member, Node, NodeConfig, TICK, Target, targets_in_round},
+    probe_rate::rounds_per_cadence,
     result::NodeResult,
     tally::{DropCounts, NodeCounters},
     time::Nanos,
@@ -567,16 +567,8 @@ impl<'a> Sim<'a> {
         if !targets.is_empty() {
             self.hosts[i].rounds += 1;
         }
-        let round = self.hosts[i].rounds as u64;
-        let due: Vec<Target> = targets
-            .into_iter()
-            .filter(|t| due_in_round(round, t.pairs_per_cadence, rounds))
-            .collect();
-        if !due.is_empty() {
-            let first = self.hosts[i].rounds % due.len();
-            for k in 0..due.len() {
-                self.send_pair(i, due[(first + k) % due.len()]);
-            }
+        for target in targets_in_round(&targets, self.hosts[i].rounds as u64) {
+            self.send_pair(i, target);
         }
         let cadence = self.s.agent.cadence().0 as f64 / f64::from(rounds);
         let next = self.now + (cadence * self.rng.random_range(0.8..1.2)) as i64;

@@ -44,7 +44,7 @@ const WARMUP_INDEX: u8 = u8::MAX;
 
 /// A peer to probe (from the protocol core's `SetTargets`).
 pub use clockmesh_core::node::Target;
-use clockmesh_core::probe_rate::{due_in_round, rounds_per_cadence};
+use clockmesh_core::{node::targets_in_round, probe_rate::rounds_per_cadence};
 
 #[derive(Clone, Debug)]
 pub struct SenderConfig {
@@ -275,26 +275,17 @@ impl Worker {
         self.rounds += 1;
         self.awaiting_reports = 0;
         self.report_retries = 0;
-        let rounds = self.rounds_per_cadence();
-        let due: Vec<Target> = self
-            .peers
-            .iter()
-            .filter(|t| due_in_round(self.rounds, t.pairs_per_cadence, rounds))
-            .copied()
-            .collect();
-        let n = due.len();
-        if n == 0 {
-            return;
-        }
-        let first = (self.rounds % n as u64) as usize;
-        let round: Vec<(Target, u64)> = (0..n)
-            .map(|i| {
-                let t = due[(first + i) % n];
+        let round: Vec<(Target, u64)> = targets_in_round(&self.peers, self.rounds)
+            .into_iter()
+            .map(|t| {
                 let seq = self.seqs.entry(t.id).or_insert(self.cfg.seq_base);
                 *seq += 1;
                 (t, *seq - 1)
             })
             .collect();
+        if round.is_empty() {
+            return;
+        }
         // Untimed, over the same path just before the pair: the timed
         // packets then find it warm (docs/agent-tradeoff.md).
         for &(t, seq) in round.iter().filter(|(t, _)| t.warmup) {
