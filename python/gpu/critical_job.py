@@ -43,7 +43,9 @@ usage: critical_job.py --rank R --world W --init tcp://ADDR:PORT --out FILE
 
 import argparse
 import gc
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -189,6 +191,18 @@ def main():
     # in 40-odd runs here).
     dist.barrier()
     dist.destroy_process_group()
+    exit_without_finalizers()
+
+
+def exit_without_finalizers():
+    """Leaves at once, the trace written and the group destroyed: gloo's
+    worker threads can still hold tensors that the interpreter's own
+    finalisation then frees without the GIL, and the process aborts
+    ("terminate called without an active exception", pytorch#190489 and
+    #179291; CI saw it once more after the barrier above)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

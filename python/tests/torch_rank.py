@@ -5,6 +5,7 @@ step i started within the barrier's release skew of each other.
 
 usage: torch_rank.py RANK WORLD PORT OFFSETS_PATH HOST OUT_JSON"""
 
+import os
 import sys
 import time
 
@@ -28,7 +29,12 @@ def main():
                 (x @ x).sum()
             time.sleep(0.02)
     prof.export_chrome_trace(out)
+    dist.barrier()
     dist.destroy_process_group()
+    # Out before the interpreter's finalisation, which can free tensors
+    # gloo's threads still hold and abort the process (as critical_job.py).
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
