@@ -22,6 +22,23 @@ use clockmesh_sim::family::{self, FamilySummary, Member, Outcome};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
+const USAGE: &str = "\
+usage: bench_accuracy [OPTIONS]   (cargo xtask bench-accuracy -- [OPTIONS])
+Runs a seeded family of protocol-mode scenarios at the shipped settings and
+prints per class the spread of p99 at the result, aged p99 and coverage.
+  --count N              members (default 48)
+  --seed S               the family's seed (default 1)
+  --json                 the summary and every member's outcome as JSON
+  --threads T            runs at once (default: the machine's cores)
+  --worst K              worst members listed (default 5)
+  --only I[,J...]        run those members alone, each with its own table
+  --windows W            every member runs W windows instead of its own
+  --write-scenarios DIR  write each member as DIR/<name>.toml; run nothing
+  --baseline FILE        fail on a class median > 10 % worse than FILE's,
+                         or on any coverage < 1
+  --save-baseline FILE   write this run's summary as a baseline
+";
+
 struct Options {
     count: u32,
     seed: u64,
@@ -52,27 +69,48 @@ fn parse() -> Result<Options, Error> {
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
         match a.as_str() {
-            "--count" => o.count = value()?.parse()?,
-            "--seed" => o.seed = value()?.parse()?,
+            "--count" => o.count = number(&a, value()?)?,
+            "--seed" => o.seed = number(&a, value()?)?,
             "--json" => o.json = true,
-            "--threads" => o.threads = value()?.parse::<usize>()?.max(1),
-            "--worst" => o.worst = value()?.parse()?,
+            "--threads" => o.threads = number::<usize>(&a, value()?)?.max(1),
+            "--worst" => o.worst = number(&a, value()?)?,
             "--only" => {
                 let list = value()?;
-                let parsed: Result<Vec<u32>, _> = list.split(',').map(str::parse).collect();
+                let parsed: Result<Vec<u32>, _> =
+                    list.split(',').map(|i| number(&a, i.to_owned())).collect();
                 o.only = Some(parsed?);
             }
-            "--windows" => o.windows = Some(value()?.parse()?),
+            "--windows" => o.windows = Some(number(&a, value()?)?),
             "--write-scenarios" => o.write_scenarios = Some(value()?.into()),
             "--baseline" => o.baseline = Some(value()?.into()),
             "--save-baseline" => o.save_baseline = Some(value()?.into()),
-            _ => return Err(format!("unknown argument {a} (see the file's header)").into()),
+            "--help" | "-h" => {
+                print!("{USAGE}");
+                std::process::exit(0);
+            }
+            _ => return Err(format!("unknown argument {a}\n{USAGE}").into()),
         }
     }
     Ok(o)
 }
 
-fn main() -> Result<(), Error> {
+/// `text` as the number option `flag` takes, or an error naming both.
+fn number<T: std::str::FromStr>(flag: &str, text: String) -> Result<T, Error> {
+    text.parse()
+        .map_err(|_| format!("{flag} takes a whole number, not {text:?}").into())
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench_accuracy: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Error> {
     let o = parse()?;
     if let Some(dir) = &o.write_scenarios {
         return write_scenarios(&o, dir);
