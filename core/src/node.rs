@@ -1145,9 +1145,11 @@ impl Node {
                 ),
                 ..r.clone()
             };
-            Continuation::take(&own, self.own_marks.chord_to(r), now, wander_ppb)
+            Continuation::take(&own, &self.own_marks, now, wander_ppb)
         });
-        let line = HandOverLine::new(k, &self.me.name, continuation.as_ref().map(|c| &c.carry));
+        let mut line = HandOverLine::new(k, &self.me.name, continuation.as_ref().map(|c| &c.carry));
+        line.carried_wander_ppb_per_sqrt_s =
+            continuation.as_ref().map(|c| c.wander.ppb_per_sqrt_s());
         *if continuation.is_some() {
             &mut self.counters.timelines_continued
         } else {

@@ -14,7 +14,11 @@
 //! the one continued. The carried drift is the better of the node's own
 //! last fit and the chord through its own results over up to
 //! [`MAX_CARRY_AGE`] ([`OwnMarks`]): minutes of results pin the rate far
-//! better than a fit over one history span.
+//! better than a fit over one history span. Clocks wander, so a chord's
+//! mean rate is not the rate at its end, and the rate keeps moving after
+//! the hand-over: the node measures how fast its rate against the timeline
+//! random-walks from the same results ([`WanderRate`]) and both enter the
+//! bound.
 
 use std::collections::VecDeque;
 
@@ -112,6 +116,61 @@ pub struct Rate {
     pub bound_ppb: f64,
 }
 
+/// How fast a node's rate against the timeline random-walks, ppb/√s: an
+/// upper estimate (95 %) from its own results, so that wander moves a
+/// rate by about `w·√t` and the phase by `w·t^1.5/√3` (rms) over `t`
+/// seconds. Stated at [`WANDER_SIGMAS`] standard deviations.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct WanderRate(f64);
+
+/// Standard deviations of the wander that the bounds cover.
+pub const WANDER_SIGMAS: f64 = 3.0;
+
+/// The wander assumed where a node has too few results to measure its own
+/// (under [`MIN_WANDER_SPAN`]): the fastest the scenario family samples,
+/// a free-running oscillator in a server whose temperature swings.
+pub const ASSUMED_WANDER: WanderRate = WanderRate(5.0);
+
+/// Shortest span of results the wander is measured over: six lags of
+/// 10 s (shorter lags see the results' noise more than the wander).
+pub const MIN_WANDER_SPAN: Nanos = Nanos::from_secs(60);
+
+/// Lags in the span the wander is measured over: about five independent
+/// rate differences, the χ² upper bound's degrees of freedom.
+const WANDER_LAGS: i64 = 6;
+
+/// √(dof / χ²₀.₀₅(dof)) for dof = [`WANDER_LAGS`] − 1: the 95 % upper
+/// bound of a standard deviation estimated from that many samples.
+const WANDER_UPPER_FACTOR: f64 = 2.090;
+
+impl WanderRate {
+    pub fn ppb_per_sqrt_s(self) -> f64 {
+        self.0
+    }
+
+    /// How far the mean rate over the last `span` may be from the rate at
+    /// its end, ppb (a random walk's mean lags its end by `w·√(span/3)`).
+    pub fn mean_rate_error_ppb(self, span: Nanos) -> f64 {
+        WANDER_SIGMAS * self.0 * (span.as_secs_f64().max(0.0) / 3.0).sqrt()
+    }
+
+    /// How far the rate may move `after` it was known exactly, ppb.
+    pub fn rate_error_ppb(self, after: Nanos) -> f64 {
+        WANDER_SIGMAS * self.0 * after.as_secs_f64().max(0.0).sqrt()
+    }
+
+    /// How far the phase may move `after` a rate known exactly, ns.
+    pub fn phase_error_ns(self, after: Nanos) -> f64 {
+        let t = after.as_secs_f64().max(0.0);
+        WANDER_SIGMAS * self.0 * t * t.sqrt() / 3f64.sqrt()
+    }
+
+    /// How fast [`WanderRate::phase_error_ns`] grows at `after`, ppb.
+    pub fn phase_growth_ppb(self, after: Nanos) -> f64 {
+        1.5 * WANDER_SIGMAS * self.0 * after.as_secs_f64().max(0.0).sqrt() / 3f64.sqrt()
+    }
+}
+
 impl OwnMarks {
     /// Records a published result; forgets those older than
     /// [`MAX_CARRY_AGE`] before it.
@@ -133,22 +192,72 @@ impl OwnMarks {
     }
 
     /// The tightest chord ending at `latest`, from a result under the same
-    /// reference at least [`MIN_CHORD_SPAN`] before it.
-    pub fn chord_to(&self, latest: &NodeResult) -> Option<Rate> {
-        self.marks
-            .iter()
-            .filter(|m| m.reference_id == latest.reference)
+    /// reference at least [`MIN_CHORD_SPAN`] before it. Its bound is the
+    /// two results' bounds over the span plus how far a mean rate over the
+    /// span may be from the rate at its end under `wander`: long chords
+    /// average the noise out and the wander in.
+    pub fn chord_to(&self, latest: &NodeResult, wander: WanderRate) -> Option<Rate> {
+        self.same_reference(latest)
             .filter_map(|m| {
                 let span = latest.anchor.since(m.anchor);
                 (span >= MIN_CHORD_SPAN).then(|| {
-                    let span = span.as_f64();
+                    let secs = span.as_f64();
                     Rate {
-                        drift_ppb: (latest.offset - m.offset).as_f64() / span * 1e9,
-                        bound_ppb: unsigned_ns_f64(latest.bound_ns + m.bound_ns) / span * 1e9,
+                        drift_ppb: (latest.offset - m.offset).as_f64() / secs * 1e9,
+                        bound_ppb: unsigned_ns_f64(latest.bound_ns + m.bound_ns) / secs * 1e9
+                            + wander.mean_rate_error_ppb(span),
                     }
                 })
             })
             .min_by(|a, b| a.bound_ppb.total_cmp(&b.bound_ppb))
+    }
+
+    /// How fast this node's rate against `latest`'s timeline wanders,
+    /// measured over its results under that reference (an overlapping
+    /// Allan variance at a sixth of their span: the rates over successive
+    /// lags differ by `w²·2τ/3` in the mean square), stated at its 95 %
+    /// upper bound. The results' own noise counts as wander, which only
+    /// widens the bounds. [`ASSUMED_WANDER`] with under
+    /// [`MIN_WANDER_SPAN`] of results.
+    pub fn wander_to(&self, latest: &NodeResult) -> WanderRate {
+        let marks: Vec<&Mark> = self.same_reference(latest).collect();
+        let (Some(first), Some(last)) = (marks.first(), marks.last()) else {
+            return ASSUMED_WANDER;
+        };
+        let span = last.anchor.since(first.anchor);
+        if span < MIN_WANDER_SPAN {
+            return ASSUMED_WANDER;
+        }
+        let lag = Nanos(span.0 / WANDER_LAGS);
+        let at = |t: LocalNs| marks.partition_point(|m| m.anchor < t).min(marks.len() - 1);
+        let mut sum = 0.0;
+        let mut count = 0.0;
+        for (i, a) in marks.iter().enumerate() {
+            let (j, k) = (at(a.anchor + lag), at(a.anchor + lag + lag));
+            let (b, c) = (marks[j], marks[k]);
+            if c.anchor < a.anchor + lag + lag {
+                break; // the lags run past the latest result
+            }
+            let (lag_ab, lag_bc) = (b.anchor.since(a.anchor), c.anchor.since(b.anchor));
+            if i >= j || j >= k {
+                continue;
+            }
+            let rate_ab = (b.offset - a.offset).as_f64() / lag_ab.as_f64();
+            let rate_bc = (c.offset - b.offset).as_f64() / lag_bc.as_f64();
+            let mean_lag_s = (lag_ab.as_secs_f64() + lag_bc.as_secs_f64()) / 2.0;
+            sum += 1.5 * (rate_bc - rate_ab).powi(2) / mean_lag_s;
+            count += 1.0;
+        }
+        if count == 0.0 {
+            return ASSUMED_WANDER;
+        }
+        WanderRate((sum / count).sqrt() * 1e9 * WANDER_UPPER_FACTOR)
+    }
+
+    fn same_reference<'a>(&'a self, latest: &'a NodeResult) -> impl Iterator<Item = &'a Mark> {
+        self.marks
+            .iter()
+            .filter(move |m| m.reference_id == latest.reference)
     }
 }
 
@@ -182,15 +291,20 @@ pub struct Continuation {
     /// wander allowance (the old reference's rate against this node's may
     /// change after the carried drift was measured), ppb.
     pub growth_ppb: f64,
+    /// How fast this node's rate against the old timeline wandered before
+    /// the hand-over: the phase it may gain since, beyond `growth_ppb`
+    /// (grows as t^1.5).
+    pub wander: WanderRate,
 }
 
 impl Continuation {
     /// The continuation of this node's last result `own` at local time
     /// `now` (None: too old, or from the future), its drift the tighter
-    /// of its own fit's and the chord `chord` through its recent results.
+    /// of its own fit's and the chord through its recent results `marks`,
+    /// its bound growing with the wander measured over them.
     pub fn take(
         own: &NodeResult,
-        chord: Option<Rate>,
+        marks: &OwnMarks,
         now: LocalNs,
         wander_ppb: f64,
     ) -> Option<Continuation> {
@@ -198,13 +312,14 @@ impl Continuation {
         if !(Nanos::ZERO..=MAX_CARRY_AGE).contains(&age) {
             return None;
         }
+        let wander = marks.wander_to(own);
         let fitted = fitted_rate(own, wander_ppb);
-        let rate = match chord {
+        let rate = match marks.chord_to(own, wander) {
             Some(c) if c.bound_ppb < fitted.bound_ppb => c,
             _ => fitted,
         };
         let growth_ppb = rate.bound_ppb + wander_ppb.max(0.0);
-        let grown = growth_ppb * age.as_secs_f64();
+        let grown = growth_ppb * age.as_secs_f64() + wander.phase_error_ns(age);
         Some(Continuation {
             carry: Carry {
                 anchor: own.anchor,
@@ -216,27 +331,42 @@ impl Continuation {
             handed_over: now,
             drift_bound_ppb: rate.bound_ppb,
             growth_ppb,
+            wander,
         })
+    }
+
+    /// How long the carried rate has been extrapolated at local time `t`:
+    /// since the carried result's anchor.
+    fn carried_for(&self, t: LocalNs) -> Nanos {
+        t.since(self.carry.anchor).max(Nanos::ZERO)
     }
 
     /// How far the continued timeline may be from the old one at local
     /// time `t` (at least the carried bound).
     pub fn bound_at(&self, t: LocalNs) -> f64 {
-        let since_s = t.since(self.handed_over).max(Nanos::ZERO).as_secs_f64();
-        unsigned_ns_f64(self.carry.bound_ns) + self.growth_ppb * since_s
+        let since = t.since(self.handed_over).max(Nanos::ZERO);
+        let wandered = self.wander.phase_error_ns(self.carried_for(t))
+            - self
+                .wander
+                .phase_error_ns(self.carried_for(self.handed_over));
+        unsigned_ns_f64(self.carry.bound_ns) + self.growth_ppb * since.as_secs_f64() + wandered
     }
 
     /// `r` (solved against this node's clock at local epoch `epoch`)
     /// moved onto the continued timeline, its bound covering its distance
     /// to the old one: the carry's bound at the epoch is added, and the
-    /// carry's growth to the rate its bound grows at as readers age it.
+    /// carry's growth to the rate its bound grows at as readers age it
+    /// (the wander's at the end of the result's life: the phase it may
+    /// gain grows ever faster).
     pub fn apply(&self, r: &mut NodeResult, epoch: LocalNs) {
         self.carry.apply(r, epoch);
         r.bound_ns = r
             .bound_ns
             .saturating_add(ceil_bound_ns(self.bound_at(epoch)));
-        r.bound_growth_ppb += self.growth_ppb;
-        r.drift_bound_ppb += self.growth_ppb;
+        let end_of_life = self.carried_for(epoch) + r.valid_until.since(r.anchor).max(Nanos::ZERO);
+        let growth = self.growth_ppb + self.wander.phase_growth_ppb(end_of_life);
+        r.bound_growth_ppb += growth;
+        r.drift_bound_ppb += self.growth_ppb + self.wander.rate_error_ppb(end_of_life);
     }
 }
 
@@ -256,6 +386,11 @@ pub struct HandOverLine {
     pub carried_drift_ppb: Option<f64>,
     /// How far the continued timeline may sit from the old one.
     pub carried_bound_ns: Option<u64>,
+    /// How fast the new leader's rate against the old timeline wandered
+    /// (measured, upper estimate): what widens the bounds after the
+    /// hand-over as t^1.5.
+    #[serde(default)]
+    pub carried_wander_ppb_per_sqrt_s: Option<f64>,
 }
 
 impl HandOverLine {
@@ -279,6 +414,7 @@ impl HandOverLine {
             carried_offset_ns: carry.map(|c| c.offset.0),
             carried_drift_ppb: carry.map(|c| c.drift_ppb),
             carried_bound_ns: carry.map(|c| c.bound_ns),
+            carried_wander_ppb_per_sqrt_s: None,
         }
     }
 }
@@ -353,9 +489,11 @@ mod tests {
             marks.record(&on_timeline(s, 7.0, if s % 2 == 0 { 19 } else { -19 }));
         }
         let latest = on_timeline(300, 7.0, 19);
-        let chord = marks.chord_to(&latest).expect("a chord over 300 s");
+        let chord = marks
+            .chord_to(&latest, WanderRate(0.0))
+            .expect("a chord over 300 s");
         assert!((chord.bound_ppb - 40.0 / 300.0).abs() < 1e-9, "{chord:?}");
-        let c = Continuation::take(&latest, Some(chord), LocalNs(305_000_000_000), 20.0).unwrap();
+        let c = Continuation::take(&latest, &marks, LocalNs(305_000_000_000), 20.0).unwrap();
         assert!(
             (c.carry.drift_ppb - 7.0).abs() <= c.drift_bound_ppb,
             "chord drift {} ± {} against 7 ppb",
@@ -367,12 +505,12 @@ mod tests {
         // recent ones alone.
         let mut other = latest.clone();
         other.reference = 2;
-        assert_eq!(marks.chord_to(&other), None);
+        assert_eq!(marks.chord_to(&other, WanderRate(0.0)), None);
         let mut young = OwnMarks::default();
         young.record(&on_timeline(295, 7.0, 0));
-        assert_eq!(young.chord_to(&latest), None);
+        assert_eq!(young.chord_to(&latest, WanderRate(0.0)), None);
         // Without a chord the fit's drift and its bound are carried.
-        let fitted = Continuation::take(&latest, None, LocalNs(305_000_000_000), 20.0).unwrap();
+        let fitted = Continuation::take(&latest, &young, LocalNs(305_000_000_000), 20.0).unwrap();
         assert_eq!(
             (fitted.carry.drift_ppb, fitted.drift_bound_ppb),
             (10.0, 4.0)
@@ -395,7 +533,18 @@ mod tests {
     fn every_result_on_a_continued_timeline_carries_the_carry_s_bound_and_growth() {
         let own = on_timeline(100, 7.0, 0);
         let handed_over = 104_000_000_000;
-        let c = Continuation::take(&own, None, LocalNs(handed_over), 20.0).unwrap();
+        // A minute of results exactly on a line: no wander, no chord
+        // tighter than the fit's 4 ppb.
+        let mut marks = OwnMarks::default();
+        for s in 40..=100 {
+            marks.record(&NodeResult {
+                offset: Nanos(7 * s),
+                bound_ns: 400,
+                ..on_timeline(s, 7.0, 0)
+            });
+        }
+        let c = Continuation::take(&own, &marks, LocalNs(handed_over), 20.0).unwrap();
+        assert_eq!(c.wander, WanderRate(0.0));
         // 4 s from the anchor to the hand-over at 4 + 20 ppb.
         assert_eq!(c.carry.bound_ns, 20 + 96);
         let solved = || NodeResult {
@@ -417,6 +566,92 @@ mod tests {
         assert_eq!(
             later.offset,
             Nanos(-300 + c.carry.offset_at(LocalNs(handed_over + 600_000_000_000)).0)
+        );
+    }
+
+    /// Results of a node whose rate against the timeline random-walks at
+    /// `wander` ppb/√s (a step a second), exactly on that walk, one a
+    /// second for `secs` seconds.
+    fn wandering_results(wander: f64, secs: i64) -> Vec<NodeResult> {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut gaussian = || {
+            // Irwin–Hall: twelve uniforms less six, close enough to normal.
+            (0..12)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    (seed >> 11) as f64 / (1u64 << 53) as f64
+                })
+                .sum::<f64>()
+                - 6.0
+        };
+        let (mut phase, mut rate) = (0.0_f64, 0.0_f64);
+        (0..=secs)
+            .map(|s| {
+                // Its own fit's drift 3 ppb off the rate now (bound 4).
+                let r = NodeResult {
+                    offset: Nanos(phase.round() as i64),
+                    ..on_timeline(s, rate, 0)
+                };
+                rate += wander * gaussian();
+                phase += rate; // ppb over 1 s: ns
+                r
+            })
+            .collect()
+    }
+
+    fn marks_of(results: &[NodeResult]) -> OwnMarks {
+        let mut marks = OwnMarks::default();
+        results.iter().for_each(|r| marks.record(r));
+        marks
+    }
+
+    #[test]
+    fn the_wander_is_measured_from_the_node_s_own_results() {
+        for wander in [0.5, 3.0, 8.0] {
+            let results = wandering_results(wander, 600);
+            let measured = marks_of(&results).wander_to(&results[600]).ppb_per_sqrt_s();
+            // An upper estimate: above the truth, and not by more than
+            // the 95 % factor's worth of bad luck.
+            assert!(
+                (wander..=3.0 * wander).contains(&measured),
+                "{measured} ppb/√s measured for {wander}"
+            );
+        }
+        // Under a minute of results: the fastest wander is assumed.
+        let results = wandering_results(0.5, 50);
+        assert_eq!(marks_of(&results).wander_to(&results[50]), ASSUMED_WANDER);
+    }
+
+    #[test]
+    fn a_wandering_node_s_carry_covers_the_old_timeline_as_it_goes_on_wandering() {
+        // 10 minutes on the old timeline, then 10 more carried: the walk
+        // goes on after the hand-over, and the bound must follow it.
+        let truth = wandering_results(3.0, 1_200);
+        let before = marks_of(&truth[..=600]);
+        let own = &truth[600];
+        let c = Continuation::take(own, &before, own.anchor, 20.0).unwrap();
+        // As carried before the wander was measured: the chord with the
+        // least noise (the longest), growing at its bound and 20 ppb.
+        let chord = before.chord_to(own, WanderRate(0.0)).unwrap();
+        let mut linear_only = c.clone();
+        linear_only.wander = WanderRate(0.0);
+        linear_only.carry.drift_ppb = chord.drift_ppb;
+        linear_only.growth_ppb = chord.bound_ppb + 20.0;
+        let outside = |c: &Continuation| {
+            truth[600..]
+                .iter()
+                .filter(|t| {
+                    let err = (c.carry.offset_at(t.anchor) - t.offset).as_f64();
+                    err.abs() > c.bound_at(t.anchor)
+                })
+                .count()
+        };
+        assert_eq!(outside(&c), 0, "{c:?}");
+        assert!(
+            outside(&linear_only) > 100,
+            "the walk leaves a linear bound on a stale chord"
         );
     }
 

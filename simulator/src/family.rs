@@ -270,7 +270,10 @@ pub struct Outcome {
     /// p99 |error| of a result just before the next replaced it, ns.
     pub aged_p99_ns: f64,
     pub drift_p99_ppb: f64,
-    /// Fraction of results (and of aged results) within their bound.
+    /// Fraction of results (and of aged results) within their bound. After
+    /// a hand-over a result counts as within only if its bound also covers
+    /// the original timeline (the first leader's clock, wandering on) at
+    /// its anchor: the lower of the two fractions.
     pub coverage: f64,
     pub aged_coverage: f64,
     pub results: usize,
@@ -278,6 +281,15 @@ pub struct Outcome {
     /// over the recovery span after it (what the young-history rules act on).
     pub recovery_max_ns: Option<f64>,
     pub wall_ms: f64,
+}
+
+/// The fraction of results on a continued timeline within their bound of
+/// the original one (1 without a hand-over).
+fn coverage_vs_original(r: &ProtocolReport) -> f64 {
+    if r.continued_results == 0 {
+        return 1.0;
+    }
+    r.coverage_vs_original
 }
 
 impl Outcome {
@@ -289,7 +301,7 @@ impl Outcome {
             p99_ns: r.abs_error_ns.p99,
             aged_p99_ns: r.aged_abs_error_ns.p99,
             drift_p99_ppb: r.drift_abs_error_ppb.p99,
-            coverage: r.coverage,
+            coverage: r.coverage.min(coverage_vs_original(r)),
             aged_coverage: r.aged_coverage,
             results: r.results,
             recovery_max_ns: r.recovery.as_ref().map(|rec| {

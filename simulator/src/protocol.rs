@@ -122,6 +122,10 @@ pub struct ProtocolReport {
     pub continued_results: usize,
     #[serde(default)]
     pub coverage_vs_original: f64,
+    /// Their |error| against the original timeline over their bound: how
+    /// much of the bound the distance uses (≤ 1 when covered).
+    #[serde(default)]
+    pub error_to_bound_vs_original: Quantiles,
     /// |error| when the result was published (what a reader sees first:
     /// the result is anchored at its window's end and published later).
     pub published_abs_error_ns: Quantiles,
@@ -190,6 +194,9 @@ pub struct HandOverScore {
     /// New timeline − old timeline at the hand-over (true values), ns.
     pub step_ns: f64,
     pub carried_bound_ns: f64,
+    /// The new leader's measured wander against the old timeline, ppb/√s.
+    #[serde(default)]
+    pub carried_wander_ppb_per_sqrt_s: f64,
 }
 
 /// How the global timeline relates to the simulated clocks: a node's
@@ -271,6 +278,8 @@ struct Scores {
     /// the original timeline.
     continued: usize,
     continued_covered: usize,
+    /// Their |error| against the original timeline over their bound.
+    continued_error_to_bound: Vec<f64>,
     published_errors: Vec<f64>,
     drift_errors: Vec<f64>,
     /// Per window: each result's host, |error| and |drift error| (ppb).
@@ -776,6 +785,9 @@ impl<'a> Sim<'a> {
         let err = r.offset.as_f64() - truth;
         self.scores.continued += 1;
         self.scores.continued_covered += usize::from(err.abs() <= r.bound_ns as f64);
+        self.scores
+            .continued_error_to_bound
+            .push(err.abs() / (r.bound_ns as f64).max(1.0));
     }
 
     /// Whether `r` was scored at its anchor when it was published.
@@ -800,6 +812,7 @@ impl<'a> Sim<'a> {
                 carried: new.carry.is_some(),
                 step_ns: self.timeline_value(&new, t) - self.timeline_value(&old, t),
                 carried_bound_ns: new.carry.as_ref().map_or(0.0, |c| c.bound_ns as f64),
+                carried_wander_ppb_per_sqrt_s: line.carried_wander_ppb_per_sqrt_s.unwrap_or(0.0),
             });
         }
         self.timelines.insert(id, new);
@@ -890,6 +903,7 @@ impl<'a> Sim<'a> {
             median_bound_ns: Quantiles::of(&mut self.scores.bounds).p50,
             continued_results: self.scores.continued,
             coverage_vs_original: ratio(self.scores.continued_covered, self.scores.continued),
+            error_to_bound_vs_original: Quantiles::of(&mut self.scores.continued_error_to_bound),
             abs_error_ns: Quantiles::of(&mut self.scores.errors),
             aged_coverage: ratio(self.scores.aged_covered, aged),
             aged_abs_error_ns: Quantiles::of(&mut self.scores.aged_errors),

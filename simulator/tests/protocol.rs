@@ -136,6 +136,41 @@ fn after_a_hand_over_every_bound_covers_the_original_timeline() {
     assert_eq!(r.coverage_vs_original, 1.0, "{r:#?}");
 }
 
+/// The same after two minutes on the first leader's timeline, the clocks
+/// wandering at 3 ppb/√s (NIC stamps): the carried drift is the rate at
+/// the hand-over, not a chord's mean over minutes that the walk has left,
+/// and the bound grows as the walk does (t^1.5, at the wander measured
+/// over the new leader's own results). Carried by the longest chord and a
+/// linear allowance, 6 % of these results were outside their bound.
+#[test]
+fn after_a_hand_over_the_bounds_follow_wandering_clocks() {
+    let s = Scenario {
+        seed: 5,
+        leader_change: Some(clockmesh_sim::LeaderChange {
+            after_window: 120,
+            to: 2,
+        }),
+        windows: 240,
+        clock: clockmesh_sim::ClockModel {
+            wander_ppb_per_sqrt_s: 3.0,
+            ..Default::default()
+        },
+        timestamps: clockmesh_sim::TimestampModel {
+            nic: true,
+            resolution_ns: 8,
+            ..Default::default()
+        },
+        ..scenario(4, Exchange::Relay)
+    };
+    let r = run_protocol(&s).unwrap();
+    let [h] = r.hand_overs.as_slice() else {
+        panic!("expected one hand-over: {:#?}", r.hand_overs);
+    };
+    assert!(h.carried_wander_ppb_per_sqrt_s >= 3.0, "{h:?}");
+    assert!(r.continued_results >= 3 * 100, "{r:#?}");
+    assert_eq!(r.coverage_vs_original, 1.0, "{r:#?}");
+}
+
 /// Two of 12 nodes lose every link for 40 windows (longer than the 15 s
 /// after which a silent peer is handshaken again), with both exchanges.
 fn isolated(exchange: Exchange) -> ProtocolReport {
