@@ -1917,6 +1917,7 @@ mod tests {
             carried_offset_ns: Some(100),
             carried_drift_ppb: Some(10.0),
             carried_bound_ns: Some(5_000),
+            carried_wander_ppb_per_sqrt_s: Some(1.0),
         };
         let timelines = Timelines {
             hosts: vec![(Some(0), 0, Vec::new()), (Some(1), 1, vec![carry])],
