@@ -730,19 +730,23 @@ fn handover_section(ctx: &Ctx) -> String {
     }
     let mut s = String::from(
         "<h2>Reference hand-overs</h2>\n<table class=\"handovers\"><tr><th>window</th><th>new reference</th>\
-         <th>previous</th><th>carried offset</th><th>carried drift</th></tr>\n",
+         <th>previous</th><th>carried offset</th><th>carried drift</th><th>carried bound</th>\
+         <th>measured wander</th></tr>\n",
     );
     for h in hs {
         let _ = writeln!(
             s,
-            "<tr><td>{}</td><td class=\"name\">{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td class=\"name\">{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             h.window,
             escape(&h.reference),
             escape(h.previous_reference.as_deref().unwrap_or("(new timeline)")),
             h.carried_offset_ns
                 .map_or("-".into(), |o| format!("{o} ns")),
             h.carried_drift_ppb
-                .map_or("-".into(), |d| format!("{d:.1} ppb"))
+                .map_or("-".into(), |d| format!("{d:.1} ppb")),
+            h.carried_bound_ns.map_or("-".into(), |b| format!("{b} ns")),
+            h.carried_wander_ppb_per_sqrt_s
+                .map_or("-".into(), |w| format!("{w:.2} ppb/√s"))
         );
     }
     s.push_str("</table>\n");
@@ -857,6 +861,30 @@ mod tests {
         assert!(html.contains("No edge lines"));
         assert!(html.contains("No truth given"));
         assert!(!html.contains("<script") && !html.contains("http://www.w3.org/2000/svg\" href"));
+    }
+
+    #[test]
+    fn a_hand_over_row_shows_what_was_carried_and_the_wander_measured() {
+        let carry = clockmesh_core::timeline::Carry {
+            anchor: clockmesh_core::time::LocalNs(1),
+            offset: clockmesh_core::time::Nanos(-420),
+            drift_ppb: 3.31,
+            bound_ns: 1_498,
+            from: "n0".into(),
+        };
+        let mut line = crate::lines::HandOver::new(7, "n1", Some(&carry));
+        line.carried_wander_ppb_per_sqrt_s = Some(1.1667);
+        let h = History {
+            nodes: vec![node("n1", 8, 5, 1)],
+            handovers: vec![line, crate::lines::HandOver::new(2, "n0", None)],
+            ..History::default()
+        };
+        let html = page(&h, None);
+        assert!(
+            html.contains("<td>-420 ns</td><td>3.3 ppb</td><td>1498 ns</td><td>1.17 ppb/√s</td>"),
+            "{html}"
+        );
+        assert!(html.contains("(new timeline)</td><td>-</td><td>-</td><td>-</td><td>-</td>"));
     }
 
     #[test]
