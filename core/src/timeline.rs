@@ -51,23 +51,6 @@ pub struct Carry {
 }
 
 impl Carry {
-    /// The carry from this node's own last result, if it is recent enough
-    /// at local time `now`.
-    pub fn from_result(own: &NodeResult, now: LocalNs) -> Option<Carry> {
-        let age = now.since(own.anchor);
-        if !(Nanos::ZERO..=MAX_CARRY_AGE).contains(&age) {
-            return None;
-        }
-        let growth = own.bound_growth_ppb.max(0.0) * age.as_secs_f64();
-        Some(Carry {
-            anchor: own.anchor,
-            offset: own.offset,
-            drift_ppb: own.drift_ppb,
-            bound_ns: own.bound_ns.saturating_add(ceil_bound_ns(growth)),
-            from: own.reference_label(),
-        })
-    }
-
     /// global − local of this node at its local time `t`.
     pub fn offset_at(&self, t: LocalNs) -> Nanos {
         let dt = t.since(self.anchor).as_f64();
@@ -238,10 +221,10 @@ impl OwnMarks {
             if c.anchor < a.anchor + lag + lag {
                 break; // the lags run past the latest result
             }
-            let (lag_ab, lag_bc) = (b.anchor.since(a.anchor), c.anchor.since(b.anchor));
             if i >= j || j >= k {
                 continue;
             }
+            let (lag_ab, lag_bc) = (b.anchor.since(a.anchor), c.anchor.since(b.anchor));
             let rate_ab = (b.offset - a.offset).as_f64() / lag_ab.as_f64();
             let rate_bc = (c.offset - b.offset).as_f64() / lag_bc.as_f64();
             let mean_lag_s = (lag_ab.as_secs_f64() + lag_bc.as_secs_f64()) / 2.0;
@@ -445,9 +428,32 @@ mod tests {
         }
     }
 
+    /// A node's results exactly on a line of `rate_ppb` through `latest`
+    /// (which they end at), one a second for `secs` seconds, each with
+    /// bound `bound_ns`: no wander to measure.
+    fn marks_on_a_line(latest: &NodeResult, rate_ppb: f64, secs: i64, bound_ns: u64) -> OwnMarks {
+        let mut marks = OwnMarks::default();
+        for back in (0..=secs).rev() {
+            marks.record(&NodeResult {
+                anchor: latest.anchor - Nanos::from_secs(back),
+                offset: latest.offset - Nanos((rate_ppb * back as f64).round() as i64),
+                bound_ns,
+                ..latest.clone()
+            });
+        }
+        marks
+    }
+
     #[test]
     fn a_carry_continues_the_old_timeline_at_its_rate() {
-        let c = Carry::from_result(&own(1_000, 5_000, 2_000.0), LocalNs(1_000_001_000)).unwrap();
+        // A minute of results on the fit's own line, too loose for a
+        // chord: the fit's drift is carried, its bound grown at 50 ppb.
+        let latest = own(1_000, 5_000, 2_000.0);
+        let marks = marks_on_a_line(&latest, 2_000.0, 60, 10_000);
+        let continuation =
+            Continuation::take(&latest, &marks, LocalNs(1_000_001_000), 0.0).unwrap();
+        assert_eq!(continuation.wander, WanderRate(0.0));
+        let c = continuation.carry;
         assert_eq!(c.offset_at(LocalNs(1_000)).0, 5_000);
         assert_eq!(c.offset_at(LocalNs(1_000_001_000)).0, 5_000 + 2_000);
         assert_eq!(c.bound_ns, 100 + 50, "bound grown by 50 ppb over 1 s");
@@ -535,14 +541,7 @@ mod tests {
         let handed_over = 104_000_000_000;
         // A minute of results exactly on a line: no wander, no chord
         // tighter than the fit's 4 ppb.
-        let mut marks = OwnMarks::default();
-        for s in 40..=100 {
-            marks.record(&NodeResult {
-                offset: Nanos(7 * s),
-                bound_ns: 400,
-                ..on_timeline(s, 7.0, 0)
-            });
-        }
+        let marks = marks_on_a_line(&own, 7.0, 60, 400);
         let c = Continuation::take(&own, &marks, LocalNs(handed_over), 20.0).unwrap();
         assert_eq!(c.wander, WanderRate(0.0));
         // 4 s from the anchor to the hand-over at 4 + 20 ppb.
@@ -658,8 +657,9 @@ mod tests {
     #[test]
     fn an_old_or_future_result_is_not_carried() {
         let r = own(0, 5, 0.0);
-        assert!(Carry::from_result(&r, LocalNs(MAX_CARRY_AGE.0 + 1)).is_none());
-        assert!(Carry::from_result(&r, LocalNs(-1)).is_none());
-        assert!(Carry::from_result(&r, LocalNs(MAX_CARRY_AGE.0)).is_some());
+        let take = |now| Continuation::take(&r, &OwnMarks::default(), LocalNs(now), 20.0);
+        assert!(take(MAX_CARRY_AGE.0 + 1).is_none());
+        assert!(take(-1).is_none());
+        assert!(take(MAX_CARRY_AGE.0).is_some());
     }
 }
