@@ -19,8 +19,11 @@
 //! stamps has its own longest span ([`StampClass::max_history_windows`]):
 //! 2 s with NIC stamps, whose pairs pin the line within it; 32 s with
 //! software stamps, whose noise needs the long span (its tighter drift
-//! bound also makes holdover last; on a fast-wandering clock 16 s would do
-//! better: docs/estimator.md). Both are times, not window counts, so a
+//! bound also makes holdover last). On a fast-wandering clock the newest
+//! 16 s of a full software history are closer at the newest point: a node
+//! publishes that half span's offset under the 32 s slope while it has
+//! predicted the windows after it better ([`crate::span_choice`]). Both
+//! spans are times, not window counts, so a
 //! shorter window brings results more often from as many pairs. A NIC fit
 //! starved of pure pairs (busy queues leave a few in 2 s) grows its span,
 //! one span at a time up to 8 s, while it is still starved
@@ -44,6 +47,7 @@ use clockmesh_estimator::{
 use crate::settings::{
     LONG_SILENCE_NS, NIC_STARVED_POINTS, PATH_JUDGED_NS, StampClass, windows_covering,
 };
+use crate::span_choice::{Candidates, LinesSeen, SoftwareSpan};
 use crate::time::{LocalNs, Nanos};
 
 /// Windows of raw probes kept per out-edge (32 s at the shipped 1 s
@@ -74,6 +78,10 @@ pub struct EdgeHistory {
     /// (a bridging edge): reported as that window's failed fit when no
     /// kept span may be fitted.
     silent: Option<(u64, EdgeProbes, StampClass)>,
+    /// The lines the last fit offered the node's
+    /// [`crate::span_choice::SpanChoice`], until the next window judges
+    /// them.
+    offered: Option<Candidates>,
 }
 
 /// One window's probes, its number and its stamps.
@@ -115,9 +123,21 @@ impl HistoryFit {
             },
             StampClass::Software => {
                 let full = self.stamps.max_history_windows(window);
-                count_f64(self.windows.clamp(1, full)) / count_f64(full)
+                // A half span under the full span's slope is a full history.
+                let spanned = self.windows.max(self.drift_windows);
+                count_f64(spanned.clamp(1, full)) / count_f64(full)
             }
         }
+    }
+
+    /// This half span's fit with the drift of `full`, which spans
+    /// `full_windows` (the class's longest: [`SoftwareSpan::Half`]).
+    fn under_slope_of(mut self, full: &EdgeFit, full_windows: usize) -> Self {
+        if let Ok(fit) = self.outcome.fit.as_mut() {
+            *fit = with_slope_of(fit, full);
+            self.drift_windows = full_windows;
+        }
+        self
     }
 
     /// `outcome`, fitted over `span` windows with `stamps`; its drift spans
@@ -180,8 +200,22 @@ impl EdgeHistory {
     /// faster than its path), and a later span that held them, pinned at
     /// its newest end by a few fast windows, would lean towards the old
     /// path's bias.
-    pub fn fit(&mut self, cfg: &EstimatorConfig, window: Nanos) -> Option<HistoryFit> {
-        let (chosen, faster_since) = self.fit_kept(cfg, window);
+    ///
+    /// A full software history publishes the line `software` names
+    /// ([`crate::span_choice`]); the fit offers both for the next window to
+    /// judge ([`EdgeHistory::lines_seen`]).
+    pub fn fit(
+        &mut self,
+        cfg: &EstimatorConfig,
+        window: Nanos,
+        software: SoftwareSpan,
+    ) -> Option<HistoryFit> {
+        let Kept {
+            chosen,
+            faster_since,
+            candidates,
+        } = self.fit_kept(cfg, window, software);
+        self.offered = candidates;
         if let Some(newest) = faster_since {
             self.windows.drain(..self.windows.len() - newest);
         }
@@ -195,21 +229,39 @@ impl EdgeHistory {
         })
     }
 
+    /// What the newest window's probes, pushed since the last fit, see of
+    /// the lines that fit offered (software stamps only, the class whose
+    /// lines are chosen between); `None` after a silent window, whose
+    /// newest kept one the lines saw. Forgets the lines.
+    pub fn lines_seen(&mut self) -> Option<LinesSeen> {
+        let offered = self.offered.take()?;
+        let newest = self.windows.back()?;
+        if newest.stamps != StampClass::Software || self.silent.is_some() {
+            return None;
+        }
+        offered.seen_by(|line| offset_error_seen(&newest.probes, line))
+    }
+
     /// [`EdgeHistory::fit`] over the kept windows (`None` when no span of
-    /// them may be fitted), and how many of the newest windows saw a
-    /// faster path than all the older ones of the class's longest span, if
-    /// so. (A young history's first window, slow while the path warms up,
-    /// is not worth forgetting: the simulator's figures moved when it was.)
-    fn fit_kept(
-        &self,
-        cfg: &EstimatorConfig,
-        window: Nanos,
-    ) -> (Option<HistoryFit>, Option<usize>) {
+    /// them may be fitted), how many of the newest windows saw a faster
+    /// path than all the older ones of the class's longest span, if so (a
+    /// young history's first window, slow while the path warms up, is not
+    /// worth forgetting: the simulator's figures moved when it was), and
+    /// the lines a full software history offers; it publishes `software`'s.
+    fn fit_kept(&self, cfg: &EstimatorConfig, window: Nanos, software: SoftwareSpan) -> Kept {
         let mut chosen: Option<HistoryFit> = None;
         let mut accepted: Vec<EdgeFit> = Vec::new();
+        // The newest accepted fit before the current one: the half span
+        // once the longest is reached.
+        let mut shorter: Option<HistoryFit> = None;
+        // Whether the chosen span's newest probes saw its older windows'
+        // path: its lines are scored only then (a detour's first seconds
+        // favour the line that forgets the direct path sooner, which is
+        // the biased one).
+        let mut on_one_path = false;
         // The newest window's stamps set how long a history is worth it.
         let Some(newest_stamps) = self.windows.back().map(|w| w.stamps) else {
-            return (None, None);
+            return Kept::default();
         };
         let longest = newest_stamps.max_history_windows(window);
         // Grows past the class's longest span one span at a time while
@@ -249,12 +301,26 @@ impl EdgeHistory {
                 limit = limit.max((2 * span).min(starved_limit));
             }
             accepted.push(fit.clone());
-            chosen = Some(HistoryFit::spanning(outcome, span, stamps));
+            on_one_path = seen == PathSeen::Same;
+            let previous = chosen.replace(HistoryFit::spanning(outcome, span, stamps));
+            shorter = previous.filter(|p| p.outcome.fit.is_ok());
+        }
+        let candidates = chosen
+            .as_ref()
+            .filter(|_| on_one_path)
+            .and_then(|full| half_and_full(full, shorter.as_ref(), longest));
+        let full_history = chosen.as_ref().is_some_and(|c| c.windows == longest);
+        if let (Some(lines), SoftwareSpan::Half, true) = (&candidates, software, full_history) {
+            chosen = shorter.map(|half| half.under_slope_of(&lines.full, longest));
         }
         if let Some(chosen) = chosen.as_mut() {
             self.steady_drift(chosen, &accepted, cfg, window);
         }
-        (chosen, faster_since)
+        Kept {
+            chosen,
+            faster_since,
+            candidates,
+        }
     }
 
     /// Whether the newest `span` kept windows may be fitted as one, for a
@@ -414,6 +480,52 @@ impl EdgeHistory {
     }
 }
 
+/// What [`EdgeHistory::fit_kept`] found.
+#[derive(Default)]
+struct Kept {
+    chosen: Option<HistoryFit>,
+    faster_since: Option<usize>,
+    candidates: Option<Candidates>,
+}
+
+/// The lines a software fit offers the node's
+/// [`crate::span_choice::SpanChoice`]: its own, and the half span's offset
+/// under its slope; `None` for NIC stamps, no fitted half span, or a span
+/// under a quarter of the class's `longest`. Only a full history publishes
+/// the half line, but a young one's lines are scored too, so that a node
+/// whose clock wanders publishes it soon after its history is full (the
+/// advantage of the half line is smaller over shorter spans: the score
+/// leans to the full one while young).
+fn half_and_full(
+    full: &HistoryFit,
+    half: Option<&HistoryFit>,
+    longest: usize,
+) -> Option<Candidates> {
+    let half = half?;
+    if full.stamps != StampClass::Software
+        || half.stamps != StampClass::Software
+        || 2 * half.windows != full.windows
+        || 4 * full.windows < longest
+    {
+        return None;
+    }
+    let full_fit = full.outcome.fit.as_ref().ok()?;
+    let half_fit = half.outcome.fit.as_ref().ok()?;
+    Some(Candidates {
+        full: full_fit.clone(),
+        half: with_slope_of(half_fit, full_fit),
+    })
+}
+
+/// `fit`'s offset at its epoch under `slope`'s drift and drift bound.
+fn with_slope_of(fit: &EdgeFit, slope: &EdgeFit) -> EdgeFit {
+    EdgeFit {
+        drift: slope.drift,
+        drift_bound: slope.drift_bound,
+        ..fit.clone()
+    }
+}
+
 /// What the newest probes' best round trip, against a span's older
 /// windows', says of the path they took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -479,6 +591,23 @@ fn agree(long: &EdgeFit, short: &EdgeFit) -> bool {
 /// probes, each taken against `fit`'s line (so the clocks' offset and
 /// drift cancel); `None` without probes both ways.
 fn best_round_trip(w: &EdgeProbes, fit: &EdgeFit) -> Option<f64> {
+    let (forward, backward) = fastest_along(w, fit)?;
+    Some(forward + backward)
+}
+
+/// How far `fit`'s offset is from the one its probes' fastest packet
+/// each way say (half their delays' difference along the line: an offset
+/// error of e takes e from every forward delay and adds it to every
+/// backward one), on top of the path's asymmetry; `None` without probes
+/// both ways.
+fn offset_error_seen(w: &EdgeProbes, fit: &EdgeFit) -> Option<f64> {
+    let (forward, backward) = fastest_along(w, fit)?;
+    Some((backward - forward) / 2.0)
+}
+
+/// The smallest forward and the smallest backward delay of one window's
+/// probes, each taken against `fit`'s line.
+fn fastest_along(w: &EdgeProbes, fit: &EdgeFit) -> Option<(f64, f64)> {
     // Offsets are on the `from` clock's time: TX forward, RX backward.
     let forward = w.forward.iter().map(|p| {
         let (base, rel) = fit.offset_at(LocalNs(p.tx_ns));
@@ -488,7 +617,7 @@ fn best_round_trip(w: &EdgeProbes, fit: &EdgeFit) -> Option<f64> {
         let (base, rel) = fit.offset_at(LocalNs(p.rx_ns));
         ns_f64(p.rx_ns - p.tx_ns + base) + rel
     });
-    Some(forward.reduce(f64::min)? + backward.reduce(f64::min)?)
+    Some((forward.reduce(f64::min)?, backward.reduce(f64::min)?))
 }
 
 /// Time covered by the probes (ns, on the `from` clock).
@@ -507,6 +636,7 @@ mod tests {
     use clockmesh_estimator::ProbeTimestamps;
 
     use super::*;
+    use crate::span_choice::SpanChoice;
 
     /// Probes of one window `w` of a link whose `to` clock is ahead by
     /// `offset(t)`; one-way delay 5 µs plus a per-probe jitter.
@@ -578,12 +708,89 @@ mod tests {
             for w in 0..MAX_WINDOWS as i64 + 2 {
                 h.push(window_of(len_ns, w, |_| 1_000, 0), StampClass::Software);
             }
-            let fit = h.fit(&cfg(), Nanos(len_ns)).unwrap();
+            let fit = h.fit(&cfg(), Nanos(len_ns), SoftwareSpan::Full).unwrap();
             assert_eq!(fit.windows, windows, "{len_ns} ns windows");
             let f = fit.outcome.fit.unwrap();
             let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
             assert!(((base as f64 + frac) - 1_000.0).abs() <= f.bound_ns);
         }
+    }
+
+    /// Fits a software edge every 1 s window for `windows` windows whose
+    /// `to` clock is ahead by `offset(t)`; the last window's choice.
+    fn fitted_every_window(windows: i64, offset: impl Fn(i64) -> i64 + Copy) -> HistoryFit {
+        let mut h = EdgeHistory::default();
+        let mut choice = SpanChoice::default();
+        let mut last = None;
+        for w in 0..windows {
+            last = fit_one_second(&mut h, &mut choice, window_of(1_000_000_000, w, offset, 0));
+        }
+        last.unwrap()
+    }
+
+    /// What a node does with one 1 s window of a software edge's probes:
+    /// judges the lines offered, then fits with the span its choice names.
+    fn fit_one_second(
+        h: &mut EdgeHistory,
+        choice: &mut SpanChoice,
+        probes: EdgeProbes,
+    ) -> Option<HistoryFit> {
+        h.push(probes, StampClass::Software);
+        let seen: Vec<_> = h.lines_seen().into_iter().collect();
+        choice.score(&seen);
+        h.fit(&cfg(), Nanos::from_secs(1), choice.span())
+    }
+
+    /// A frequency that moves 1 ppb a second bends the 32 s line by tens
+    /// of ns at its ends; the newest 16 s under its slope predicted each
+    /// next window better, and is published once that is clear.
+    #[test]
+    fn a_wandering_frequency_publishes_the_half_span_under_the_full_slope() {
+        let t0 = 1_700_000_000_000_000_000i64;
+        let bent = move |t: i64| {
+            let s = (t - t0) as f64 * 1e-9;
+            (0.5 * s * s) as i64
+        };
+        let chosen = fitted_every_window(100, bent);
+        assert_eq!((chosen.windows, chosen.drift_windows), (16, 32));
+        assert_eq!(chosen.history_share(Nanos::from_secs(1)), 1.0);
+        let f = chosen.outcome.fit.unwrap();
+        let truth = bent(f.epoch_ns) as f64;
+        assert!((f.offset_at_f64(LocalNs(f.epoch_ns)) - truth).abs() <= f.bound_ns);
+    }
+
+    /// A detour added under a wandering clock: the half span, on the
+    /// detour sooner, is not published while the newest probes take a
+    /// slower path than the span's older ones.
+    #[test]
+    fn a_detour_publishes_the_full_span() {
+        let len_ns = 1_000_000_000;
+        let t0 = 1_700_000_000_000_000_000i64;
+        let bent = move |t: i64| {
+            let s = (t - t0) as f64 * 1e-9;
+            (0.5 * s * s) as i64
+        };
+        let mut h = EdgeHistory::default();
+        let mut choice = SpanChoice::default();
+        let mut fit_window = |w: i64, detour_ns: i64| {
+            let probes = window_of(len_ns, w, bent, detour_ns);
+            fit_one_second(&mut h, &mut choice, probes).unwrap()
+        };
+        for w in 0..100 {
+            fit_window(w, 0);
+        }
+        assert_eq!(fit_window(100, 0).windows, 16);
+        for w in 101..106 {
+            assert_eq!(fit_window(w, 20_000).windows, 32, "window {w}");
+        }
+    }
+
+    #[test]
+    fn a_steady_frequency_keeps_the_full_span() {
+        let t0 = 1_700_000_000_000_000_000i64;
+        // 10 ppb apart, steadily.
+        let chosen = fitted_every_window(100, move |t| 1_000 + (t - t0) / 100_000_000);
+        assert_eq!((chosen.windows, chosen.drift_windows), (32, 32));
     }
 
     #[test]
@@ -594,7 +801,7 @@ mod tests {
             for w in 0..windows {
                 h.push(window_of(len_ns, w, |_| 1_000, 0), stamps);
             }
-            h.fit(&cfg(), Nanos(len_ns))
+            h.fit(&cfg(), Nanos(len_ns), SoftwareSpan::Full)
                 .unwrap()
                 .history_share(Nanos(len_ns))
         };
@@ -612,7 +819,9 @@ mod tests {
         // A peer back 0.7 s into a 1 s window: three pairs each way.
         let mut h = EdgeHistory::default();
         h.push(window_of(300_000_000, 0, |_| 1_000, 0), StampClass::Nic);
-        let fit = h.fit(&cfg(), Nanos::from_secs(1)).unwrap();
+        let fit = h
+            .fit(&cfg(), Nanos::from_secs(1), SoftwareSpan::Full)
+            .unwrap();
         let share = fit.history_share(Nanos::from_secs(1));
         assert!(share > 0.0 && share < 0.6, "{share}");
     }
@@ -626,7 +835,7 @@ mod tests {
         for w in 0..8 {
             h.push(window(w, offset), StampClass::Software);
         }
-        let fit = h.fit(&cfg(), Nanos(W_NS)).unwrap();
+        let fit = h.fit(&cfg(), Nanos(W_NS), SoftwareSpan::Full).unwrap();
         assert!(fit.windows <= 2, "{} windows", fit.windows);
         let f = fit.outcome.fit.unwrap();
         let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
@@ -646,13 +855,13 @@ mod tests {
             for w in 0..MAX_WINDOWS as i64 - 1 {
                 h.push(window_via(w, |_| 1_000, before), StampClass::Software);
             }
-            let fit = h.fit(&cfg(), Nanos(W_NS)).unwrap();
+            let fit = h.fit(&cfg(), Nanos(W_NS), SoftwareSpan::Full).unwrap();
             assert!(fit.windows > 1, "a steady path: a span of several windows");
             h.push(
                 window_via(MAX_WINDOWS as i64 - 1, |_| 1_000, after),
                 StampClass::Software,
             );
-            let chosen = h.fit(&cfg(), Nanos(W_NS)).unwrap();
+            let chosen = h.fit(&cfg(), Nanos(W_NS), SoftwareSpan::Full).unwrap();
             let f = chosen.outcome.fit.unwrap();
             let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
             // What the fastest probes see: half the detour of the path
@@ -681,9 +890,19 @@ mod tests {
         for w in 0..2 {
             h.push(window_of(SHORT_NS, w, |_| 1_000, 0), StampClass::Nic);
         }
-        assert_eq!(h.fit(&cfg(), Nanos(SHORT_NS)).unwrap().windows, 2);
+        assert_eq!(
+            h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full)
+                .unwrap()
+                .windows,
+            2
+        );
         h.push(window_of(SHORT_NS, 2, |_| 1_000, 800), StampClass::Nic);
-        assert_eq!(h.fit(&cfg(), Nanos(SHORT_NS)).unwrap().windows, 1);
+        assert_eq!(
+            h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full)
+                .unwrap()
+                .windows,
+            1
+        );
     }
 
     /// A detour that came and went inside the span: the newest window is
@@ -699,7 +918,7 @@ mod tests {
             let detour = if (2..6).contains(&w) { 800 } else { 0 };
             h.push(window_via(w, |_| 1_000, detour), StampClass::Software);
         }
-        let chosen = h.fit(&cfg(), Nanos(W_NS)).unwrap();
+        let chosen = h.fit(&cfg(), Nanos(W_NS), SoftwareSpan::Full).unwrap();
         let f = chosen.outcome.fit.unwrap();
         let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
         let error = base as f64 + frac - 1_000.0;
@@ -715,7 +934,7 @@ mod tests {
             for w in 0..MAX_WINDOWS as i64 {
                 h.push(window_of(len_ns, w, |_| 1_000, 0), StampClass::Nic);
             }
-            let fit = h.fit(&cfg(), Nanos(len_ns)).unwrap();
+            let fit = h.fit(&cfg(), Nanos(len_ns), SoftwareSpan::Full).unwrap();
             assert_eq!(fit.windows, windows, "{len_ns} ns windows");
         }
     }
@@ -746,7 +965,7 @@ mod tests {
                     StampClass::Nic,
                 );
             }
-            let fit = h.fit(&cfg(), Nanos(S)).unwrap();
+            let fit = h.fit(&cfg(), Nanos(S), SoftwareSpan::Full).unwrap();
             assert_eq!(fit.windows, windows, "one pair in {keep} pure");
             let f = fit.outcome.fit.unwrap();
             assert!(
@@ -778,7 +997,7 @@ mod tests {
                 window_of(SHORT_NS, w, |_| 1_000, 3_000),
                 StampClass::Software,
             );
-            let chosen = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
+            let chosen = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
             assert_eq!(chosen.windows, MAX_WINDOWS, "window {w}");
             let f = chosen.outcome.fit.unwrap();
             let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
@@ -802,7 +1021,7 @@ mod tests {
         for w in 0..8 {
             h.push(window_of(SHORT_NS, w, offset, 0), StampClass::Nic);
         }
-        let chosen = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
+        let chosen = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
         assert_eq!((chosen.windows, chosen.drift_windows), (2, 3));
         let fit = chosen.outcome.fit.unwrap();
         let own = h.fit_span(2, &cfg()).0.fit.unwrap();
@@ -829,7 +1048,7 @@ mod tests {
         for w in 0..7 {
             h.push(window_of(SHORT_NS, w, offset, 0), StampClass::Nic);
         }
-        let chosen = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
+        let chosen = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
         assert_eq!((chosen.windows, chosen.drift_windows), (2, 2));
         let own = h.fit_span(2, &cfg()).0.fit.unwrap();
         assert_eq!(chosen.outcome.fit.unwrap().drift, own.drift);
@@ -862,15 +1081,25 @@ mod tests {
                 StampClass::Software,
             );
         }
-        let before = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap().outcome.fit.unwrap();
+        let before = h
+            .fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full)
+            .unwrap()
+            .outcome
+            .fit
+            .unwrap();
         for w in 32..60 {
             h.push_window(w as u64, silent(w, SHORT_NS), StampClass::Software);
-            let during = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap().outcome.fit.unwrap();
+            let during = h
+                .fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full)
+                .unwrap()
+                .outcome
+                .fit
+                .unwrap();
             assert_eq!(during.epoch_ns, before.epoch_ns, "window {w}");
             assert!(!h.is_outlived_by(w as u64), "window {w}");
         }
         h.push_window(60, window_of(SHORT_NS, 60, offset, 0), StampClass::Software);
-        let after = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
+        let after = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
         assert_eq!(after.windows, MAX_WINDOWS);
         let per_window = 2 * 2 * (SHORT_NS / 100_000_000) as usize;
         let probes = after.outcome.forward.probes + after.outcome.backward.probes;
@@ -899,15 +1128,15 @@ mod tests {
         }
         let partial = thinned(window_of(SHORT_NS, 40, offset, 0), 6);
         h.push_window(40, partial, StampClass::Software);
-        let first = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
+        let first = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
         assert_eq!(first.windows, 1, "six probes each way after the silence");
         h.push_window(41, window_of(SHORT_NS, 41, offset, 0), StampClass::Software);
-        let next = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
+        let next = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
         assert_eq!(next.windows, 16, "bridged once a full window came");
         assert!(next.outcome.fit.unwrap().bound_ns < first.outcome.fit.unwrap().bound_ns);
         let after_a_lost_report = thinned(window_of(SHORT_NS, 43, offset, 0), 6);
         h.push_window(43, after_a_lost_report, StampClass::Software);
-        let short = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
+        let short = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
         assert_eq!(short.windows, 16, "a one-window silence is bridged at once");
     }
 
@@ -929,7 +1158,7 @@ mod tests {
             h.push_window(w as u64, silent(w, SHORT_NS), StampClass::Software);
         }
         h.push_window(8, window_of(SHORT_NS, 8, |_| 1_000, 0), StampClass::Nic);
-        let after = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
+        let after = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
         let probes = after.outcome.forward.probes + after.outcome.backward.probes;
         assert_eq!(
             probes,
@@ -951,7 +1180,12 @@ mod tests {
             window_of(SHORT_NS, MAX_WINDOWS as i64 - 1, |_| 1_000, 0),
             StampClass::Software,
         );
-        assert_eq!(h.fit(&cfg(), Nanos(SHORT_NS)).unwrap().windows, 1);
+        assert_eq!(
+            h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full)
+                .unwrap()
+                .windows,
+            1
+        );
     }
 
     /// A detour on one direction for the whole history, then gone: the
@@ -969,11 +1203,11 @@ mod tests {
         for w in 0..40 {
             let probes = window_of(SHORT_NS, w, offset, DETOUR_NS);
             h.push(probes, StampClass::Software);
-            h.fit(&cfg(), Nanos(SHORT_NS));
+            h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full);
         }
         for w in 40..44 {
             h.push(window_of(SHORT_NS, w, offset, 0), StampClass::Software);
-            let fit = h.fit(&cfg(), Nanos(SHORT_NS)).unwrap();
+            let fit = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
             assert!(
                 fit.windows <= (w - 39) as usize,
                 "window {w}: {}",

@@ -63,6 +63,7 @@ pub mod report;
 pub mod result;
 pub mod setting;
 pub mod settings;
+pub mod span_choice;
 pub mod stamps;
 pub mod succession;
 pub mod tally;

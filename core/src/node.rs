@@ -39,6 +39,7 @@ use crate::{
     probe_rate::{DirectionWindow, ProbeRates, due_in_round, rounds_per_cadence},
     report::FitLine,
     settings::{Settings, StampClass, estimator_config},
+    span_choice::SpanChoice,
     window_clock::{Phase, WindowClock},
     wire::{
         self, AuthKey, BatchEntry, Hello, MAX_BATCH_ENTRIES, Message, ReplayWindow, Report, Sent,
@@ -319,6 +320,8 @@ pub struct Node {
     graph: ProbeGraph,
     /// Recent windows of each out-edge's probes (the fit's history).
     history: BTreeMap<NodeId, EdgeHistory>,
+    /// Which line full software histories publish.
+    span_choice: SpanChoice,
     /// How fast each peer is probed (faster where pure pairs are few).
     probe_rates: ProbeRates,
     peers: Peers,
@@ -355,6 +358,7 @@ impl Node {
         Node {
             graph: ProbeGraph::build(&[cfg.me.id], cfg.settings.degree),
             history: BTreeMap::new(),
+            span_choice: SpanChoice::default(),
             probe_rates: ProbeRates::new(cfg.settings.max_pairs_per_cadence),
             windows: WindowClock::new(cfg.settings.window(), cfg.exchange == Exchange::Store),
             peers: Peers::new(HandshakeConfig::default(), cfg.nonce_base),
@@ -996,11 +1000,19 @@ impl Node {
         if self.judge_probe_rates() {
             actions.push(self.targets());
         }
-        for peer in self.graph.out_neighbours(me.id).to_vec() {
+        let peers = self.graph.out_neighbours(me.id).to_vec();
+        let mut seen = Vec::new();
+        for &peer in &peers {
             let history = self.history.entry(peer).or_default();
             let (probes, stamps) = self.book.take_edge_classified(me.id, peer);
             history.push_window(k, probes, stamps);
-            let Some(chosen) = history.fit(&self.est_cfg, self.settings.window()) else {
+            seen.extend(history.lines_seen());
+        }
+        self.span_choice.score(&seen);
+        let software = self.span_choice.span();
+        for peer in peers {
+            let history = self.history.entry(peer).or_default();
+            let Some(chosen) = history.fit(&self.est_cfg, self.settings.window(), software) else {
                 continue;
             };
             let peer_name = self

@@ -14,8 +14,10 @@ use crate::time::Nanos;
 /// Longest time a software-stamp fit spans (32 s: 32 windows of the
 /// shipped 1 s). Their noise needs the long span, and its tight drift
 /// bound is what makes holdover last; on a fast-wandering clock a shorter
-/// one is better at the result, but 16 s cut the fault bench's holdover
-/// short (docs/estimator.md §8).
+/// one is better at the result, but 16 s everywhere cut the fault bench's
+/// holdover short (docs/estimator.md §8). So a node publishes the newest
+/// half of it under its slope only while that predicted its windows
+/// better ([`crate::span_choice`]).
 pub const SOFTWARE_HISTORY_NS: i64 = 32_000_000_000;
 
 /// Longest time a NIC-stamp fit spans (2 s). Its pairs pin the line
