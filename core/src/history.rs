@@ -130,14 +130,15 @@ impl HistoryFit {
         }
     }
 
-    /// This half span's fit with the drift of `full`, which spans
-    /// `full_windows` (the class's longest: [`SoftwareSpan::Half`]).
-    fn under_slope_of(mut self, full: &EdgeFit, full_windows: usize) -> Self {
+    /// Takes the drift of `long`, a fit over `long_windows`, keeping its
+    /// own offset: a NIC fit's longer drift span
+    /// ([`EdgeHistory::steady_drift`]), a software half span under the
+    /// full span's slope ([`SoftwareSpan::Half`]).
+    fn take_slope_of(&mut self, long: &EdgeFit, long_windows: usize) {
         if let Ok(fit) = self.outcome.fit.as_mut() {
-            *fit = with_slope_of(fit, full);
-            self.drift_windows = full_windows;
+            *fit = with_slope_of(fit, long);
+            self.drift_windows = long_windows;
         }
-        self
     }
 
     /// `outcome`, fitted over `span` windows with `stamps`; its drift spans
@@ -311,7 +312,10 @@ impl EdgeHistory {
             .and_then(|full| half_and_full(full, shorter.as_ref(), longest));
         let full_history = chosen.as_ref().is_some_and(|c| c.windows == longest);
         if let (Some(lines), SoftwareSpan::Half, true) = (&candidates, software, full_history) {
-            chosen = shorter.map(|half| half.under_slope_of(&lines.full, longest));
+            chosen = shorter.map(|mut half| {
+                half.take_slope_of(&lines.full, longest);
+                half
+            });
         }
         if let Some(chosen) = chosen.as_mut() {
             self.steady_drift(chosen, &accepted, cfg, window);
@@ -416,12 +420,8 @@ impl EdgeHistory {
         {
             return;
         }
-        if let Ok(fit) = chosen.outcome.fit.as_mut() {
-            // The long span's own guarantee for its own slope.
-            fit.drift = long.drift;
-            fit.drift_bound = long.drift_bound;
-            chosen.drift_windows = span;
-        }
+        // The long span's own guarantee for its own slope.
+        chosen.take_slope_of(long, span);
     }
 
     /// Whether the newest probes' best round trip, measured along the
