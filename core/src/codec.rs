@@ -32,6 +32,7 @@ pub fn result_to_pb(r: &NodeResult) -> pb::NodeOffset {
         anchor_kind: r.anchor_kind.as_str().into(),
         drift_bound_ppb: r.drift_bound_ppb,
         hops: r.hops,
+        timeline_origin: r.origin.clone().unwrap_or_default(),
     }
 }
 
@@ -51,6 +52,7 @@ pub fn result_from_pb(r: &pb::NodeOffset) -> Option<NodeResult> {
         node_name: r.node.clone(),
         reference: r.reference_id,
         reference_name: (!r.reference_node.is_empty()).then(|| r.reference_node.clone()),
+        origin: (!r.timeline_origin.is_empty()).then(|| r.timeline_origin.clone()),
         window: WindowIndex(r.window),
         anchor: LocalNs(r.anchor_ns),
         offset: Nanos(r.offset_ns),
@@ -77,6 +79,7 @@ pub fn result_from_record(r: &Record, (id, name): (NodeId, &str)) -> Option<Node
         node_name: name.to_owned(),
         reference: u32::try_from(r.reference_id).ok()?,
         reference_name: None,
+        origin: None,
         window: WindowIndex(r.window),
         anchor: LocalNs(r.node.anchor_local_ns),
         offset: Nanos(r.node.offset_ns),
@@ -234,6 +237,7 @@ mod tests {
             node_name: "n4".into(),
             reference: 2,
             reference_name: Some("n2".into()),
+            origin: Some("n0".into()),
             window: WindowIndex(9),
             anchor: LocalNs(36_000_000_000),
             offset: Nanos(-37_000_123),
@@ -259,6 +263,12 @@ mod tests {
             result_from_pb(&older).map(|o| o.anchor_kind),
             Some(AnchorKind::Reference)
         );
+        // An older agent names no origin: nobody steers the timeline toward one.
+        let no_origin = pb::NodeOffset {
+            timeline_origin: String::new(),
+            ..result_to_pb(&r)
+        };
+        assert_eq!(result_from_pb(&no_origin).unwrap().origin, None);
         let nan = pb::NodeOffset {
             drift_ppb: f64::NAN,
             ..result_to_pb(&r)
@@ -278,6 +288,7 @@ mod tests {
             (r.anchor, r.offset, r.bound_ns, r.window)
         );
         assert_eq!((back.reference, back.reference_name.as_deref()), (2, None));
+        assert_eq!(back.origin, None);
         assert_eq!(back.anchor_kind, AnchorKind::Holdover);
         assert!((back.drift_ppb - r.drift_ppb).abs() < 1e-3);
         let stale = Record {

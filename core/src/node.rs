@@ -66,7 +66,7 @@ use crate::succession::{LeaderChange, Silence, Succession};
 use crate::tally::{DropCounts, DropReason, NodeCounters, StampTally};
 use crate::time::Nanos;
 pub use crate::time::{LocalNs, WindowIndex};
-use crate::timeline::{Continuation, HandOverLine, OwnMarks};
+use crate::timeline::{Continuation, HandOverLine, OwnMarks, through_origin};
 use clockmesh_offsets::history::AnchorKind;
 
 /// Bounds on per-packet state (a flood cannot grow memory past these).
@@ -271,7 +271,8 @@ pub enum Action {
     /// [`Node::handle_result`].
     FetchResult,
     /// Publish this node's new result (offsets file, history).
-    Publish(Publication),
+    /// (Boxed: a result and its GPU maps are by far the largest action.)
+    Publish(Box<Publication>),
     /// Write an edge line to the JSONL history.
     History(EdgeLine),
     /// This node took the timeline over as leader: write the hand-over to
@@ -344,6 +345,9 @@ pub struct Node {
     own_result: Option<NodeResult>,
     /// Its published results of the last minutes: the carried drift's chord.
     own_marks: OwnMarks,
+    /// This node on the timeline measured through its origin, every window
+    /// of this leadership that solved the origin (the steered rate's chord).
+    origin_marks: OwnMarks,
     /// As leader: the timeline it continues, decided at its first solve.
     timeline: LeaderTimeline,
     /// Static membership: who leads is decided here, from the leader's
@@ -380,6 +384,7 @@ impl Node {
             reports_sent_through: i64::MIN,
             own_result: None,
             own_marks: OwnMarks::default(),
+            origin_marks: OwnMarks::default(),
             timeline: LeaderTimeline::Undecided,
             succession: None,
             work_clock: cfg.work_clock,
@@ -642,6 +647,7 @@ impl Node {
         };
         self.timings.last_solve_us = self.work_us_since(started);
         self.timings.solves += 1;
+        let mut actions = self.steer_toward_origin(k, (reference, epoch), &solution.nodes, fits);
         let results: Vec<NodeResult> = solution
             .nodes
             .iter()
@@ -653,7 +659,49 @@ impl Node {
             })
             .map(|n| self.published_result(k, reference, epoch, n))
             .collect();
-        self.share_results(k, results)
+        actions.extend(self.share_results(k, results));
+        actions
+    }
+
+    /// Steers a carried timeline toward its origin's clock where this
+    /// window's solve placed the origin and the origin itself reported
+    /// fits to it ([`Continuation::steered_toward`]). A static member that
+    /// died stays a member, and its peers' histories still place it for a
+    /// history span: extrapolated, not measured.
+    fn steer_toward_origin(
+        &mut self,
+        k: u64,
+        (reference, epoch): (NodeId, i64),
+        solved: &[clockmesh_estimator::NodeEstimate],
+        fits: &[SharedFit],
+    ) -> Vec<Action> {
+        let LeaderTimeline::Carried(continuation) = &self.timeline else {
+            return Vec::new();
+        };
+        let Some(origin) = continuation.origin.as_deref() else {
+            return Vec::new();
+        };
+        let Some(estimate) = solved
+            .iter()
+            .find(|n| n.anchor_kind == SolveAnchor::Reference && self.name_of(n.node) == origin)
+        else {
+            return Vec::new();
+        };
+        if !fits.iter().any(|f| f.from() == estimate.node) {
+            return Vec::new();
+        }
+        let solved = self.solved_result(k, reference, epoch, estimate);
+        let measured = through_origin(&solved, LocalNs(epoch));
+        self.origin_marks.record(&measured);
+        let wander_ppb = self.est_cfg.holdover_wander_ppb;
+        let Some(steered) = continuation.steered_toward(&measured, &self.origin_marks, wander_ppb)
+        else {
+            return Vec::new();
+        };
+        let line = HandOverLine::steer(k, &self.me.name, &steered);
+        self.counters.timelines_steered += 1;
+        self.timeline = LeaderTimeline::Carried(steered);
+        vec![Action::HandOver(line)]
     }
 
     /// This node's latest result as the store holds it.
@@ -1168,6 +1216,7 @@ impl Node {
             &mut self.counters.timelines_started
         } += 1;
         self.timeline = continuation.map_or(LeaderTimeline::Own, LeaderTimeline::Carried);
+        self.origin_marks = OwnMarks::default();
         vec![Action::HandOver(line)]
     }
 
@@ -1178,14 +1227,29 @@ impl Node {
         epoch: i64,
         n: &clockmesh_estimator::NodeEstimate,
     ) -> NodeResult {
+        let mut r = self.solved_result(k, reference, epoch, n);
+        self.onto_timeline(&mut r, LocalNs(epoch));
+        r
+    }
+
+    /// Node estimate `n` as a result against this node's clock (whose local
+    /// time at the solve epoch is `epoch`), before any carry.
+    fn solved_result(
+        &self,
+        k: u64,
+        reference: NodeId,
+        epoch: i64,
+        n: &clockmesh_estimator::NodeEstimate,
+    ) -> NodeResult {
         let off = n.offset_rounded();
         let anchor = LocalNs(epoch) + off;
         let wander = self.est_cfg.holdover_wander_ppb * 1e-9;
-        let mut r = NodeResult {
+        NodeResult {
             node: n.node,
             node_name: self.name_of(n.node),
             reference,
             reference_name: Some(self.name_of(reference)),
+            origin: None,
             window: WindowIndex(k),
             anchor,
             offset: Nanos(-off.0),
@@ -1196,16 +1260,19 @@ impl Node {
             hops: n.hops,
             valid_until: anchor + Nanos(self.est_cfg.max_age_ns),
             anchor_kind: published_anchor_kind(n.anchor_kind),
-        };
-        self.onto_timeline(&mut r, LocalNs(epoch));
-        r
+        }
     }
 
-    /// A result solved against this node's clock, onto the timeline it continues.
+    /// A result solved against this node's clock, onto the timeline it
+    /// continues, naming that timeline's origin.
     fn onto_timeline(&self, r: &mut NodeResult, epoch: LocalNs) {
-        if let LeaderTimeline::Carried(continuation) = &self.timeline {
-            continuation.apply(r, epoch);
-        }
+        r.origin = match &self.timeline {
+            LeaderTimeline::Carried(continuation) => {
+                continuation.apply(r, epoch);
+                continuation.origin.clone()
+            }
+            LeaderTimeline::Own | LeaderTimeline::Undecided => Some(self.me.name.clone()),
+        };
     }
 
     fn name_of(&self, id: NodeId) -> String {
@@ -1220,6 +1287,7 @@ impl Node {
             node_name: self.me.name.clone(),
             reference: me,
             reference_name: Some(self.me.name.clone()),
+            origin: None,
             window: WindowIndex(k),
             anchor,
             offset: Nanos(0),
@@ -1280,7 +1348,10 @@ impl Node {
         self.counters.results_published += 1;
         self.own_marks.record(&r);
         self.own_result = Some(r.clone());
-        vec![Action::Publish(Publication::of(r, &self.settings))]
+        vec![Action::Publish(Box::new(Publication::of(
+            r,
+            &self.settings,
+        )))]
     }
 
     // ---- relayed records ----
@@ -1627,6 +1698,7 @@ mod tests {
             node_name: format!("n{node}"),
             reference,
             reference_name: Some(format!("n{reference}")),
+            origin: Some(format!("n{reference}")),
             window: WindowIndex(0),
             anchor: LocalNs(anchor_ns),
             offset: Nanos(0),
@@ -1859,9 +1931,100 @@ mod tests {
             );
             assert!(r.bound_growth_ppb >= growth, "{}", r.bound_growth_ppb);
             assert_eq!(r.reference, 2);
+            // The continued timeline keeps the origin it carried.
+            assert_eq!(r.origin.as_deref(), Some("n1"));
         }
         let last = published.last().unwrap();
         assert!(last.bound_ns > 300 + 100 * 25, "bound {}", last.bound_ns);
+        // The origin is no member: nothing to steer toward.
+        assert_eq!(n.counters().timelines_steered, 0);
+    }
+
+    /// An edge fit of window `k` that puts the two members' clocks together
+    /// at the window's end.
+    fn fit_between(n: &Node, k: u64, (from, to): (u32, u32)) -> SharedFit {
+        let fit = clockmesh_estimator::EdgeFit {
+            epoch_ns: n.windows.end(WindowIndex(k)).0,
+            offset_base_ns: 0,
+            offset_rel_ns: 0.0,
+            drift: 0.0,
+            margin_ns: 0.0,
+            min_rtt_ns: 2_000.0,
+            bound_ns: 500.0,
+            drift_bound: 1e-8,
+            forward_points: 20,
+            backward_points: 20,
+            trimmed: 0,
+            span_ns: 2_000_000_000,
+        };
+        SharedFit {
+            window: WindowIndex(k),
+            from_name: format!("n{from}"),
+            to_name: format!("n{to}"),
+            measurement: EdgeMeasurement::new(from, to, fit),
+        }
+    }
+
+    /// The store leader's solve of the window it next asks fits for, from
+    /// `fits`; the actions it returns.
+    fn store_solve(n: &mut Node, t: &mut i64, fits: &[(u32, u32)]) -> Vec<Action> {
+        let window = loop {
+            *t += 100_000_000;
+            let asked = n
+                .handle_tick(LocalNs(*t))
+                .into_iter()
+                .find_map(|a| match a {
+                    Action::FetchFits { window } => Some(window),
+                    _ => None,
+                });
+            if let Some(w) = asked {
+                break w;
+            }
+        };
+        let snapshot = WindowFits {
+            window,
+            produced_at: LocalNs(*t),
+            fits: fits.iter().map(|&e| fit_between(n, window.0, e)).collect(),
+        };
+        n.solve_snapshots(window, [&snapshot])
+    }
+
+    fn steered_toward(actions: &[Action]) -> Option<String> {
+        actions.iter().find_map(|a| match a {
+            Action::HandOver(line) => line.steered_toward.clone(),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn a_carry_is_steered_toward_its_origin_only_while_the_origin_reports() {
+        let mut n = Node::new(NodeConfig {
+            me: member(2),
+            settings: Settings::default(),
+            key: None,
+            exchange: Exchange::Store,
+            nonce_base: 1,
+            work_clock: no_work_clock,
+        });
+        n.handle_members(vec![member(1), member(2)], LocalNs(T0))
+            .unwrap();
+        // Its last result was on n1's timeline, 5 µs off (the origin n1).
+        n.resume_from(NodeResult {
+            offset: Nanos(5_000),
+            bound_ns: 300,
+            bound_growth_ppb: 10.0,
+            ..result_for(2, 1, T0)
+        });
+        n.handle_leader(Some("n2".into()));
+        let mut t = T0;
+        let both = store_solve(&mut n, &mut t, &[(2, 1), (1, 2)]);
+        assert_eq!(steered_toward(&both).as_deref(), Some("n1"), "{both:?}");
+        assert_eq!(n.counters().timelines_steered, 1);
+        // n1 silent: only n2's own fit places it, extrapolated. Not steered.
+        let mine = store_solve(&mut n, &mut t, &[(2, 1)]);
+        assert_eq!(steered_toward(&mine), None, "{mine:?}");
+        assert!(mine.iter().any(|a| matches!(a, Action::PutResults { .. })));
+        assert_eq!(n.counters().timelines_steered, 1);
     }
 
     #[test]

@@ -20,6 +20,11 @@ pub struct NodeResult {
     /// The reference's name; `None` where only its id is known (a result
     /// read back from the offsets file after a restart).
     pub reference_name: Option<String>,
+    /// The member whose clock the timeline is: the leader that started it,
+    /// kept by every leader that continues it ([`crate::timeline`]).
+    /// `None` where unknown: an older agent's result, or one read back
+    /// from the offsets file.
+    pub origin: Option<String>,
     pub window: WindowIndex,
     /// The node's local time at which `offset` holds.
     pub anchor: LocalNs,
@@ -89,6 +94,7 @@ pub(crate) mod tests {
             node_name: "n1".into(),
             reference: 0,
             reference_name: Some("n0".into()),
+            origin: Some("n0".into()),
             window: WindowIndex(0),
             anchor: LocalNs(anchor_s * 1_000_000_000),
             offset: Nanos(0),

@@ -44,6 +44,9 @@ pub struct NodeCounters {
     /// Taking the timeline over as leader: with a carry, or a new one.
     pub timelines_continued: u64,
     pub timelines_started: u64,
+    /// A carried timeline steered toward its origin's clock, measured by
+    /// this leader's solve (the origin still a member): once a window.
+    pub timelines_steered: u64,
     /// Datagrams the driver sent, by kind.
     #[serde(flatten)]
     pub sent: SentCounts,
@@ -91,6 +94,7 @@ impl NodeCounters {
             leader_returns,
             timelines_continued,
             timelines_started,
+            timelines_steered,
             sent,
             stamps,
         } = other;
@@ -117,6 +121,7 @@ impl NodeCounters {
             (&mut self.leader_returns, leader_returns),
             (&mut self.timelines_continued, timelines_continued),
             (&mut self.timelines_started, timelines_started),
+            (&mut self.timelines_steered, timelines_steered),
         ] {
             *mine += theirs;
         }

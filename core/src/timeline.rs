@@ -19,6 +19,14 @@
 //! the hand-over: the node measures how fast its rate against the timeline
 //! random-walks from the same results ([`WanderRate`]) and both enter the
 //! bound.
+//!
+//! The timeline is its origin's clock: the leader that started it. While
+//! the origin is still a member, a leader that carries the timeline
+//! measures it every window, so the carry is steered toward that
+//! measurement ([`Continuation::steered_toward`]) instead of growing for
+//! good: how far the continued timeline may be from the original is then
+//! the solve's bound on the origin plus the gap still to close, whatever
+//! the carried drift was.
 
 use std::collections::VecDeque;
 
@@ -258,6 +266,33 @@ pub fn fitted_rate(own: &NodeResult, wander_ppb: f64) -> Rate {
     }
 }
 
+/// How long a carried timeline steered toward its origin takes to close a
+/// gap ([`Continuation::steered_toward`]): the rate changes by the gap over it,
+/// so a measurement's noise moves the rate little (100 ns of software-stamp
+/// noise: 3 ppb), and a rate the measurements lag (wandering clocks) leaves
+/// a gap of that lag times this.
+pub const SLEW_TIME: Nanos = Nanos::from_secs(32);
+
+/// This node on the timeline as the origin's result `origin`, solved
+/// against this node's clock at its local time `epoch`, places it: the
+/// origin's clock is the timeline, so that result turned round, under the
+/// origin as reference (a measurement of this node, not a result it
+/// publishes).
+pub fn through_origin(origin: &NodeResult, epoch: LocalNs) -> NodeResult {
+    NodeResult {
+        node: origin.reference,
+        node_name: origin.reference_label(),
+        reference: origin.node,
+        reference_name: Some(origin.node_name.clone()),
+        origin: Some(origin.node_name.clone()),
+        anchor: epoch,
+        offset: Nanos(-origin.offset.0),
+        drift_ppb: -origin.drift_ppb,
+        valid_until: epoch + origin.valid_until.since(origin.anchor),
+        ..origin.clone()
+    }
+}
+
 /// A carry and how far the continued timeline may sit from the old one
 /// as time goes on: what every result on the continued timeline adds to
 /// its bound.
@@ -278,6 +313,9 @@ pub struct Continuation {
     /// the hand-over: the phase it may gain since, beyond `growth_ppb`
     /// (grows as t^1.5).
     pub wander: WanderRate,
+    /// The member whose clock the timeline is ([`NodeResult::origin`]);
+    /// `None` where the carried result did not say.
+    pub origin: Option<String>,
 }
 
 impl Continuation {
@@ -315,6 +353,50 @@ impl Continuation {
             drift_bound_ppb: rate.bound_ppb,
             growth_ppb,
             wander,
+            origin: own.origin.clone(),
+        })
+    }
+
+    /// This continuation steered toward the timeline's origin as this
+    /// window's solve measured it: `measured` is this node on the timeline
+    /// through the origin ([`through_origin`]), `marks` every such
+    /// measurement of this leadership. The origin's clock is the timeline,
+    /// so the measurement says how far the continued timeline is from it
+    /// (the gap) within the measurement's bound. The timeline is slewed,
+    /// not stepped: it keeps its value now and runs at the measured rate
+    /// (the tighter of the solve's drift and the chord through the
+    /// measurements, [`Continuation::take`]) plus the gap over
+    /// [`SLEW_TIME`], so readers holding results of successive windows
+    /// still agree, and it closes on the origin as the measurements do.
+    /// Its bound now is the tighter of the carried one and the gap plus
+    /// the measurement's bound; its rate's uncertainty adds the slew.
+    pub fn steered_toward(
+        &self,
+        measured: &NodeResult,
+        marks: &OwnMarks,
+        wander_ppb: f64,
+    ) -> Option<Continuation> {
+        let at = measured.anchor;
+        let m = Continuation::take(measured, marks, at, wander_ppb)?;
+        let now = self.carry.offset_at(at);
+        let gap_ns = (m.carry.offset - now).as_f64();
+        let slew_ppb = gap_ns / SLEW_TIME.as_f64() * 1e9;
+        let bound = self
+            .bound_at(at)
+            .min(unsigned_ns_f64(m.carry.bound_ns) + gap_ns.abs());
+        Some(Continuation {
+            carry: Carry {
+                anchor: at,
+                offset: now,
+                drift_ppb: m.carry.drift_ppb + slew_ppb,
+                bound_ns: ceil_bound_ns(bound),
+                from: self.carry.from.clone(),
+            },
+            handed_over: at,
+            drift_bound_ppb: m.drift_bound_ppb + slew_ppb.abs(),
+            growth_ppb: m.growth_ppb + slew_ppb.abs(),
+            wander: m.wander,
+            origin: self.origin.clone(),
         })
     }
 
@@ -374,6 +456,11 @@ pub struct HandOverLine {
     /// hand-over as t^1.5.
     #[serde(default)]
     pub carried_wander_ppb_per_sqrt_s: Option<f64>,
+    /// Set where the same reference steered its carry (not a change of
+    /// reference): the origin whose clock this window's solve measured
+    /// ([`Continuation::steered_toward`]).
+    #[serde(default)]
+    pub steered_toward: Option<String>,
 }
 
 impl HandOverLine {
@@ -398,7 +485,22 @@ impl HandOverLine {
             carried_drift_ppb: carry.map(|c| c.drift_ppb),
             carried_bound_ns: carry.map(|c| c.bound_ns),
             carried_wander_ppb_per_sqrt_s: None,
+            steered_toward: None,
         }
+    }
+
+    /// The line a carried timeline steered toward its origin writes.
+    pub fn steer(window: u64, reference: &str, steered: &Continuation) -> Self {
+        HandOverLine {
+            carried_wander_ppb_per_sqrt_s: Some(steered.wander.ppb_per_sqrt_s()),
+            steered_toward: steered.origin.clone(),
+            ..HandOverLine::new(window, reference, Some(&steered.carry))
+        }
+    }
+
+    /// A change of reference (not the same one steering its carry).
+    pub fn is_hand_over(&self) -> bool {
+        self.steered_toward.is_none()
     }
 }
 
@@ -652,6 +754,64 @@ mod tests {
             outside(&linear_only) > 100,
             "the walk leaves a linear bound on a stale chord"
         );
+    }
+
+    #[test]
+    fn a_carry_steered_by_its_origin_closes_on_it_without_a_step() {
+        // Truly this node sits at 1,000 ns + 7 ppb on the origin's clock;
+        // its carry from a young timeline is 2 µs and 10 ppb off.
+        let truth = |t: LocalNs| 1_000.0 + 7.0 * t.0 as f64 * 1e-9;
+        let own = NodeResult {
+            offset: Nanos(3_000),
+            drift_ppb: 17.0,
+            bound_ns: 2_500,
+            drift_bound_ppb: 12.0,
+            bound_growth_ppb: 32.0,
+            ..sample(0, 0, 0.0)
+        };
+        let unsteered = Continuation::take(&own, &OwnMarks::default(), own.anchor, 20.0).unwrap();
+        let mut c = unsteered.clone();
+        let mut marks = OwnMarks::default();
+        for s in 1..=200 {
+            let at = LocalNs(s * 1_000_000_000);
+            // The solve places the origin within its bound of 300 ns.
+            let noise = if s % 2 == 0 { 60.0 } else { -60.0 };
+            let measured = NodeResult {
+                node: 1,
+                reference: 0,
+                anchor: at,
+                offset: Nanos((truth(at) + noise).round() as i64),
+                drift_ppb: 7.0 + noise / 20.0,
+                drift_bound_ppb: 4.0,
+                bound_ns: 300,
+                bound_growth_ppb: 24.0,
+                ..sample(0, 0, 0.0)
+            };
+            marks.record(&measured);
+            let next = c.steered_toward(&measured, &marks, 20.0).unwrap();
+            let step = (next.carry.offset_at(at) - c.carry.offset_at(at)).0;
+            assert!(step.abs() <= 1, "stepped {step} ns at {s} s");
+            for t in [at, at + Nanos::from_millis(999)] {
+                let distance = (next.carry.offset_at(t).as_f64() - truth(t)).abs();
+                assert!(
+                    distance <= next.bound_at(t),
+                    "{distance} ns at {t:?}: {next:?}"
+                );
+            }
+            c = next;
+        }
+        let end = LocalNs(200_000_000_000);
+        let gap = (c.carry.offset_at(end).as_f64() - truth(end)).abs();
+        assert!(gap < 100.0, "still {gap} ns from the origin");
+        assert!(c.bound_at(end) < 1_000.0, "{c:?}");
+        assert!(
+            unsteered.bound_at(end) > 5.0 * c.bound_at(end),
+            "{unsteered:?}"
+        );
+        assert_eq!(c.origin, unsteered.origin);
+        let line = HandOverLine::steer(200, "n1", &c);
+        assert!(!line.is_hand_over());
+        assert_eq!(line.carry(), Some(c.carry.clone()));
     }
 
     #[test]

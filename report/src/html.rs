@@ -733,7 +733,7 @@ fn handover_section(ctx: &Ctx) -> String {
          <th>previous</th><th>carried offset</th><th>carried drift</th><th>carried bound</th>\
          <th>measured wander</th></tr>\n",
     );
-    for h in hs {
+    for h in hs.iter().filter(|h| h.is_hand_over()) {
         let _ = writeln!(
             s,
             "<tr><td>{}</td><td class=\"name\">{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -750,7 +750,26 @@ fn handover_section(ctx: &Ctx) -> String {
         );
     }
     s.push_str("</table>\n");
+    s.push_str(&steers_paragraph(hs));
     s
+}
+
+/// How often carried timelines were steered toward their origin's clock, and
+/// the last bound (each a hand-over line of the same reference).
+fn steers_paragraph(hs: &[crate::lines::HandOver]) -> String {
+    let steers: Vec<_> = hs.iter().filter(|h| !h.is_hand_over()).collect();
+    let Some(last) = steers.last() else {
+        return String::new();
+    };
+    format!(
+        "<p class=\"steers\"><span data-count=\"steers\">{}</span> windows steered a carried \
+         timeline toward its origin's clock ({}); the last at window {}, bound {}.</p>\n",
+        steers.len(),
+        escape(last.steered_toward.as_deref().unwrap_or("")),
+        last.window,
+        last.carried_bound_ns
+            .map_or("-".into(), |b| format!("{b} ns")),
+    )
 }
 
 #[cfg(test)]
@@ -863,15 +882,20 @@ mod tests {
         assert!(!html.contains("<script") && !html.contains("http://www.w3.org/2000/svg\" href"));
     }
 
-    #[test]
-    fn a_hand_over_row_shows_what_was_carried_and_the_wander_measured() {
-        let carry = clockmesh_core::timeline::Carry {
+    /// What n1 carried when it took n0's timeline over.
+    fn carry_from_n0() -> clockmesh_core::timeline::Carry {
+        clockmesh_core::timeline::Carry {
             anchor: clockmesh_core::time::LocalNs(1),
             offset: clockmesh_core::time::Nanos(-420),
             drift_ppb: 3.31,
             bound_ns: 1_498,
             from: "n0".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_hand_over_row_shows_what_was_carried_and_the_wander_measured() {
+        let carry = carry_from_n0();
         let mut line = crate::lines::HandOver::new(7, "n1", Some(&carry));
         line.carried_wander_ppb_per_sqrt_s = Some(1.1667);
         let h = History {
@@ -885,6 +909,41 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("(new timeline)</td><td>-</td><td>-</td><td>-</td><td>-</td>"));
+    }
+
+    #[test]
+    fn steered_windows_are_counted_apart_from_the_hand_overs() {
+        let carry = carry_from_n0();
+        let steer = |window, bound_ns| crate::lines::HandOver {
+            steered_toward: Some("n0".into()),
+            ..crate::lines::HandOver::new(
+                window,
+                "n1",
+                Some(&clockmesh_core::timeline::Carry {
+                    bound_ns,
+                    ..carry.clone()
+                }),
+            )
+        };
+        let h = History {
+            nodes: vec![node("n1", 8, 5, 1)],
+            handovers: vec![
+                crate::lines::HandOver::new(7, "n1", Some(&carry)),
+                steer(9, 300),
+                steer(40, 250),
+            ],
+            ..History::default()
+        };
+        let html = page(&h, None);
+        assert_eq!(html.matches("<tr><td>").count(), 1, "{html}");
+        assert!(
+            html.contains(r#"<span data-count="steers">2</span> windows steered"#),
+            "{html}"
+        );
+        assert!(
+            html.contains("the last at window 40, bound 250 ns"),
+            "{html}"
+        );
     }
 
     #[test]

@@ -157,6 +157,7 @@ mod tests {
             carried_drift_ppb: Some(0.0),
             carried_bound_ns: Some(3),
             carried_wander_ppb_per_sqrt_s: None,
+            steered_toward: None,
         };
         let hs = [h];
         assert_eq!(truth.offset_ns(&line("n", -500, 4), &hs), Some(1500.0));

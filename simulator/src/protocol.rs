@@ -126,6 +126,10 @@ pub struct ProtocolReport {
     /// much of the bound the distance uses (≤ 1 when covered).
     #[serde(default)]
     pub error_to_bound_vs_original: Quantiles,
+    /// Their published bounds: what the carry (or the pin to the origin)
+    /// adds to every bound on a continued timeline.
+    #[serde(default)]
+    pub bound_vs_original_ns: Quantiles,
     /// |error| when the result was published (what a reader sees first:
     /// the result is anchored at its window's end and published later).
     pub published_abs_error_ns: Quantiles,
@@ -280,6 +284,7 @@ struct Scores {
     continued_covered: usize,
     /// Their |error| against the original timeline over their bound.
     continued_error_to_bound: Vec<f64>,
+    continued_bound: Vec<f64>,
     published_errors: Vec<f64>,
     drift_errors: Vec<f64>,
     /// Per window: each result's host, |error| and |drift error| (ppb).
@@ -788,6 +793,7 @@ impl<'a> Sim<'a> {
         self.scores
             .continued_error_to_bound
             .push(err.abs() / (r.bound_ns as f64).max(1.0));
+        self.scores.continued_bound.push(r.bound_ns as f64);
     }
 
     /// Whether `r` was scored at its anchor when it was published.
@@ -904,6 +910,7 @@ impl<'a> Sim<'a> {
             continued_results: self.scores.continued,
             coverage_vs_original: ratio(self.scores.continued_covered, self.scores.continued),
             error_to_bound_vs_original: Quantiles::of(&mut self.scores.continued_error_to_bound),
+            bound_vs_original_ns: Quantiles::of(&mut self.scores.continued_bound),
             abs_error_ns: Quantiles::of(&mut self.scores.errors),
             aged_coverage: ratio(self.scores.aged_covered, aged),
             aged_abs_error_ns: Quantiles::of(&mut self.scores.aged_errors),

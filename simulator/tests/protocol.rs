@@ -134,6 +134,12 @@ fn after_a_hand_over_every_bound_covers_the_original_timeline() {
     assert_eq!(r.hand_overs.len(), 1, "{:#?}", r.hand_overs);
     assert!(r.continued_results >= 3 * 50, "{r:#?}");
     assert_eq!(r.coverage_vs_original, 1.0, "{r:#?}");
+    // The first leader is still a member: every window's solve measures
+    // the timeline's origin and steers the carry toward it, so the bounds
+    // stay those of a measurement instead of growing with the carry.
+    // (Carried alone, without the origin: 15 µs median, 27 µs at the end.)
+    assert!(r.counters.timelines_steered >= 50, "{:#?}", r.counters);
+    assert!(r.bound_vs_original_ns.max < 10_000.0, "{r:#?}");
 }
 
 /// The same after two minutes on the first leader's timeline, the clocks

@@ -348,12 +348,24 @@ impl Cluster {
         jsonl_records(&self.node_dir(i).join("clockmesh.jsonl"), "handover")
     }
 
-    /// What reference `r` carried when it took the timeline over, if it did.
+    /// The carry reference `r` published window `window` under: its last
+    /// hand-over line (a hand-over, or a pin to the timeline's origin) at
+    /// or before it, if it carried one.
+    pub fn carry_in_force(&self, r: usize, window: u64) -> Option<HandOver> {
+        self.hand_overs(r)
+            .into_iter()
+            .rev()
+            .find(|h| h.window <= window)
+            .filter(|h| h.carried_offset_ns.is_some())
+    }
+
+    /// What reference `r` carried when it last took the timeline over, if
+    /// it did.
     fn carry_of(&self, r: usize) -> Option<HandOver> {
         self.hand_overs(r)
             .into_iter()
             .rev()
-            .find(|h| h.carried_offset_ns.is_some())
+            .find(|h| h.is_hand_over() && h.carried_offset_ns.is_some())
     }
 
     /// How far the timeline stepped when agent `new` took it over from
@@ -393,10 +405,10 @@ impl Cluster {
         let local = l.anchor_ns;
         let t = local - self.skews[i].at(local);
         // global − local, global being the reference's clock plus what it
-        // carried when it took the timeline over (docs/coordination.md).
+        // carried in that window (docs/coordination.md).
         let reference_local = t + self.skews[r].at(t);
         let carried = self
-            .carry_of(r)
+            .carry_in_force(r, l.window)
             .map_or(0.0, |h| carried_offset_at(&h, reference_local));
         let truth = (self.skews[r].at(t) - self.skews[i].at(t)) as f64 + carried;
         let estimated = l.offset_ns;

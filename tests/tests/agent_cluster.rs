@@ -440,11 +440,11 @@ fn static_reference_loss_fails_over_without_a_gap_and_the_return_keeps_the_timel
         .hand_overs(0)
         .into_iter()
         .rev()
-        .find(|h| h.carried_offset_ns.is_some())
+        .find(|h| h.is_hand_over() && h.carried_offset_ns.is_some())
         .expect("n0 carried its last result");
     let local = back.carried_anchor_ns.unwrap() + WINDOW_S as i64 * 1_000_000_000;
     let t = local - c.skews[0].at(local);
-    let step = timeline_of(&c, 0, t) - timeline_of(&c, 1, t);
+    let step = timeline_of(&c, 0, t, back.window) - timeline_of(&c, 1, t, back.window);
     let skew = (c.skews[0].at(t) - c.skews[1].at(t)) as f64;
     eprintln!("n0 returned: the timeline stepped {step:.0} ns (the clocks differ by {skew:.0} ns)");
     assert!(step.abs() <= 10_000.0, "stepped {step} ns at n0's return");
@@ -461,15 +461,12 @@ fn static_reference_loss_fails_over_without_a_gap_and_the_return_keeps_the_timel
     assert!(c.status(1).unwrap().counters.node.leader_returns >= 1);
 }
 
-/// The global timeline as agent `i` leads it (its clock plus what it last
-/// carried) at true time `t`, ns from true time.
-fn timeline_of(c: &Cluster, i: usize, t: i64) -> f64 {
+/// The global timeline as agent `i` led it in window `window` (its clock
+/// plus the carry in force) at true time `t`, ns from true time.
+fn timeline_of(c: &Cluster, i: usize, t: i64, window: u64) -> f64 {
     let local = t + c.skews[i].at(t);
     let carried = c
-        .hand_overs(i)
-        .into_iter()
-        .rev()
-        .find(|h| h.carried_offset_ns.is_some())
+        .carry_in_force(i, window)
         .map_or(0.0, |h| carried_offset_at(&h, local));
     c.skews[i].at(t) as f64 + carried
 }

@@ -422,7 +422,7 @@ impl<D: Discovery + Coordination> Agent<D> {
             Action::Send { to, datagram, sent } => self.send(&datagram, to, sent),
             Action::SetTargets(targets) => self.sender.set_targets(targets),
             Action::History(line) => self.write_line(&line),
-            Action::HandOver(line) => {
+            Action::HandOver(line) if line.is_hand_over() => {
                 info!(
                     reference = %line.reference,
                     previous = ?line.previous_reference,
@@ -430,6 +430,15 @@ impl<D: Discovery + Coordination> Agent<D> {
                     "took the global timeline over"
                 );
                 self.write_line(&line);
+            }
+            // Every window its origin is measured: not news for the log.
+            Action::HandOver(steer) => {
+                debug!(
+                    origin = ?steer.steered_toward,
+                    carried_bound_ns = ?steer.carried_bound_ns,
+                    "steered the carried timeline toward its origin"
+                );
+                self.write_line(&steer);
             }
             Action::Publish(p) => self.publish_result(&p),
             Action::PutFits(snapshot) => self.put_fits(snapshot).await,

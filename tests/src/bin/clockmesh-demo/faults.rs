@@ -1064,6 +1064,10 @@ pub struct HandOverStep {
     pub distance_per_10min_ns: Option<f64>,
     /// Reads that claimed this timeline.
     pub reads: usize,
+    /// Windows the new reference steered its carry toward the timeline's origin
+    /// afterwards (its reads count here too), and the last bound.
+    pub steers: usize,
+    pub last_steer_bound_ns: Option<u64>,
 }
 
 /// Which timeline each clockmesh answer claims: the hand-over lines of
@@ -1121,13 +1125,20 @@ impl Timelines {
     fn steps(&self, samples: &[Sample]) -> Vec<HandOverStep> {
         let mut out = Vec::new();
         for (_, host, lines) in &self.hosts {
-            for h in lines {
+            for (i, h) in lines.iter().enumerate().filter(|(_, h)| h.is_hand_over()) {
+                // Its steered windows follow it, up to the host's next hand-over.
+                let steers: Vec<&HandOver> = lines[i + 1..]
+                    .iter()
+                    .take_while(|x| !x.is_hand_over())
+                    .collect();
+                let last_window = steers.last().map_or(h.window, |p| p.window);
                 let reads: Vec<(i64, u64, u64)> = samples
                     .iter()
                     .filter_map(|s| s.read)
                     .filter(|&(_, window, reference)| {
-                        self.hand_over(reference, window)
-                            .is_some_and(|(r, x)| r == *host && x.window == h.window)
+                        self.hand_over(reference, window).is_some_and(|(r, x)| {
+                            r == *host && (h.window..=last_window).contains(&x.window)
+                        })
                     })
                     .collect();
                 let under: Vec<f64> = reads
@@ -1149,6 +1160,8 @@ impl Timelines {
                     max_abs_ns: under.iter().map(|x| x.abs()).reduce(f64::max),
                     distance_per_10min_ns,
                     reads: under.len(),
+                    steers: steers.len(),
+                    last_steer_bound_ns: steers.last().and_then(|p| p.carried_bound_ns),
                 });
             }
         }
@@ -1658,14 +1671,16 @@ fn print_tables(runs: &[BackendRun]) {
             println!(
                 "hand-over to {} at window {}: carried bound {} ns; the continued timeline \
                  minus host 0's clock {} ns at the first read, |max| {} ns over {} reads, \
-                 moving {} ns per 10 min",
+                 moving {} ns per 10 min; steered toward its origin in {} windows (last bound {} ns)",
                 h.reference,
                 h.window,
                 opt(h.carried_bound_ns),
                 h.first_ns.map_or("—".into(), ns),
                 h.max_abs_ns.map_or("—".into(), ns),
                 h.reads,
-                h.distance_per_10min_ns.map_or("—".into(), ns)
+                h.distance_per_10min_ns.map_or("—".into(), ns),
+                h.steers,
+                opt(h.last_steer_bound_ns)
             );
         }
     }
@@ -1918,9 +1933,10 @@ mod tests {
             carried_drift_ppb: Some(10.0),
             carried_bound_ns: Some(5_000),
             carried_wander_ppb_per_sqrt_s: Some(1.0),
+            steered_toward: None,
         };
         let timelines = Timelines {
-            hosts: vec![(Some(0), 0, Vec::new()), (Some(1), 1, vec![carry])],
+            hosts: vec![(Some(0), 0, Vec::new()), (Some(1), 1, vec![carry.clone()])],
         };
         let sample = |read, error| Sample {
             t_s: 0.0,
@@ -1965,6 +1981,27 @@ mod tests {
         let steps = timelines.steps(&[v[1].clone(), later]);
         let per_10min = steps[0].distance_per_10min_ns.unwrap();
         assert!((per_10min - 6_000.0).abs() < 1.0, "{per_10min}");
+
+        // Steered toward its origin at window 30: still one hand-over, whose
+        // reads run on through it, scored against the steered carry.
+        let steer = HandOver {
+            window: 30,
+            carried_offset_ns: Some(0),
+            carried_drift_ppb: Some(0.0),
+            carried_bound_ns: Some(300),
+            steered_toward: Some("n0".into()),
+            ..carry.clone()
+        };
+        let steered = Timelines {
+            hosts: vec![(Some(0), 0, Vec::new()), (Some(1), 1, vec![carry, steer])],
+        };
+        let mut reads = [v[1].clone(), sample((63_000_000_000, 70, 1), 25.0)];
+        steered.score(&mut reads);
+        assert_eq!(reads[1].error_ns, Some(25.0));
+        let steps = steered.steps(&reads);
+        assert_eq!(steps.len(), 1);
+        assert_eq!((steps[0].reads, steps[0].steers), (2, 1));
+        assert_eq!(steps[0].last_steer_bound_ns, Some(300));
     }
 
     /// The control applies the recovery rule to the last 8 s of each settle
