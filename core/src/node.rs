@@ -678,12 +678,16 @@ impl Node {
         let LeaderTimeline::Carried(continuation) = &self.timeline else {
             return Vec::new();
         };
-        let Some(origin) = continuation.origin.as_deref() else {
+        let Some(origin) = continuation
+            .origin
+            .as_deref()
+            .and_then(|o| self.id_named(o))
+        else {
             return Vec::new();
         };
         let Some(estimate) = solved
             .iter()
-            .find(|n| n.anchor_kind == SolveAnchor::Reference && self.name_of(n.node) == origin)
+            .find(|n| n.node == origin && n.anchor_kind == SolveAnchor::Reference)
         else {
             return Vec::new();
         };
@@ -748,8 +752,12 @@ impl Node {
 
     /// The reference: the leader's id.
     pub fn reference(&self) -> Option<NodeId> {
-        let leader = self.leader.as_deref()?;
-        self.members.iter().find(|m| m.name == leader).map(|m| m.id)
+        self.id_named(self.leader.as_deref()?)
+    }
+
+    /// The id of the member named `name`.
+    fn id_named(&self, name: &str) -> Option<NodeId> {
+        self.members.iter().find(|m| m.name == name).map(|m| m.id)
     }
 
     pub fn graph(&self) -> &ProbeGraph {

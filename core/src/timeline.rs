@@ -498,6 +498,12 @@ impl HandOverLine {
         }
     }
 
+    /// The line in force for window `window` among one reference's
+    /// `lines` (in the order written): the last at or before it.
+    pub fn in_force(lines: &[HandOverLine], window: u64) -> Option<&HandOverLine> {
+        lines.iter().rev().find(|h| h.window <= window)
+    }
+
     /// A change of reference (not the same one steering its carry).
     pub fn is_hand_over(&self) -> bool {
         self.steered_toward.is_none()

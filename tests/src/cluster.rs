@@ -352,11 +352,9 @@ impl Cluster {
     /// hand-over line (a hand-over, or a pin to the timeline's origin) at
     /// or before it, if it carried one.
     pub fn carry_in_force(&self, r: usize, window: u64) -> Option<HandOver> {
-        self.hand_overs(r)
-            .into_iter()
-            .rev()
-            .find(|h| h.window <= window)
+        HandOver::in_force(&self.hand_overs(r), window)
             .filter(|h| h.carried_offset_ns.is_some())
+            .cloned()
     }
 
     /// What reference `r` carried when it last took the timeline over, if

@@ -1095,7 +1095,7 @@ impl Timelines {
             .hosts
             .iter()
             .find(|(id, ..)| id.map(u64::from) == Some(reference_id))?;
-        let line = lines.iter().rev().find(|h| h.window <= window)?;
+        let line = HandOver::in_force(lines, window)?;
         Some((*host, line))
     }
 
