@@ -504,6 +504,21 @@ impl HandOverLine {
         lines.iter().rev().find(|h| h.window <= window)
     }
 
+    /// The line in force for window `window` of `reference` among `lines`
+    /// of any references (in the order written). A later line that started
+    /// a new timeline, carrying nothing, ends an earlier carry.
+    pub fn in_force_of<'a>(
+        lines: &'a [HandOverLine],
+        reference: &str,
+        window: u64,
+    ) -> Option<&'a HandOverLine> {
+        lines
+            .iter()
+            .rev()
+            .filter(|h| h.reference == reference)
+            .find(|h| h.window <= window)
+    }
+
     /// A change of reference (not the same one steering its carry).
     pub fn is_hand_over(&self) -> bool {
         self.steered_toward.is_none()

@@ -98,21 +98,11 @@ impl Truth {
         let local = line.anchor_ns;
         let t = local - node.at(local);
         let reference_local = t + reference.at(t);
-        let carried = carry(handovers, reference_name, line.window)
+        let carried = HandOver::in_force_of(handovers, reference_name, line.window)
             .and_then(HandOver::carry)
             .map_or(0, |c| c.offset_at(LocalNs(reference_local)).0);
         Some((reference.at(t) - node.at(t)) as f64 + carried as f64)
     }
-}
-
-/// The last hand-over by which `reference` took the timeline over, with a
-/// carry, no later than `window`.
-fn carry<'a>(handovers: &'a [HandOver], reference: &str, window: u64) -> Option<&'a HandOver> {
-    handovers
-        .iter()
-        .filter(|h| h.reference == reference && h.window <= window)
-        .filter(|h| h.carried_offset_ns.is_some())
-        .max_by_key(|h| h.window)
 }
 
 #[cfg(test)]
@@ -162,6 +152,30 @@ mod tests {
         let hs = [h];
         assert_eq!(truth.offset_ns(&line("n", -500, 4), &hs), Some(1500.0));
         assert_eq!(truth.offset_ns(&line("n", -500, 5), &hs), Some(1540.0));
+    }
+
+    /// A reference that carried a timeline, lost the lead and later started
+    /// a timeline of its own: from then on its own clock is the truth.
+    #[test]
+    fn a_later_new_timeline_of_the_reference_ends_its_carry() {
+        let truth = Truth::parse("t.json", TEXT).unwrap();
+        let carried = HandOver::new(5, "r", Some(&carry_of(40)));
+        let other = HandOver::new(7, "x", Some(&carry_of(900)));
+        let own = HandOver::new(10, "r", None);
+        let hs = [carried, other, own];
+        assert_eq!(truth.offset_ns(&line("n", -500, 6), &hs), Some(1540.0));
+        assert_eq!(truth.offset_ns(&line("n", -500, 9), &hs), Some(1540.0));
+        assert_eq!(truth.offset_ns(&line("n", -500, 10), &hs), Some(1500.0));
+    }
+
+    fn carry_of(offset_ns: i64) -> clockmesh_core::timeline::Carry {
+        clockmesh_core::timeline::Carry {
+            anchor: LocalNs(0),
+            offset: clockmesh_core::time::Nanos(offset_ns),
+            drift_ppb: 0.0,
+            bound_ns: 3,
+            from: "old".into(),
+        }
     }
 
     #[test]
