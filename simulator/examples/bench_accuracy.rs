@@ -26,6 +26,9 @@ const USAGE: &str = "\
 usage: bench_accuracy [OPTIONS]   (cargo xtask bench-accuracy -- [OPTIONS])
 Runs a seeded family of protocol-mode scenarios at the shipped settings and
 prints per class the spread of p99 at the result, aged p99 and coverage.
+'unreachable' counts the members whose clocks' wander alone ages a result
+past 1.5 x their p99 at the result (an oracle that knew the truth and its
+rate at every anchor): no estimator with that p99 meets the aged goal.
   --count N              members (default 48)
   --seed S               the family's seed (default 1)
   --json                 the summary and every member's outcome as JSON
@@ -265,7 +268,7 @@ fn table(summary: &FamilySummary, outcomes: &[Outcome], worst: usize) -> String 
     );
     let _ = writeln!(
         s,
-        "{:<22} {:>3}  {:>24}  {:>24}  {:>15}  {:>7} {:>8}  after isolation: n, worst reader p50/max",
+        "{:<22} {:>3}  {:>24}  {:>24}  {:>15}  {:>7} {:>8} {:>9}  after isolation: n, worst reader p50/max",
         "class",
         "n",
         "p99 at result p50/p90/max",
@@ -273,12 +276,13 @@ fn table(summary: &FamilySummary, outcomes: &[Outcome], worst: usize) -> String 
         "min coverage",
         "in goal",
         "aged≤1.5×",
+        "unreachable",
     );
     for c in &summary.classes {
         let spread = |x: &family::Spread| format!("{:.1} / {:.1} / {:.1}", x.p50, x.p90, x.max);
         let _ = writeln!(
             s,
-            "{:<22} {:>3}  {:>24}  {:>24}  {:>7.5}/{:>7.5}  {:>3}/{:<3} {:>4}/{:<3}  {}",
+            "{:<22} {:>3}  {:>24}  {:>24}  {:>7.5}/{:>7.5}  {:>3}/{:<3} {:>4}/{:<3} {:>11}  {}",
             c.class,
             c.members,
             spread(&c.p99_ns),
@@ -289,6 +293,7 @@ fn table(summary: &FamilySummary, outcomes: &[Outcome], worst: usize) -> String 
             c.members,
             c.aged_within_1_5x,
             c.members,
+            c.aged_out_of_reach,
             c.recovery_max_ns.map_or(String::new(), |r| format!(
                 "{}, {:.0} / {:.0}",
                 c.isolations, r.p50, r.max

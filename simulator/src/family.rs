@@ -269,6 +269,10 @@ pub struct Outcome {
     pub p99_ns: f64,
     /// p99 |error| of a result just before the next replaced it, ns.
     pub aged_p99_ns: f64,
+    /// The same for an oracle that knew the truth and its rate at every
+    /// anchor: the clocks' wander alone ([`ProtocolReport::aged_floor_abs_error_ns`]).
+    #[serde(default)]
+    pub aged_floor_p99_ns: f64,
     pub drift_p99_ppb: f64,
     /// Fraction of results (and of aged results) within their bound. After
     /// a hand-over a result counts as within only if its bound also covers
@@ -300,6 +304,7 @@ impl Outcome {
             scenario: member.scenario.name.clone(),
             p99_ns: r.abs_error_ns.p99,
             aged_p99_ns: r.aged_abs_error_ns.p99,
+            aged_floor_p99_ns: r.aged_floor_abs_error_ns.p99,
             drift_p99_ppb: r.drift_abs_error_ppb.p99,
             coverage: r.coverage.min(coverage_vs_original(r)),
             aged_coverage: r.aged_coverage,
@@ -317,6 +322,12 @@ impl Outcome {
     /// Both coverages, at the result and aged, are complete.
     pub fn fully_covered(&self) -> bool {
         self.coverage >= 1.0 && self.aged_coverage >= 1.0
+    }
+
+    /// Whether the clocks' wander alone ages a result past 1.5 × this p99
+    /// at the result: no estimator with this p99 meets the aged goal.
+    pub fn aged_goal_out_of_reach(&self) -> bool {
+        self.aged_floor_p99_ns > 1.5 * self.p99_ns
     }
 
     /// How far over its class's goal the p99 at the result is (1 = at it).
@@ -357,6 +368,10 @@ pub struct ClassSummary {
     /// 1.5 × their own p99 at the result.
     pub within_goal: usize,
     pub aged_within_1_5x: usize,
+    /// Members whose wander floor alone is over 1.5 × their p99 at the
+    /// result ([`Outcome::aged_goal_out_of_reach`]).
+    #[serde(default)]
+    pub aged_out_of_reach: usize,
 }
 
 /// A family's figures per class.
@@ -402,6 +417,7 @@ fn summarize_class(class: Class, of: &[&Outcome]) -> ClassSummary {
             .iter()
             .filter(|o| o.aged_p99_ns <= 1.5 * o.p99_ns)
             .count(),
+        aged_out_of_reach: of.iter().filter(|o| o.aged_goal_out_of_reach()).count(),
     }
 }
 
@@ -534,6 +550,7 @@ mod tests {
             scenario: format!("m{index}"),
             p99_ns: p99,
             aged_p99_ns: aged,
+            aged_floor_p99_ns: 0.0,
             drift_p99_ppb: 0.0,
             coverage,
             aged_coverage: 1.0,

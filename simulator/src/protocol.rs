@@ -138,6 +138,13 @@ pub struct ProtocolReport {
     pub drift_abs_error_ppb: Quantiles,
     /// A result just before the next replaced it, bound grown by its growth rate.
     pub aged_abs_error_ns: Quantiles,
+    /// The same aged |error| for an oracle that knew the true offset and
+    /// rate at each result's anchor: what the clocks' wander alone adds by
+    /// the time the next result replaces it. The best prediction from
+    /// anything known at the anchor, so no estimator's aged error is lower
+    /// on average; the floor under the aged figure.
+    #[serde(default)]
+    pub aged_floor_abs_error_ns: Quantiles,
     pub aged_coverage: f64,
     /// Per window, at the leader.
     pub leader_traffic: HostTraffic,
@@ -277,6 +284,7 @@ struct Scores {
     bounds: Vec<f64>,
     covered: usize,
     aged_errors: Vec<f64>,
+    aged_floor_errors: Vec<f64>,
     aged_covered: usize,
     /// Results on a continued timeline, and those within their bound of
     /// the original timeline.
@@ -769,6 +777,8 @@ impl<'a> Sim<'a> {
         if let Some(old) = aged.filter(|old| self.is_scored(old)) {
             let (err, bound) = self.error_at(i, &old, self.local_now(i));
             self.scores.aged_errors.push(err.abs());
+            let floor = self.wander_floor_at(i, &old, self.local_now(i));
+            self.scores.aged_floor_errors.push(floor.abs());
             self.scores.aged_covered += usize::from(err.abs() <= bound);
         }
     }
@@ -845,6 +855,32 @@ impl<'a> Sim<'a> {
         reading + carried
     }
 
+    /// The truth (global − local) for node `i` on `r`'s timeline when its
+    /// clock reads `reading` (after [`READING_BASE_NS`]), and its rate
+    /// against that clock there: the timeline's rate (the reference's clock,
+    /// a carry's drift on it) over the node's, both true derivatives (a
+    /// difference of the truths would lose the rate in their rounding).
+    fn truth_and_rate_at(&self, i: usize, r: &NodeResult, reading: f64) -> (f64, f64) {
+        let node = i as NodeId;
+        let t = self.clocks.true_time_of(node, reading);
+        let timeline = self.timeline_of_reference(r.reference);
+        let truth = self.timeline_value(&timeline, t) - self.clocks.reading(node, t);
+        let carried = timeline.carry.as_ref().map_or(0.0, |c| c.drift_ppb * 1e-9);
+        let timeline_rate = (1.0 + self.clocks.frequency(timeline.node, t)) * (1.0 + carried);
+        let node_rate = 1.0 + self.clocks.frequency(node, t);
+        (truth, timeline_rate / node_rate - 1.0)
+    }
+
+    /// How far the truth at local time `at` sits from the truth at `r`'s
+    /// anchor extrapolated at its true rate there.
+    fn wander_floor_at(&self, i: usize, r: &NodeResult, at: i64) -> f64 {
+        let anchor = (r.anchor.0 - READING_BASE_NS) as f64;
+        let at = (at - READING_BASE_NS) as f64;
+        let (at_anchor, rate) = self.truth_and_rate_at(i, r, anchor);
+        let (now, _) = self.truth_and_rate_at(i, r, at);
+        now - (at_anchor + rate * (at - anchor))
+    }
+
     /// Error and bound of result `r` (global − local) used at local time `at`.
     fn error_at(&self, i: usize, r: &NodeResult, at: i64) -> (f64, f64) {
         let reading = (at - READING_BASE_NS) as f64;
@@ -914,6 +950,7 @@ impl<'a> Sim<'a> {
             abs_error_ns: Quantiles::of(&mut self.scores.errors),
             aged_coverage: ratio(self.scores.aged_covered, aged),
             aged_abs_error_ns: Quantiles::of(&mut self.scores.aged_errors),
+            aged_floor_abs_error_ns: Quantiles::of(&mut self.scores.aged_floor_errors),
             published_abs_error_ns: Quantiles::of(&mut self.scores.published_errors),
             drift_abs_error_ppb: Quantiles::of(&mut self.scores.drift_errors),
             leader_traffic: self.hosts[leader].traffic.scaled(per_window),
@@ -1028,6 +1065,7 @@ impl ProtocolReport {
         );
         let _ = writeln!(s, "at publication    {}", q(&self.published_abs_error_ns));
         let _ = writeln!(s, "aged |error| ns   {}", q(&self.aged_abs_error_ns));
+        let _ = writeln!(s, "aged wander floor {}", q(&self.aged_floor_abs_error_ns));
         let _ = writeln!(s, "|drift error| ppb {}", q(&self.drift_abs_error_ppb));
         let _ = writeln!(s, "aged coverage     {:.5}", self.aged_coverage);
         let _ = writeln!(s, "per window        messages      bytes  (out + in)");

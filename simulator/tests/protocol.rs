@@ -250,3 +250,41 @@ fn busy_queues_are_probed_faster_and_idle_ones_at_the_cadence() {
         "busy queues: {busy} pairs, idle: {idle}"
     );
 }
+
+/// The aged figure's floor: the error of an oracle that knew the truth and
+/// its rate at every anchor, from the clocks' wander alone. Without wander
+/// it is nothing (its rate is exact); with it, it scales with the wander
+/// (the same seed draws the same walk) and stays under what the estimator's
+/// aged results reach.
+#[test]
+fn the_aged_floor_is_the_clocks_wander_alone() {
+    let run = |wander_ppb_per_sqrt_s| {
+        let s = Scenario {
+            windows: 30,
+            clock: clockmesh_sim::ClockModel {
+                wander_ppb_per_sqrt_s,
+                ..Default::default()
+            },
+            timestamps: clockmesh_sim::TimestampModel {
+                nic: true,
+                ..Default::default()
+            },
+            ..scenario(4, Exchange::Relay)
+        };
+        run_protocol(&s).unwrap()
+    };
+    let still = run(0.0);
+    assert!(still.aged_floor_abs_error_ns.max < 0.01, "{still:#?}");
+    let (one, four) = (run(1.0), run(4.0));
+    let floor = |r: &ProtocolReport| r.aged_floor_abs_error_ns.p50;
+    assert!(floor(&one) > 0.1, "{one:#?}");
+    let ratio = floor(&four) / floor(&one);
+    assert!(
+        (3.0..5.0).contains(&ratio),
+        "floor ×{ratio} for 4 × the wander"
+    );
+    assert!(
+        four.aged_abs_error_ns.p99 >= four.aged_floor_abs_error_ns.p99,
+        "{four:#?}"
+    );
+}
