@@ -883,10 +883,7 @@ impl<'a> Sim<'a> {
 
     /// Error and bound of result `r` (global − local) used at local time `at`.
     fn error_at(&self, i: usize, r: &NodeResult, at: i64) -> (f64, f64) {
-        let reading = (at - READING_BASE_NS) as f64;
-        let t = self.clocks.true_time_of(i as NodeId, reading);
-        let timeline = self.timeline_of_reference(r.reference);
-        let truth = self.timeline_value(&timeline, t) - self.clocks.reading(i as NodeId, t);
+        let (truth, _) = self.truth_and_rate_at(i, r, (at - READING_BASE_NS) as f64);
         (r.offset_at(LocalNs(at)) - truth, r.bound_at(LocalNs(at)))
     }
 
