@@ -85,6 +85,7 @@ fn node_line(s: &[InjectedSkew], i: usize, k: u64, epoch_ns: i64) -> HistoryEntr
         bound_growth_ppb: 20.0,
         reference_id: Some(0),
         anchor_kind: Some(AnchorKind::Reference),
+        timeline_origin: Some(NODES[0].into()),
     }
 }
 

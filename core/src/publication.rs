@@ -91,6 +91,7 @@ fn history_entry(r: &NodeResult, window: Nanos) -> HistoryEntry {
         bound_growth_ppb: r.bound_growth_ppb,
         reference_id: Some(r.reference),
         anchor_kind: Some(r.anchor_kind),
+        timeline_origin: r.origin.clone(),
     }
 }
 

@@ -82,6 +82,11 @@ pub struct HistoryEntry {
     pub reference_id: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anchor_kind: Option<AnchorKind>,
+    /// The member whose clock the timeline is: the leader that started it,
+    /// kept by every leader that continued it. A restarted agent reads it
+    /// back from here, since the offsets file does not carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline_origin: Option<String>,
 }
 
 /// A node entry as the agent writes it: `{"type":"node", ...entry}`.

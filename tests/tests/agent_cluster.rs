@@ -459,6 +459,25 @@ fn static_reference_loss_fails_over_without_a_gap_and_the_return_keeps_the_timel
         .collect();
     assert_within(&under, 1_000_000.0);
     assert!(c.status(1).unwrap().counters.node.leader_returns >= 1);
+    // n0 read the timeline's origin (itself: it started the timeline)
+    // back from its history with its last result, so it steers the carry
+    // toward its own clock, which is the timeline: the carry's bound then
+    // comes from the solve, not from the time n0 was away.
+    c.wait_for(Duration::from_secs(20), "n0 to steer toward n0", |c| {
+        c.hand_overs(0)
+            .iter()
+            .any(|h| h.window > back.window && h.steered_toward.as_deref() == Some("n0"))
+    })
+    .unwrap();
+    let steered = c
+        .hand_overs(0)
+        .into_iter()
+        .rfind(|h| h.steered_toward.as_deref() == Some("n0"))
+        .unwrap();
+    assert!(
+        steered.carried_bound_ns < back.carried_bound_ns,
+        "{steered:?} after {back:?}"
+    );
 }
 
 /// The global timeline as agent `i` led it in window `window` (its clock

@@ -236,7 +236,8 @@ impl<D: Discovery + Coordination> Agent<D> {
             node.lead_by_succession();
         }
         let me = node.me();
-        if let Some(last) = codec::result_from_record(&writer.current(), (me.id, &me.name)) {
+        if let Some(mut last) = codec::result_from_record(&writer.current(), (me.id, &me.name)) {
+            last.origin = jsonl.origin_of(&me.name, last.window.0);
             node.resume_from(last);
         }
         let mut agent = Agent {

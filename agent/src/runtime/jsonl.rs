@@ -5,10 +5,11 @@
 
 use std::{
     fs::{File, OpenOptions},
-    io::Write,
+    io::{Read, Seek, SeekFrom, Write},
     path::{Path, PathBuf},
 };
 
+use clockmesh_offsets::history::HistoryEntry;
 use serde::Serialize;
 
 /// Rotate when the file would exceed this.
@@ -54,6 +55,23 @@ impl Jsonl {
         Ok(())
     }
 
+    /// The timeline origin that `host`'s node line of `window` named,
+    /// looked for in the newest [`ORIGIN_TAIL_BYTES`] of the history: what
+    /// a restarted agent's last result, read back from the offsets file
+    /// (which does not carry it), was on. `None` when no such line is
+    /// there (another agent's file, a history rotated or removed since).
+    pub fn origin_of(&self, host: &str, window: u64) -> Option<String> {
+        let tail = read_tail(&self.path, ORIGIN_TAIL_BYTES).ok()?;
+        String::from_utf8_lossy(&tail)
+            .lines()
+            .rev()
+            .find_map(|line| {
+                let entry: HistoryEntry = serde_json::from_str(line).ok()?;
+                let mine = entry.host == host && entry.window == window;
+                mine.then_some(entry.timeline_origin).flatten()
+            })
+    }
+
     fn rotated(&self, n: usize) -> PathBuf {
         self.path.with_extension(format!("{n}.jsonl"))
     }
@@ -71,6 +89,21 @@ impl Jsonl {
         self.len = 0;
         Ok(())
     }
+}
+
+/// How much of the history's end [`Jsonl::origin_of`] reads: several
+/// windows of a large node's edge lines.
+const ORIGIN_TAIL_BYTES: u64 = 1 << 20;
+
+/// The last `bytes` of `path` (all of it if shorter); the first line may
+/// be cut.
+fn read_tail(path: &Path, bytes: u64) -> std::io::Result<Vec<u8>> {
+    let mut f = File::open(path)?;
+    let len = f.metadata()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(bytes)))?;
+    let mut tail = Vec::new();
+    f.read_to_end(&mut tail)?;
+    Ok(tail)
 }
 
 #[cfg(test)]
@@ -111,6 +144,48 @@ mod tests {
         let first_current: serde_json::Value =
             serde_json::from_str(current.lines().next().unwrap()).unwrap();
         assert_eq!(last_rotated["i"].as_i64().unwrap() + 1, first_current["i"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A restarted agent finds the origin its last result named in its own
+    /// node line of that window, the newest such line, and nothing in
+    /// other hosts' lines, other windows or lines that name none.
+    #[test]
+    fn the_origin_of_a_result_is_read_back_from_its_node_line() {
+        use clockmesh_offsets::history::NodeLine;
+        let dir = std::env::temp_dir().join(format!("cm-jsonl-origin-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut j = Jsonl::open(&dir, DEFAULT_MAX_BYTES).unwrap();
+        let line = |host: &str, window, origin: Option<&str>| HistoryEntry {
+            host: host.into(),
+            window,
+            timeline_origin: origin.map(Into::into),
+            ..HistoryEntry::default()
+        };
+        for entry in [
+            line("n1", 7, Some("n0")),
+            line("n1", 8, Some("n0")),
+            line("n2", 8, Some("n5")),
+            line("n1", 8, Some("n2")),
+            line("n1", 9, None),
+        ] {
+            j.write(&NodeLine::new(&entry)).unwrap();
+            j.write(&serde_json::json!({"type": "edge", "window": 8}))
+                .unwrap();
+        }
+        assert_eq!(j.origin_of("n1", 8).as_deref(), Some("n2"));
+        assert_eq!(j.origin_of("n1", 7).as_deref(), Some("n0"));
+        assert_eq!(j.origin_of("n2", 8).as_deref(), Some("n5"));
+        assert_eq!(
+            j.origin_of("n1", 9),
+            None,
+            "an older agent's line names none"
+        );
+        assert_eq!(j.origin_of("n3", 8), None);
+        assert_eq!(j.origin_of("n1", 10), None);
+        // Only the end is read: a cut first line is skipped, not an error.
+        let tail = read_tail(j.path(), 40).unwrap();
+        assert_eq!(tail.len(), 40);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
