@@ -22,7 +22,7 @@ use clockmesh::{
         ClockStatus, DeviceKind, OffsetsReader, device_flags, flags, history::DeviceHistoryEntry,
     },
 };
-use clockmesh_core::tally::DropReason;
+use clockmesh_core::{tally::DropReason, timeline::HandOverLine};
 use clockmesh_testbed::{
     cluster::{
         Backend, Checked, Cluster, ClusterConfig, METRICS_PORT, PROBE_PORT, agent_binary,
@@ -459,10 +459,14 @@ fn static_reference_loss_fails_over_without_a_gap_and_the_return_keeps_the_timel
         .collect();
     assert_within(&under, 1_000_000.0);
     assert!(c.status(1).unwrap().counters.node.leader_returns >= 1);
-    // n0 read the timeline's origin (itself: it started the timeline)
-    // back from its history with its last result, so it steers the carry
-    // toward its own clock, which is the timeline: the carry's bound then
-    // comes from the solve, not from the time n0 was away.
+    steers_toward_itself_after(&mut c, &back);
+}
+
+/// n0 read the timeline's origin (itself: it started the timeline) back
+/// from its history with its last result, so after its return (`back`) it
+/// steers the carry toward its own clock, which is the timeline: the
+/// carry's bound then comes from the solve, not from the time n0 was away.
+fn steers_toward_itself_after(c: &mut Cluster, back: &HandOverLine) {
     c.wait_for(Duration::from_secs(20), "n0 to steer toward n0", |c| {
         c.hand_overs(0)
             .iter()
