@@ -18,6 +18,18 @@ fn scenario(nodes: u32, exchange: Exchange) -> Scenario {
     }
 }
 
+/// Four nodes, relayed, with NIC stamps, for `windows` windows.
+fn four_with_nic_stamps(windows: u32) -> Scenario {
+    Scenario {
+        windows,
+        timestamps: clockmesh_sim::TimestampModel {
+            nic: true,
+            ..Default::default()
+        },
+        ..scenario(4, Exchange::Relay)
+    }
+}
+
 fn assert_like_the_cluster_tests(r: &ProtocolReport) {
     let others = r.nodes as usize - 1;
     assert_eq!(r.nodes_without_result, 0, "{r:#?}");
@@ -228,16 +240,11 @@ fn isolated_nodes_answer_throughout_and_resume_at_once_when_their_links_return()
 fn busy_queues_are_probed_faster_and_idle_ones_at_the_cadence() {
     let pairs_sent = |busy_probability: f64| {
         let s = Scenario {
-            windows: 8,
             queue: clockmesh_sim::QueueModel {
                 busy_probability,
                 ..Default::default()
             },
-            timestamps: clockmesh_sim::TimestampModel {
-                nic: true,
-                ..Default::default()
-            },
-            ..scenario(4, Exchange::Relay)
+            ..four_with_nic_stamps(8)
         };
         let r = run_protocol(&s).unwrap();
         assert_eq!(r.coverage, 1.0, "{r:#?}");
@@ -259,16 +266,11 @@ fn busy_queues_are_probed_faster_and_idle_ones_at_the_cadence() {
 fn the_aged_floor_is_the_clocks_wander_alone() {
     let run = |wander_ppb_per_sqrt_s| {
         let s = Scenario {
-            windows: 30,
             clock: clockmesh_sim::ClockModel {
                 wander_ppb_per_sqrt_s,
                 ..Default::default()
             },
-            timestamps: clockmesh_sim::TimestampModel {
-                nic: true,
-                ..Default::default()
-            },
-            ..scenario(4, Exchange::Relay)
+            ..four_with_nic_stamps(30)
         };
         run_protocol(&s).unwrap()
     };
