@@ -2251,18 +2251,7 @@ mod tests {
             let part = if k < 16 { Part::After } else { Part::Settle };
             for host in [1, 2] {
                 let error = if host == 1 && t_s < 120.0 { 500.0 } else { 5.0 };
-                v.push(Sample {
-                    t_s,
-                    phase: "p",
-                    part,
-                    host,
-                    tool: Tool::Clockmesh,
-                    state: "synchronised".into(),
-                    error_ns: Some(error),
-                    bound_ns: Some(1_000.0),
-                    error_vs_host0_ns: None,
-                    read: None,
-                });
+                v.push(clockmesh_sample(t_s, part, host, error));
             }
         }
         let restart = recovery(&v, &phase(Fault::AgentRestart, 5), Tool::Clockmesh, 50.0);
@@ -2299,27 +2288,35 @@ mod tests {
         assert!(!r.restated_judged, "10 s of samples do not reach 32.44 s");
     }
 
+    /// A synchronised clockmesh answer of phase "p", `error_ns` off.
+    fn clockmesh_sample(t_s: f64, part: Part, host: usize, error_ns: f64) -> Sample {
+        Sample {
+            t_s,
+            phase: "p",
+            part,
+            host,
+            tool: Tool::Clockmesh,
+            state: "synchronised".into(),
+            error_ns: Some(error_ns),
+            bound_ns: Some(1_000.0),
+            error_vs_host0_ns: None,
+            read: None,
+        }
+    }
+
     /// The calibrated verdict judges by the baseline's largest |error|,
     /// over the deadline and one after part's length past it: an answer
     /// above the p99 but within the largest is back, one outside that
     /// stretch is not read, and a stretch that ends before it is not judged.
     #[test]
     fn the_calibrated_verdict_reads_one_after_part_past_the_deadline_against_the_largest() {
-        let sample = |t_s: f64, host, error| Sample {
-            t_s,
-            phase: "p",
-            part: if t_s < 108.0 {
+        let sample = |t_s: f64, host, error| {
+            let part = if t_s < 108.0 {
                 Part::After
             } else {
                 Part::Settle
-            },
-            host,
-            tool: Tool::Clockmesh,
-            state: "synchronised".into(),
-            error_ns: Some(error),
-            bound_ns: Some(1_000.0),
-            error_vs_host0_ns: None,
-            read: None,
+            };
+            clockmesh_sample(t_s, part, host, error)
         };
         // Host 1 out for 2 s, then above the p99 (50) but within the
         // largest (100) until 110 s; both hosts out again at 111 s, past
