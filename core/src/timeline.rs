@@ -501,7 +501,7 @@ impl HandOverLine {
     /// The line in force for window `window` among one reference's
     /// `lines` (in the order written): the last at or before it.
     pub fn in_force(lines: &[HandOverLine], window: u64) -> Option<&HandOverLine> {
-        lines.iter().rev().find(|h| h.window <= window)
+        Self::last_at_or_before(lines.iter(), window)
     }
 
     /// The line in force for window `window` of `reference` among `lines`
@@ -512,11 +512,15 @@ impl HandOverLine {
         reference: &str,
         window: u64,
     ) -> Option<&'a HandOverLine> {
-        lines
-            .iter()
-            .rev()
-            .filter(|h| h.reference == reference)
-            .find(|h| h.window <= window)
+        Self::last_at_or_before(lines.iter().filter(|h| h.reference == reference), window)
+    }
+
+    /// The last of `lines` (in the order written) at or before `window`.
+    fn last_at_or_before<'a>(
+        lines: impl DoubleEndedIterator<Item = &'a HandOverLine>,
+        window: u64,
+    ) -> Option<&'a HandOverLine> {
+        lines.rev().find(|h| h.window <= window)
     }
 
     /// A change of reference (not the same one steering its carry).

@@ -268,7 +268,7 @@ fn table(summary: &FamilySummary, outcomes: &[Outcome], worst: usize) -> String 
     );
     let _ = writeln!(
         s,
-        "{:<22} {:>3}  {:>24}  {:>24}  {:>15}  {:>7} {:>8} {:>9}  after isolation: n, worst reader p50/max",
+        "{:<22} {:>3}  {:>24}  {:>24}  {:>15}  {:>7} {:>8} {:>11}  after isolation: n, worst reader p50/max",
         "class",
         "n",
         "p99 at result p50/p90/max",

@@ -1364,8 +1364,7 @@ pub struct Recovery {
     pub calibrated_judged: bool,
 }
 
-fn recovery(samples: &[Sample], phase: &Phase, tool: Tool, levels: impl Into<Levels>) -> Recovery {
-    let levels = levels.into();
+fn recovery(samples: &[Sample], phase: &Phase, tool: Tool, levels: Levels) -> Recovery {
     let level_ns = levels.p99_ns;
     let after = |s: &&Sample| s.phase == phase.name && s.part == Part::After;
     let after_or_settle =
@@ -1503,9 +1502,8 @@ fn recovery_tally(
     samples: &[Sample],
     phases: &[Phase],
     tool: Tool,
-    levels: impl Into<Levels>,
+    levels: Levels,
 ) -> RecoveryTally {
-    let levels = levels.into();
     let level_ns = levels.p99_ns;
     let met = |t: &Option<f64>| t.is_some_and(|t| t <= RECOVERY_GOAL_S);
     let judged: Vec<&Recovery> = rows
@@ -1513,15 +1511,11 @@ fn recovery_tally(
         .filter_map(|r| r.recovery.as_ref()?.get(tool.name()))
         .collect();
     let after_hosts = judged.iter().flat_map(|r| r.per_host.values());
-    let restated = judged.iter().filter(|r| r.restated_judged).flat_map(|r| {
-        r.restated_per_host
-            .values()
-            .map(|t| t.is_some_and(|t| t <= r.deadline_s))
+    let restated = by_deadline(&judged, |r| {
+        r.restated_judged.then_some(&r.restated_per_host)
     });
-    let calibrated = judged.iter().filter(|r| r.calibrated_judged).flat_map(|r| {
-        r.calibrated_per_host
-            .values()
-            .map(|t| t.is_some_and(|t| t <= r.deadline_s))
+    let calibrated = by_deadline(&judged, |r| {
+        r.calibrated_judged.then_some(&r.calibrated_per_host)
     });
     let controls = control_stretches(samples, phases, tool);
     let back_in_control = |level_ns: f64| {
@@ -1536,14 +1530,32 @@ fn recovery_tally(
         after_parts: after_hosts.count(),
         control_back: back_in_control(level_ns),
         control_stretches: controls.len(),
-        restated_back: restated.clone().filter(|met| *met).count(),
-        restated_judged: restated.count(),
+        restated_back: restated.0,
+        restated_judged: restated.1,
         calibrated_level_ns: levels.max_ns,
         calibration_samples: levels.samples,
-        calibrated_back: calibrated.clone().filter(|met| *met).count(),
-        calibrated_judged: calibrated.count(),
+        calibrated_back: calibrated.0,
+        calibrated_judged: calibrated.1,
         calibrated_control_back: back_in_control(levels.max_ns),
     }
+}
+
+/// Host-after-parts back by their rule's deadline, and how many were
+/// judged: `verdict` gives a recovery's per-host times where it is judged.
+fn by_deadline<'a>(
+    judged: &[&'a Recovery],
+    verdict: impl Fn(&'a Recovery) -> Option<&'a BTreeMap<usize, Option<f64>>>,
+) -> (usize, usize) {
+    let met: Vec<bool> = judged
+        .iter()
+        .filter_map(|r| Some((r.deadline_s, verdict(r)?)))
+        .flat_map(|(deadline_s, hosts)| {
+            hosts
+                .values()
+                .map(move |t| t.is_some_and(|t| t <= deadline_s))
+        })
+        .collect();
+    (met.iter().filter(|m| **m).count(), met.len())
 }
 
 /// Per settling phase and host, the tool's samples of its settle part's
@@ -1603,6 +1615,7 @@ impl Levels {
 }
 
 /// One level for both (tests).
+#[cfg(test)]
 impl From<f64> for Levels {
     fn from(level_ns: f64) -> Self {
         Levels {
@@ -2148,7 +2161,7 @@ mod tests {
         assert!(stretches.iter().all(|s| s.len() == 16));
         assert_eq!(stretches[0][0].t_s, 32.0);
         let rows = [recovery_row(&v, &phases[0]), recovery_row(&v, &phases[1])];
-        let t = recovery_tally(&rows, &v, &phases, Tool::Clockmesh, 25.0);
+        let t = recovery_tally(&rows, &v, &phases, Tool::Clockmesh, 25.0.into());
         assert_eq!((t.after_back, t.after_parts), (2, 4), "a: 1 s, b: 3 s");
         assert_eq!(
             (t.control_back, t.control_stretches),
@@ -2158,7 +2171,7 @@ mod tests {
     }
 
     fn recovery_row(v: &[Sample], phase: &Phase) -> Row {
-        let r = recovery(v, phase, Tool::Clockmesh, 25.0);
+        let r = recovery(v, phase, Tool::Clockmesh, 25.0.into());
         Row {
             phase: phase.name,
             part: "after",
@@ -2206,7 +2219,7 @@ mod tests {
             during: RESTART_AFTER,
             after: true,
         };
-        let r = recovery(&v, &p, Tool::Clockmesh, 50.0);
+        let r = recovery(&v, &p, Tool::Clockmesh, 50.0.into());
         assert_eq!(
             r.per_host[&1],
             Some(1.5),
@@ -2214,12 +2227,15 @@ mod tests {
         );
         assert_eq!(r.per_host[&2], Some(0.0));
         assert_eq!(r.worst_s, Some(1.5));
-        let r = recovery(&v, &p, Tool::Clockmesh, 40.0);
+        let r = recovery(&v, &p, Tool::Clockmesh, 40.0.into());
         assert_eq!(r.per_host[&1], Some(2.0));
         let out = [sample(10.0, 1, Some(10.0)), sample(10.5, 1, Some(90.0))];
-        let r = recovery(&out, &p, Tool::Clockmesh, 50.0);
+        let r = recovery(&out, &p, Tool::Clockmesh, 50.0.into());
         assert_eq!((r.per_host[&1], r.worst_s), (None, None));
-        assert_eq!(recovery(&v, &p, Tool::Chrony, 50.0).per_host[&1], None);
+        assert_eq!(
+            recovery(&v, &p, Tool::Chrony, 50.0.into()).per_host[&1],
+            None
+        );
     }
 
     /// The restated rule: a fault that leaves the history gets 2 windows,
@@ -2254,7 +2270,12 @@ mod tests {
                 v.push(clockmesh_sample(t_s, part, host, error));
             }
         }
-        let restart = recovery(&v, &phase(Fault::AgentRestart, 5), Tool::Clockmesh, 50.0);
+        let restart = recovery(
+            &v,
+            &phase(Fault::AgentRestart, 5),
+            Tool::Clockmesh,
+            50.0.into(),
+        );
         assert!(
             restart.restated_judged,
             "39.5 s of samples reach past 32.44 s"
@@ -2265,14 +2286,19 @@ mod tests {
             recovery: Some(BTreeMap::from([(Tool::Clockmesh.name(), restart)])),
             ..recovery_row(&v, &phase(Fault::AgentRestart, 5))
         }];
-        let t = recovery_tally(&rows, &v, &[], Tool::Clockmesh, 50.0);
+        let t = recovery_tally(&rows, &v, &[], Tool::Clockmesh, 50.0.into());
         assert_eq!((t.restated_back, t.restated_judged), (2, 2));
-        let link = recovery(&v, &phase(Fault::LinkDown, 15), Tool::Clockmesh, 50.0);
+        let link = recovery(
+            &v,
+            &phase(Fault::LinkDown, 15),
+            Tool::Clockmesh,
+            50.0.into(),
+        );
         let rows = [Row {
             recovery: Some(BTreeMap::from([(Tool::Clockmesh.name(), link)])),
             ..recovery_row(&v, &phase(Fault::LinkDown, 15))
         }];
-        let t = recovery_tally(&rows, &v, &[], Tool::Clockmesh, 50.0);
+        let t = recovery_tally(&rows, &v, &[], Tool::Clockmesh, 50.0.into());
         assert_eq!(
             (t.restated_back, t.restated_judged),
             (1, 2),
@@ -2283,7 +2309,7 @@ mod tests {
             &short,
             &phase(Fault::AgentRestart, 5),
             Tool::Clockmesh,
-            50.0,
+            50.0.into(),
         );
         assert!(!r.restated_judged, "10 s of samples do not reach 32.44 s");
     }
