@@ -21,8 +21,8 @@
 //! software stamps, whose noise needs the long span (its tighter drift
 //! bound also makes holdover last). On a fast-wandering clock the newest
 //! 16 s of a full software history are closer at the newest point: a node
-//! publishes that half span's offset under the 32 s slope while it has
-//! predicted the windows after it better ([`crate::span_choice`]). Both
+//! publishes that half span's offset under the 32 s slope unless the 32 s
+//! line has predicted the windows after it better ([`crate::span_choice`]). Both
 //! spans are times, not window counts, so a
 //! shorter window brings results more often from as many pairs. A NIC fit
 //! starved of pure pairs (busy queues leave a few in 2 s) grows its span,
@@ -493,9 +493,8 @@ struct Kept {
 /// under its slope; `None` for NIC stamps, no fitted half span, or a span
 /// under a quarter of the class's `longest`. Only a full history publishes
 /// the half line, but a young one's lines are scored too, so that a node
-/// whose clock wanders publishes it soon after its history is full (the
-/// advantage of the half line is smaller over shorter spans: the score
-/// leans to the full one while young).
+/// whose stamps favour the full line returns to it soon after its history
+/// is full.
 fn half_and_full(
     full: &HistoryFit,
     half: Option<&HistoryFit>,
@@ -565,9 +564,7 @@ fn fit_probes(probes: &EdgeProbes, stamps: StampClass, cfg: &EstimatorConfig) ->
 
 /// The estimator's purity test with the tolerance of these stamps.
 pub(crate) fn purity_for(stamps: StampClass, cfg: &EstimatorConfig) -> PurityConfig {
-    let mut purity = cfg.purity.clone();
-    purity.tolerance_ns = stamps.purity_tolerance().0;
-    purity
+    stamps.purity(&cfg.purity)
 }
 
 /// Whether `fit` stands on too few pure points in a direction to pin its
@@ -785,12 +782,19 @@ mod tests {
         }
     }
 
+    /// Where neither line predicts better, the half line under the full
+    /// slope is published (the default; `crate::span_choice`), as close
+    /// to a steady frequency as the full line would be.
     #[test]
-    fn a_steady_frequency_keeps_the_full_span() {
+    fn a_steady_frequency_publishes_the_half_line_by_default() {
         let t0 = 1_700_000_000_000_000_000i64;
         // 10 ppb apart, steadily.
-        let chosen = fitted_every_window(100, move |t| 1_000 + (t - t0) / 100_000_000);
-        assert_eq!((chosen.windows, chosen.drift_windows), (32, 32));
+        let steady = move |t: i64| 1_000 + (t - t0) / 100_000_000;
+        let chosen = fitted_every_window(100, steady);
+        assert_eq!((chosen.windows, chosen.drift_windows), (16, 32));
+        let f = chosen.outcome.fit.unwrap();
+        let error = f.offset_at_f64(LocalNs(f.epoch_ns)) - steady(f.epoch_ns) as f64;
+        assert!(error.abs() <= 5.0, "{error} ns off");
     }
 
     #[test]

@@ -156,6 +156,29 @@ impl StampClass {
             StampClass::Software => SOFTWARE_PURITY_NS,
         })
     }
+
+    /// Whether a pure pair's point is its packet with the smaller delay
+    /// rather than its first. Software stamps yes: their noise (TX stamped
+    /// before the packet leaves, RX after it arrived) only ever adds delay
+    /// and is drawn afresh for each packet, so the better of two sits
+    /// nearer the floor the fit stands on; it halved the scenario family's
+    /// worst software members' p99 (docs/estimator.md §8, "The better
+    /// packet of each software pair"). NIC stamps no: a NIC pair is pure
+    /// only when both packets crossed alike, and its first packet is the
+    /// one no queue behind the other can have touched.
+    pub fn keeps_best_of_pair(self) -> bool {
+        self == StampClass::Software
+    }
+
+    /// `base` with this class's purity rules (tolerance, which packet of a
+    /// pure pair is kept).
+    pub fn purity(self, base: &PurityConfig) -> PurityConfig {
+        PurityConfig {
+            tolerance_ns: self.purity_tolerance().0,
+            best_of_pair: self.keeps_best_of_pair(),
+            ..base.clone()
+        }
+    }
 }
 /// The sender sleeps between the packets of a pair; sleeps overshoot, so TX
 /// gaps up to twice the nominal spacing are accepted (the gap is measured by
@@ -269,12 +292,11 @@ impl Settings {
 pub fn estimator_config(settings: &Settings) -> EstimatorConfig {
     let spacing_ns = settings.spacing().0;
     EstimatorConfig {
-        purity: PurityConfig {
+        purity: StampClass::Software.purity(&PurityConfig {
             spacing_ns,
-            tolerance_ns: SOFTWARE_PURITY_NS,
             max_spacing_error_ns: spacing_ns.max(MIN_SPACING_ERROR_NS),
             ..PurityConfig::default()
-        },
+        }),
         // Results stay usable for a few missed windows, never less than 10 s.
         max_age_ns: settings.window().saturating_mul(3).0.max(10_000_000_000),
         fit: FitConfig {
@@ -291,7 +313,7 @@ pub fn estimator_config(settings: &Settings) -> EstimatorConfig {
 /// fit edges of one known class (the simulator's estimator mode).
 pub fn estimator_config_for(settings: &Settings, class: StampClass) -> EstimatorConfig {
     let mut config = estimator_config(settings);
-    config.purity.tolerance_ns = class.purity_tolerance().0;
+    config.purity = class.purity(&config.purity);
     config
 }
 
@@ -308,6 +330,11 @@ mod tests {
         assert_eq!(c.purity.spacing_ns, 50_000);
         assert_eq!(c.purity.max_spacing_error_ns, 50_000);
         assert_eq!(c.purity.tolerance_ns, SOFTWARE_PURITY_NS);
+        assert!(c.purity.best_of_pair);
+        let nic = estimator_config_for(&Settings::default(), StampClass::Nic);
+        assert_eq!(nic.purity.tolerance_ns, NIC_PURITY_NS);
+        assert!(!nic.purity.best_of_pair);
+        assert_eq!(nic.purity.spacing_ns, 100_000);
         let close = estimator_config(&Settings {
             packet_spacing: Nanos::from_micros(5),
             ..Settings::default()

@@ -24,10 +24,19 @@
 //! reads to the solve as an offset of the node. The noise of the judging
 //! packets is the same for both lines (they share a slope), so the mean
 //! difference of the squared averages is the difference of the lines'
-//! mean squared prediction errors. The half span is published while that
-//! difference favours it by more than twice its standard error, and until
-//! it no longer favours it at all: a node whose clock does not wander
-//! keeps the long line, as before.
+//! mean squared prediction errors. The half line is published unless
+//! that difference has favoured the full line by more than twice its
+//! standard error over at least 32 scored windows; the full line then
+//! stays until it no longer leads at all.
+//!
+//! The half line is the default since a software pair gives its better
+//! packet (docs/estimator.md §8, "The better packet of each software
+//! pair"): with those cleaner points the half line's extra noise is small,
+//! while a default of the full line cost medium-length runs on wandering
+//! clocks the bend of their first 40–70 windows, before the score could
+//! decide (the family's software members within 300 ns, 60–180 s runs:
+//! 35 → 39 of 40). A node whose stamps scatter more than its clock wanders
+//! returns to the full line once the score says so.
 
 use clockmesh_estimator::EdgeFit;
 use clockmesh_estimator::convert::count_f64;
@@ -35,23 +44,24 @@ use clockmesh_estimator::convert::count_f64;
 /// Weight of the newest window in the running means: about the last 64
 /// windows count (a minute at the shipped 1 s windows).
 const WEIGHT: f64 = 1.0 / 64.0;
-/// Scored windows before the half span may be chosen: one full software
-/// history's worth.
+/// Scored windows before the full span may replace the half: one full
+/// software history's worth.
 const MIN_SCORED: u32 = 32;
-/// Standard errors by which the half span's lead must exceed zero before
-/// it is published.
+/// Standard errors by which the full span's lead must exceed zero before
+/// it replaces the half.
 const LEAD_IN_ERRORS: f64 = 2.0;
 /// A lead in mean squared error below this (ns²) is no lead: lines that
-/// predict alike keep the full span whatever the noise says.
+/// predict alike keep the half span whatever the noise says.
 const MIN_LEAD_NS2: f64 = 100.0;
 
 /// Which line a full software history publishes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SoftwareSpan {
     /// The longest span's own line.
-    #[default]
     Full,
-    /// The half span's offset under the longest span's slope.
+    /// The half span's offset under the longest span's slope: the default
+    /// (see the module's documentation).
+    #[default]
     Half,
 }
 
@@ -109,17 +119,17 @@ impl SpanChoice {
         self.lead += WEIGHT * (lead - self.lead);
         self.lead_sq += WEIGHT * (lead * lead - self.lead_sq);
         self.scored = self.scored.saturating_add(1);
-        let leads = match self.span {
-            SoftwareSpan::Half => self.lead > 0.0,
-            SoftwareSpan::Full => {
+        let full_leads = match self.span {
+            SoftwareSpan::Full => self.lead < 0.0,
+            SoftwareSpan::Half => {
                 self.scored >= MIN_SCORED
-                    && self.lead > MIN_LEAD_NS2.max(LEAD_IN_ERRORS * self.standard_error())
+                    && -self.lead > MIN_LEAD_NS2.max(LEAD_IN_ERRORS * self.standard_error())
             }
         };
-        self.span = if leads {
-            SoftwareSpan::Half
-        } else {
+        self.span = if full_leads {
             SoftwareSpan::Full
+        } else {
+            SoftwareSpan::Half
         };
     }
 
@@ -165,33 +175,33 @@ mod tests {
     }
 
     #[test]
-    fn the_half_line_is_chosen_once_it_predicts_better() {
-        // The full line bent 80 ns off, the half line 10 ns.
+    fn the_full_line_is_chosen_once_it_predicts_better() {
+        // The half line scattered 80 ns off, the full line 10 ns.
         let mut choice = SpanChoice::default();
-        scored(&mut choice, MIN_SCORED - 1, (80.0, 10.0), noise);
-        assert_eq!(choice.span(), SoftwareSpan::Full, "too few windows scored");
-        scored(&mut choice, 200, (80.0, 10.0), noise);
-        assert_eq!(choice.span(), SoftwareSpan::Half);
+        scored(&mut choice, MIN_SCORED - 1, (10.0, 80.0), noise);
+        assert_eq!(choice.span(), SoftwareSpan::Half, "too few windows scored");
+        scored(&mut choice, 200, (10.0, 80.0), noise);
+        assert_eq!(choice.span(), SoftwareSpan::Full);
     }
 
     #[test]
-    fn the_full_line_stays_when_the_half_predicts_worse_or_no_better() {
+    fn the_half_line_stays_when_the_full_predicts_worse_or_no_better() {
         let mut choice = SpanChoice::default();
-        scored(&mut choice, 500, (10.0, 80.0), noise);
-        assert_eq!(choice.span(), SoftwareSpan::Full);
+        scored(&mut choice, 500, (80.0, 10.0), noise);
+        assert_eq!(choice.span(), SoftwareSpan::Half);
         // The same error both sides: the lead is noise.
         let mut choice = SpanChoice::default();
         scored(&mut choice, 500, (40.0, -40.0), noise);
-        assert_eq!(choice.span(), SoftwareSpan::Full);
+        assert_eq!(choice.span(), SoftwareSpan::Half);
     }
 
     #[test]
-    fn the_half_line_goes_when_it_stops_leading() {
+    fn the_full_line_goes_when_it_stops_leading() {
         let mut choice = SpanChoice::default();
-        scored(&mut choice, 200, (80.0, 10.0), noise);
-        assert_eq!(choice.span(), SoftwareSpan::Half);
-        scored(&mut choice, 400, (10.0, 80.0), noise);
+        scored(&mut choice, 200, (10.0, 80.0), noise);
         assert_eq!(choice.span(), SoftwareSpan::Full);
+        scored(&mut choice, 400, (80.0, 10.0), noise);
+        assert_eq!(choice.span(), SoftwareSpan::Half);
     }
 
     /// Errors independent from edge to edge (noise the solve averages)
@@ -200,7 +210,7 @@ mod tests {
     fn edges_are_averaged_before_their_errors_are_squared() {
         let mut choice = SpanChoice::default();
         for k in 0..200 {
-            // Each half line 60 ns off, in opposite directions; the full
+            // Each full line 60 ns off, in opposite directions; the half
             // lines 60 ns off the same way: alike edge by edge.
             let edges = [
                 LinesSeen {
@@ -208,13 +218,13 @@ mod tests {
                     half: 60.0 - noise(k),
                 },
                 LinesSeen {
-                    full: 60.0 - noise(k + 1),
-                    half: -60.0 - noise(k + 1),
+                    full: -60.0 - noise(k + 1),
+                    half: 60.0 - noise(k + 1),
                 },
             ];
             choice.score(&edges);
         }
-        assert_eq!(choice.span(), SoftwareSpan::Half);
+        assert_eq!(choice.span(), SoftwareSpan::Full);
     }
 
     fn line(offset_ns: f64) -> EdgeFit {

@@ -3,7 +3,8 @@
 //! A sender transmits two packets `s` ns apart (index 0, then index 1, same sequence number).
 //! If the receiver sees them the same distance apart (within a tolerance), neither packet met a
 //! queue the other did not, nor a late/early timestamp: the pair is *pure* and its first
-//! packet is a trustworthy one-way-delay sample. Impure pairs are dropped and counted.
+//! packet is a trustworthy one-way-delay sample (or, with [`PurityConfig::best_of_pair`], the
+//! faster of its two packets). Impure pairs are dropped and counted.
 use serde::{Deserialize, Serialize};
 
 use crate::EstimatorError;
@@ -27,7 +28,7 @@ pub struct ProbeTimestamps {
     pub rx_ns: i64,
 }
 
-/// First packet of a pure pair: one sample of `rx - tx` = one-way delay + clock offset.
+/// The kept packet of a pure pair: one sample of `rx - tx` = one-way delay + clock offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PurePoint {
     pub seq: u64,
@@ -50,6 +51,10 @@ pub struct PurityConfig {
     /// Largest accepted |rx − tx| (delay plus clock offset between the two hosts), default one
     /// day: larger values mean the two clocks are not on the same timescale.
     pub max_abs_delay_ns: i64,
+    /// Keep the pure pair's packet with the smaller `rx − tx` instead of the first (default
+    /// false). For stamps whose noise only ever adds delay and is drawn afresh for each packet
+    /// (software stamps: TX early, RX late), the better of two is a sample nearer the floor.
+    pub best_of_pair: bool,
 }
 
 impl Default for PurityConfig {
@@ -59,6 +64,7 @@ impl Default for PurityConfig {
             tolerance_ns: 40,
             max_spacing_error_ns: 5_000,
             max_abs_delay_ns: 86_400_000_000_000,
+            best_of_pair: false,
         }
     }
 }
@@ -102,7 +108,8 @@ pub struct Pairing {
     pub stats: PairingStats,
 }
 
-/// Pairs the probes of one direction of one edge and keeps the first packet of each pure pair.
+/// Pairs the probes of one direction of one edge and keeps the first packet of each pure pair
+/// (the faster one with [`PurityConfig::best_of_pair`]).
 ///
 /// Input order does not matter. Loss and reordering in the network are normal and only
 /// counted; inputs that signal a bug upstream are errors: an empty slice, a duplicate
@@ -144,10 +151,11 @@ pub fn pair_probes(
                 match classify_pair(&first, &second, cfg)? {
                     PairClass::Pure => {
                         stats.pure += 1;
+                        let kept = kept_packet(&first, &second, cfg);
                         pure.push(PurePoint {
-                            seq: first.seq,
-                            tx_ns: first.tx_ns,
-                            rx_ns: first.rx_ns,
+                            seq: kept.seq,
+                            tx_ns: kept.tx_ns,
+                            rx_ns: kept.rx_ns,
                         });
                     }
                     PairClass::Impure => stats.impure += 1,
@@ -162,6 +170,21 @@ pub fn pair_probes(
         }
     }
     Ok(Pairing { pure, stats })
+}
+
+/// The packet of a pure pair that becomes its point: the first, or with
+/// [`PurityConfig::best_of_pair`] the one with the smaller `rx − tx`.
+fn kept_packet<'a>(
+    first: &'a ProbeTimestamps,
+    second: &'a ProbeTimestamps,
+    cfg: &PurityConfig,
+) -> &'a ProbeTimestamps {
+    let delay = |p: &ProbeTimestamps| p.rx_ns - p.tx_ns;
+    if cfg.best_of_pair && delay(second) < delay(first) {
+        second
+    } else {
+        first
+    }
 }
 
 fn check_probe(p: &ProbeTimestamps, cfg: &PurityConfig) -> Result<(), EstimatorError> {
@@ -259,6 +282,32 @@ mod tests {
                 pure: 1
             }
         );
+    }
+
+    #[test]
+    fn best_of_pair_keeps_the_packet_nearer_the_floor() {
+        // Pure both (gaps 10_000 vs 10_030 and 10_000 vs 9_980): the
+        // first pair's first packet is the faster, the second pair's second.
+        let probes = [
+            probe(1, 0, 0, 5_000),
+            probe(1, 1, 10_000, 15_030),
+            probe(2, 0, 100_000, 105_050),
+            probe(2, 1, 110_000, 115_030),
+        ];
+        let first = pair_probes(&probes, &PurityConfig::default()).unwrap();
+        let best = pair_probes(
+            &probes,
+            &PurityConfig {
+                best_of_pair: true,
+                ..PurityConfig::default()
+            },
+        )
+        .unwrap();
+        let delays = |p: &Pairing| p.pure.iter().map(|q| q.rx_ns - q.tx_ns).collect::<Vec<_>>();
+        assert_eq!(delays(&first), vec![5_000, 5_050]);
+        assert_eq!(delays(&best), vec![5_000, 5_030]);
+        assert_eq!(best.pure[1].tx_ns, 110_000);
+        assert_eq!(best.stats, first.stats);
     }
 
     #[test]
