@@ -40,9 +40,7 @@
 use std::collections::VecDeque;
 
 use clockmesh_estimator::convert::{count_f64, ns_f64, ns_i64, unsigned_ns_f64};
-use clockmesh_estimator::{
-    EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, PurityConfig, estimate_edge,
-};
+use clockmesh_estimator::{EdgeFit, EdgeOutcome, EdgeProbes, EstimatorConfig, estimate_edge};
 
 use crate::settings::{
     LONG_SILENCE_NS, NIC_STARVED_POINTS, PATH_JUDGED_NS, StampClass, windows_covering,
@@ -559,12 +557,7 @@ impl PathSeen {
 fn fit_probes(probes: &EdgeProbes, stamps: StampClass, cfg: &EstimatorConfig) -> EdgeOutcome {
     let mut fit_cfg = cfg.fit.clone();
     fit_cfg.model_slack_ns += cfg.holdover_wander_ppb * 1e-9 * time_span(probes) / 8.0;
-    estimate_edge(probes, &purity_for(stamps, cfg), &fit_cfg)
-}
-
-/// The estimator's purity test with the tolerance of these stamps.
-pub(crate) fn purity_for(stamps: StampClass, cfg: &EstimatorConfig) -> PurityConfig {
-    stamps.purity(&cfg.purity)
+    estimate_edge(probes, &stamps.purity(&cfg.purity), &fit_cfg)
 }
 
 /// Whether `fit` stands on too few pure points in a direction to pin its

@@ -33,7 +33,7 @@ use crate::{
     codec,
     collector::{Collector, CollectorStats, PairKey, Settled, Side},
     graph::{Neighbourhood, ProbeGraph},
-    history::{EdgeHistory, HistoryFit, purity_for},
+    history::{EdgeHistory, HistoryFit},
     pairs::{PairBook, PairBookStats},
     peers::{HandshakeConfig, Peer, Peers},
     probe_rate::{DirectionWindow, ProbeRates, due_in_round, rounds_per_cadence},
@@ -1134,7 +1134,7 @@ impl Node {
                 stamps,
             });
         }
-        let stats = pair_probes(probes, &purity_for(stamps, &self.est_cfg))
+        let stats = pair_probes(probes, &stamps.purity(&self.est_cfg.purity))
             .ok()?
             .stats;
         Some(DirectionWindow {
