@@ -32,6 +32,13 @@
 //! ([`StampClass::drift_history_windows`]): a reader extrapolates each
 //! result with it, and a 2 s slope is noisier than a 3 s one lags.
 //!
+//! A software line that bridges a long silence (a link down, a peer
+//! cut off) keeps the slope of its whole span, whose lever reaches across
+//! the silence, but takes its offset from the packets after it: the clocks
+//! wandered meanwhile, and the span's fastest packets, mostly from before,
+//! would carry the old offset over
+//! ([`EdgeHistory::offset_after_silence`]).
+//!
 //! The bound stays honest over the longer span: each fit's model slack
 //! grows with its span by the frequency wander the estimator assumes
 //! (`holdover_wander_ppb`): a frequency change of Δf inside a span T moves
@@ -317,6 +324,7 @@ impl EdgeHistory {
         }
         if let Some(chosen) = chosen.as_mut() {
             self.steady_drift(chosen, &accepted, cfg, window);
+            self.offset_after_silence(chosen, window);
         }
         Kept {
             chosen,
@@ -373,6 +381,45 @@ impl EdgeHistory {
             .collect();
         before.sort_unstable();
         after < before[before.len() / 2]
+    }
+
+    /// Moves a software line that bridges a long silence
+    /// ([`LONG_SILENCE_NS`]) to the offset its windows after the silence
+    /// allow under its slope. The bridged line's offset at its newest end
+    /// is set by the fastest packets of the whole span, mostly from before
+    /// the silence, carried across it by the slope; the clocks wandered
+    /// meanwhile. Its slope, over the silence's whole lever, is the better
+    /// half of it; the newest packets say where the line is now. The bound
+    /// grows by the move: still honest.
+    fn offset_after_silence(&self, chosen: &mut HistoryFit, window: Nanos) {
+        let since = self.windows_since_silence();
+        if !chosen.stamps.bridges_silence() || since >= chosen.windows.min(self.windows.len()) {
+            return;
+        }
+        let last = self.windows.len() - since;
+        let silent = self.windows[last].k - self.windows[last - 1].k - 1;
+        if window.saturating_mul(ns_i64(silent)).0 < LONG_SILENCE_NS {
+            return;
+        }
+        let Ok(bridged) = chosen.outcome.fit.as_ref() else {
+            return;
+        };
+        let seen = self
+            .windows
+            .iter()
+            .skip(last)
+            .filter_map(|w| fastest_along(&w.probes, bridged))
+            .fold((f64::INFINITY, f64::INFINITY), |(f, b), (wf, wb)| {
+                (f.min(wf), b.min(wb))
+            });
+        if !(seen.0.is_finite() && seen.1.is_finite()) {
+            return;
+        }
+        let offset_error = (seen.1 - seen.0) / 2.0;
+        let mut moved = bridged.clone();
+        moved.offset_rel_ns -= offset_error;
+        moved.bound_ns += offset_error.abs();
+        chosen.outcome.fit = Ok(moved);
     }
 
     /// How many of the newest kept windows follow each other without a
@@ -1135,6 +1182,70 @@ mod tests {
         h.push_window(43, after_a_lost_report, StampClass::Software);
         let short = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
         assert_eq!(short.windows, 16, "a one-window silence is bridged at once");
+    }
+
+    /// Across a long silence the clocks moved (here 400 ns, as a wander of
+    /// a few ppb would in tens of seconds). A line bridging it whose offset
+    /// at its newest end is still the old one (the fastest packets before
+    /// the silence pinned it) is moved to the offset the packets after the
+    /// silence allow under its slope, and its bound grows by the move; a
+    /// line that does not bridge a long silence is left alone.
+    #[test]
+    fn a_bridged_line_takes_its_offset_from_the_windows_after_the_silence() {
+        const SHORT_NS: i64 = 1_000_000_000;
+        let first_after = 1_700_000_000_000_000_000i64 + 40 * SHORT_NS;
+        let offset = move |t: i64| if t < first_after { 1_000 } else { 1_400 };
+        let mut h = EdgeHistory::default();
+        for w in (0..20).chain(40..42) {
+            h.push_window(
+                w as u64,
+                window_of(SHORT_NS, w, offset, 0),
+                StampClass::Software,
+            );
+        }
+        let mut fit = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
+        assert_eq!(fit.windows, 16, "bridged: two windows after it, 14 before");
+        let at_end = |fit: &HistoryFit| {
+            let f = fit.outcome.fit.as_ref().unwrap();
+            (at_end_value(f), f.bound_ns)
+        };
+        // The old offset at the newest end, flat: what a line pinned by the
+        // windows before the silence says.
+        if let Ok(f) = fit.outcome.fit.as_mut() {
+            f.drift = 0.0;
+            f.offset_rel_ns -= at_end_value(f) - 1_000.0;
+        }
+        let (_, bound_before) = at_end(&fit);
+        h.offset_after_silence(&mut fit, Nanos(SHORT_NS));
+        let (moved, bound) = at_end(&fit);
+        assert!(
+            (moved - 1_400.0).abs() < 5.0,
+            "{moved} ns at the newest end"
+        );
+        assert!(
+            (bound - bound_before - 400.0).abs() < 5.0,
+            "grown by the move"
+        );
+        // Without a long silence before the newest windows: left alone.
+        let mut steady = EdgeHistory::default();
+        for w in 0..20 {
+            steady.push_window(
+                w as u64,
+                window_of(SHORT_NS, w, |_| 1_000, 0),
+                StampClass::Software,
+            );
+        }
+        let mut fit = steady
+            .fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full)
+            .unwrap();
+        let before = at_end(&fit);
+        steady.offset_after_silence(&mut fit, Nanos(SHORT_NS));
+        assert_eq!(at_end(&fit), before);
+    }
+
+    fn at_end_value(f: &EdgeFit) -> f64 {
+        let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
+        base as f64 + frac
     }
 
     /// NIC fits span time, not kept windows: across a silence the first
