@@ -360,13 +360,11 @@ impl EdgeHistory {
     /// windows after the silence hold a window's worth, they are fitted
     /// alone.
     fn thin_after_silence(&self, span: usize, window: Nanos) -> bool {
-        let since = self.windows_since_silence();
-        if span <= since || span > self.windows.len() {
+        let Some(last) = self.first_after_long_silence(window) else {
             return false;
-        }
-        let last = self.windows.len() - since;
-        let silent = self.windows[last].k - self.windows[last - 1].k - 1;
-        if window.saturating_mul(ns_i64(silent)).0 < LONG_SILENCE_NS {
+        };
+        let since = self.windows.len() - last;
+        if span <= since || span > self.windows.len() {
             return false;
         }
         let probes = |w: &KeptWindow| w.probes.forward.len().min(w.probes.backward.len());
@@ -392,13 +390,11 @@ impl EdgeHistory {
     /// half of it; the newest packets say where the line is now. The bound
     /// grows by the move: still honest.
     fn offset_after_silence(&self, chosen: &mut HistoryFit, window: Nanos) {
-        let since = self.windows_since_silence();
-        if !chosen.stamps.bridges_silence() || since >= chosen.windows.min(self.windows.len()) {
+        let Some(last) = self.first_after_long_silence(window) else {
             return;
-        }
-        let last = self.windows.len() - since;
-        let silent = self.windows[last].k - self.windows[last - 1].k - 1;
-        if window.saturating_mul(ns_i64(silent)).0 < LONG_SILENCE_NS {
+        };
+        let since = self.windows.len() - last;
+        if !chosen.stamps.bridges_silence() || since >= chosen.windows.min(self.windows.len()) {
             return;
         }
         let Ok(bridged) = chosen.outcome.fit.as_ref() else {
@@ -420,6 +416,18 @@ impl EdgeHistory {
         moved.offset_rel_ns -= offset_error;
         moved.bound_ns += offset_error.abs();
         chosen.outcome.fit = Ok(moved);
+    }
+
+    /// The index of the first kept window after the newest silence, when
+    /// that silence lasted at least [`LONG_SILENCE_NS`].
+    fn first_after_long_silence(&self, window: Nanos) -> Option<usize> {
+        let last = self
+            .windows
+            .len()
+            .checked_sub(self.windows_since_silence())?;
+        let before = self.windows.get(last.checked_sub(1)?)?;
+        let silent = self.windows[last].k - before.k - 1;
+        (window.saturating_mul(ns_i64(silent)).0 >= LONG_SILENCE_NS).then_some(last)
     }
 
     /// How many of the newest kept windows follow each other without a
