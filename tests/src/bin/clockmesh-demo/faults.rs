@@ -1641,9 +1641,7 @@ impl Levels {
             samples: f.answered,
         }
     }
-}
 
-impl Levels {
     /// The baseline's p99 beside a calibrated level pooled over every
     /// no-fault sample of the run but `phase`'s own: the baseline, and the
     /// last [`AFTER`] of each settle (the controls). One 30 s baseline is
