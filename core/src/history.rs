@@ -1215,13 +1215,13 @@ mod tests {
         assert_eq!(fit.windows, 16, "bridged: two windows after it, 14 before");
         let at_end = |fit: &HistoryFit| {
             let f = fit.outcome.fit.as_ref().unwrap();
-            (at_end_value(f), f.bound_ns)
+            (f.offset_at_f64(LocalNs(f.epoch_ns)), f.bound_ns)
         };
         // The old offset at the newest end, flat: what a line pinned by the
         // windows before the silence says.
         if let Ok(f) = fit.outcome.fit.as_mut() {
             f.drift = 0.0;
-            f.offset_rel_ns -= at_end_value(f) - 1_000.0;
+            f.offset_rel_ns -= f.offset_at_f64(LocalNs(f.epoch_ns)) - 1_000.0;
         }
         let (_, bound_before) = at_end(&fit);
         h.offset_after_silence(&mut fit, Nanos(SHORT_NS));
@@ -1249,11 +1249,6 @@ mod tests {
         let before = at_end(&fit);
         steady.offset_after_silence(&mut fit, Nanos(SHORT_NS));
         assert_eq!(at_end(&fit), before);
-    }
-
-    fn at_end_value(f: &EdgeFit) -> f64 {
-        let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
-        base as f64 + frac
     }
 
     /// NIC fits span time, not kept windows: across a silence the first
