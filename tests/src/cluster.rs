@@ -30,6 +30,14 @@ use crate::{
 };
 
 pub const PROBE_PORT: u16 = 31_900;
+
+/// A cluster's directory (agent logs, JSONL histories, `report.html`) is
+/// `<temp dir>/<RUN_DIR_PREFIX><host 0's namespace>`.
+const RUN_DIR_PREFIX: &str = "clockmesh-cluster-";
+/// Finished runs' directories kept for reading afterwards; older ones are
+/// removed when a cluster starts, so that runs do not pile up.
+const KEPT_FINISHED_RUNS: usize = 8;
+const NETNS_DIR: &str = "/var/run/netns";
 pub const METRICS_PORT: u16 = 9_977;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,7 +167,9 @@ impl Cluster {
             )?),
             Backend::Static => None,
         };
-        let dir = std::env::temp_dir().join(format!("clockmesh-cluster-{}", bed.host(0).netns));
+        let tmp = std::env::temp_dir();
+        prune_finished_runs(&tmp, Path::new(NETNS_DIR), KEPT_FINISHED_RUNS);
+        let dir = tmp.join(format!("{RUN_DIR_PREFIX}{}", bed.host(0).netns));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         if let Some(key) = &cfg.auth_key {
@@ -462,6 +472,31 @@ impl Drop for Cluster {
     }
 }
 
+/// Removes the directories of finished runs under `tmp` but the `keep`
+/// newest. A run is finished once its host 0's namespace is gone from
+/// `netns_dir` (its testbed deletes it on drop; a crashed run's is removed
+/// by the next testbed), so a run still going keeps its directory.
+fn prune_finished_runs(tmp: &Path, netns_dir: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    let mut finished: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let netns = name.strip_prefix(RUN_DIR_PREFIX)?;
+            if netns_dir.join(netns).exists() {
+                return None;
+            }
+            Some((e.metadata().ok()?.modified().ok()?, e.path()))
+        })
+        .collect();
+    finished.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
+    for (_, dir) in finished.into_iter().skip(keep) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// CPU seconds (user + system) process `pid` has used so far.
 pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -537,4 +572,45 @@ pub fn wait_at_most(
     let _ = child.kill();
     let _ = child.wait();
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    fn run_dir(tmp: &Path, netns: &str, age_s: u64) -> PathBuf {
+        let dir = tmp.join(format!("{RUN_DIR_PREFIX}{netns}"));
+        std::fs::create_dir_all(dir.join("n0")).unwrap();
+        let modified = SystemTime::now() - Duration::from_secs(age_s);
+        std::fs::File::open(&dir)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
+        dir
+    }
+
+    #[test]
+    fn finished_runs_beyond_the_newest_kept_are_removed_and_running_ones_stay() {
+        let root = std::env::temp_dir().join(format!("cm-prune-test-{}", std::process::id()));
+        let (tmp, netns) = (root.join("tmp"), root.join("netns"));
+        std::fs::create_dir_all(&netns).unwrap();
+        let finished: Vec<PathBuf> = (0..5)
+            .map(|i| run_dir(&tmp, &format!("cmtb-1-{i}-h0"), 100 * (i + 1)))
+            .collect();
+        // The oldest of all, but its namespace is still there: running.
+        let running = run_dir(&tmp, "cmtb-2-0-h0", 10_000);
+        std::fs::write(netns.join("cmtb-2-0-h0"), b"").unwrap();
+        let unrelated = tmp.join("some-other-dir");
+        std::fs::create_dir_all(&unrelated).unwrap();
+
+        prune_finished_runs(&tmp, &netns, 3);
+
+        let kept: Vec<bool> = finished.iter().map(|d| d.exists()).collect();
+        assert_eq!(kept, [true, true, true, false, false], "the 3 newest stay");
+        assert!(running.exists(), "a running cluster keeps its directory");
+        assert!(unrelated.exists(), "only run directories are touched");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }
