@@ -167,10 +167,20 @@ impl EdgeHistory {
     }
 
     /// Adds window `k`'s probes, dropping the oldest beyond
-    /// [`MAX_WINDOWS`]; a window without probes is not kept (see
+    /// [`MAX_WINDOWS`]; a window without probes is kept only on an edge
+    /// that does not bridge silence, with the edge's own class (see
     /// [`EdgeHistory`]).
     pub fn push_window(&mut self, k: u64, probes: EdgeProbes, stamps: StampClass) {
         let silent = probes.forward.is_empty() && probes.backward.is_empty();
+        // A window without probes has no stamps to class (the pair book
+        // calls it software); the edge's stamps did not change in its
+        // silence. Classed software, a NIC edge's silence would be bridged
+        // by a software span of the windows before it, shared as fresh
+        // every window of the silence.
+        let stamps = match self.windows.back() {
+            Some(newest) if silent => newest.stamps,
+            _ => stamps,
+        };
         let bridged = self
             .windows
             .back()
@@ -184,7 +194,9 @@ impl EdgeHistory {
         while self.windows.len() > MAX_WINDOWS {
             self.windows.pop_front();
         }
-        self.newest = Some(k);
+        if !silent {
+            self.newest = Some(k);
+        }
     }
 
     /// Whether window `k` is more than [`MAX_WINDOWS`] past the newest
@@ -346,7 +358,8 @@ impl EdgeHistory {
         }
         let oldest = self.windows[self.windows.len() - span].k;
         // The current window: a silent one pushed after the newest kept.
-        let current = self.silent.as_ref().map_or(self.newest, |s| Some(s.0));
+        let newest_kept = self.windows.back().map(|w| w.k);
+        let current = self.silent.as_ref().map_or(newest_kept, |s| Some(s.0));
         current.is_some_and(|k| k.saturating_sub(oldest) < longest as u64)
     }
 
@@ -1251,9 +1264,11 @@ mod tests {
         assert_eq!(at_end(&fit), before);
     }
 
-    /// NIC fits span time, not kept windows: across a silence the first
-    /// window after it is fitted alone. (A silent window is classed
-    /// software, as the pair book classes a window without probes.)
+    /// NIC fits span time, not kept windows: during a silence the edge
+    /// has no fit to share (the pair book classes a window without probes
+    /// software; it was bridged by a software span of the windows before
+    /// it, shared as each silent window's fit), and the first window after
+    /// it is fitted alone.
     #[test]
     fn a_nic_fit_does_not_bridge_a_silence() {
         const SHORT_NS: i64 = 1_000_000_000;
@@ -1267,9 +1282,16 @@ mod tests {
         }
         for w in 5..8 {
             h.push_window(w as u64, silent(w, SHORT_NS), StampClass::Software);
+            let during = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full);
+            let stale = w >= 6; // window 4 left the 2 s NIC span
+            assert!(
+                !stale || during.is_none_or(|f| f.outcome.fit.is_err()),
+                "window {w}: no line of the windows before the silence"
+            );
         }
         h.push_window(8, window_of(SHORT_NS, 8, |_| 1_000, 0), StampClass::Nic);
         let after = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
+        assert_eq!(after.stamps, StampClass::Nic);
         let probes = after.outcome.forward.probes + after.outcome.backward.probes;
         assert_eq!(
             probes,
