@@ -364,14 +364,15 @@ impl EdgeHistory {
     }
 
     /// Whether the newest `span` windows bridge a long silence
-    /// ([`LONG_SILENCE_NS`]) whose windows after it hold fewer probes than
-    /// a window before it did (the median of the span's). Such a line is
-    /// pinned at its newest end by those few probes: its offset there is
-    /// about as noisy as a fit of them alone, yet its bound is as tight as
-    /// the long span allows, so it would replace a held result that is
-    /// still better ([`crate::publication::keeps_the_held`]). Until the
-    /// windows after the silence hold a window's worth, they are fitted
-    /// alone.
+    /// ([`LONG_SILENCE_NS`]) whose windows after it hold fewer than half
+    /// the probes a window before it did (the median of the span's). Such
+    /// a line is pinned at its newest end by those few probes: its offset
+    /// there is about as noisy as a fit of them alone, yet its bound is as
+    /// tight as the long span allows, so it would replace a held result
+    /// that is still better ([`crate::publication::keeps_the_held`]).
+    /// Until the windows after the silence hold half a window's worth,
+    /// they are fitted alone. (A first window cut short by the silence's
+    /// end holds about half: fitted alone, its offset was the noisier.)
     fn thin_after_silence(&self, span: usize, window: Nanos) -> bool {
         let Some(last) = self.first_after_long_silence(window) else {
             return false;
@@ -391,7 +392,7 @@ impl EdgeHistory {
             .map(probes)
             .collect();
         before.sort_unstable();
-        after < before[before.len() / 2]
+        2 * after < before[before.len() / 2]
     }
 
     /// Moves a software line that bridges a long silence
@@ -1180,8 +1181,8 @@ mod tests {
 
     /// After a long silence, a window with a few probes is fitted alone (a
     /// wide bound: the held result stays); once the windows after the
-    /// silence hold a window's worth, the fit bridges it again. A short
-    /// silence is bridged at once.
+    /// silence hold half a window's worth, the fit bridges it again. A
+    /// short silence is bridged at once.
     #[test]
     fn a_silence_is_bridged_only_once_a_window_s_worth_came_after_it() {
         const SHORT_NS: i64 = 1_000_000_000;
@@ -1203,6 +1204,27 @@ mod tests {
         h.push_window(43, after_a_lost_report, StampClass::Software);
         let short = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
         assert_eq!(short.windows, 16, "a one-window silence is bridged at once");
+    }
+
+    /// The first window after a long silence, cut short by the silence's
+    /// end, holds more than half a window's probes (12 of 20 each way):
+    /// it is bridged at once, the line moved to its packets.
+    #[test]
+    fn a_window_over_half_full_after_a_silence_is_bridged() {
+        const SHORT_NS: i64 = 1_000_000_000;
+        let offset = |_| 1_000;
+        let mut h = EdgeHistory::default();
+        for w in 0..20 {
+            h.push_window(
+                w as u64,
+                window_of(SHORT_NS, w, offset, 0),
+                StampClass::Software,
+            );
+        }
+        let over_half = thinned(window_of(SHORT_NS, 40, offset, 0), 12);
+        h.push_window(40, over_half, StampClass::Software);
+        let first = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
+        assert!(first.windows > 1, "bridged: {} window(s)", first.windows);
     }
 
     /// Across a long silence the clocks moved (here 400 ns, as a wander of

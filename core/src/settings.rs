@@ -250,8 +250,8 @@ pub struct Settings {
 pub const PATH_JUDGED_NS: i64 = 1_000_000_000;
 
 /// A silence (no probe either way) at least this long makes a software
-/// fit bridge it only once the windows after it hold a window's worth of
-/// probes (`core/src/history.rs`): over a long silence the line's newest
+/// fit bridge it only once the windows after it hold half a window's worth
+/// of probes (`core/src/history.rs`): over a long silence the line's newest
 /// end is pinned by the new probes alone. A shorter one (a lost stamp
 /// report, a second of heavy loss) is bridged at once: the windows just
 /// before it pin the line as well as ever.
