@@ -1132,6 +1132,17 @@ mod tests {
         probes
     }
 
+    /// A software edge's history of `windows` one-second windows, the
+    /// offset a steady 1 µs.
+    fn steady_software_history(windows: i64) -> EdgeHistory {
+        let mut h = EdgeHistory::default();
+        for w in 0..windows {
+            let probes = window_of(1_000_000_000, w, |_| 1_000, 0);
+            h.push_window(w as u64, probes, StampClass::Software);
+        }
+        h
+    }
+
     /// A 28 s silence on a software edge: while it lasts the edge keeps
     /// the line of the windows before it, at its own anchor; the first
     /// window after it is fitted with the 31 windows from before it.
@@ -1139,14 +1150,7 @@ mod tests {
     fn a_silence_is_bridged_by_the_windows_before_it() {
         const SHORT_NS: i64 = 1_000_000_000;
         let offset = |_| 1_000;
-        let mut h = EdgeHistory::default();
-        for w in 0..32 {
-            h.push_window(
-                w as u64,
-                window_of(SHORT_NS, w, offset, 0),
-                StampClass::Software,
-            );
-        }
+        let mut h = steady_software_history(32);
         let before = h
             .fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full)
             .unwrap()
@@ -1187,14 +1191,7 @@ mod tests {
     fn a_silence_is_bridged_only_once_a_window_s_worth_came_after_it() {
         const SHORT_NS: i64 = 1_000_000_000;
         let offset = |_| 1_000;
-        let mut h = EdgeHistory::default();
-        for w in 0..20 {
-            let probes = window_of(SHORT_NS, w, offset, 0);
-            h.push_window(w as u64, probes, StampClass::Software);
-        }
-        let partial = thinned(window_of(SHORT_NS, 40, offset, 0), 6);
-        h.push_window(40, partial, StampClass::Software);
-        let first = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
+        let (mut h, first) = after_a_silence_with(6);
         assert_eq!(first.windows, 1, "six probes each way after the silence");
         h.push_window(41, window_of(SHORT_NS, 41, offset, 0), StampClass::Software);
         let next = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
@@ -1211,20 +1208,19 @@ mod tests {
     /// it is bridged at once, the line moved to its packets.
     #[test]
     fn a_window_over_half_full_after_a_silence_is_bridged() {
-        const SHORT_NS: i64 = 1_000_000_000;
-        let offset = |_| 1_000;
-        let mut h = EdgeHistory::default();
-        for w in 0..20 {
-            h.push_window(
-                w as u64,
-                window_of(SHORT_NS, w, offset, 0),
-                StampClass::Software,
-            );
-        }
-        let over_half = thinned(window_of(SHORT_NS, 40, offset, 0), 12);
-        h.push_window(40, over_half, StampClass::Software);
-        let first = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
+        let (_, first) = after_a_silence_with(12);
         assert!(first.windows > 1, "bridged: {} window(s)", first.windows);
+    }
+
+    /// A steady 20-window software history, 20 windows of silence, then
+    /// window 40 with `kept` probes each way: the history and its fit.
+    fn after_a_silence_with(kept: usize) -> (EdgeHistory, HistoryFit) {
+        const SHORT_NS: i64 = 1_000_000_000;
+        let mut h = steady_software_history(20);
+        let partial = thinned(window_of(SHORT_NS, 40, |_| 1_000, 0), kept);
+        h.push_window(40, partial, StampClass::Software);
+        let first = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
+        (h, first)
     }
 
     /// Across a long silence the clocks moved (here 400 ns, as a wander of
