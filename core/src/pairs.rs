@@ -149,7 +149,9 @@ impl PairBook {
     }
 
     /// Like [`PairBook::take_edge`], with the class of the stamps the probes
-    /// carry: NIC only if every side of every probe had a NIC stamp.
+    /// carry: NIC only if every side of every probe had a NIC stamp. A
+    /// window without probes has nothing to class and is called software;
+    /// [`crate::history::EdgeHistory::push_window`] gives it its edge's class.
     pub fn take_edge_classified(&mut self, a: NodeId, b: NodeId) -> (EdgeProbes, StampClass) {
         let mut software = false;
         for d in [(a, b), (b, a)] {

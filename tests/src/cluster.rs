@@ -26,10 +26,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     etcd::EtcdServer,
-    netns::{HOST_IFACE, Testbed},
+    netns::{HOST_IFACE, NETNS_DIR, Testbed},
 };
 
 pub const PROBE_PORT: u16 = 31_900;
+pub const METRICS_PORT: u16 = 9_977;
 
 /// A cluster's directory (agent logs, JSONL histories, `report.html`) is
 /// `<temp dir>/<RUN_DIR_PREFIX><host 0's namespace>`.
@@ -37,8 +38,6 @@ const RUN_DIR_PREFIX: &str = "clockmesh-cluster-";
 /// Finished runs' directories kept for reading afterwards; older ones are
 /// removed when a cluster starts, so that runs do not pile up.
 const KEPT_FINISHED_RUNS: usize = 8;
-const NETNS_DIR: &str = "/var/run/netns";
-pub const METRICS_PORT: u16 = 9_977;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {

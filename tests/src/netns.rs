@@ -19,6 +19,8 @@ use thiserror::Error;
 
 /// Every namespace this crate creates starts with this, then `<pid>-`.
 const NS_PREFIX: &str = "cmtb-";
+/// Where `ip netns` keeps the named namespaces.
+pub const NETNS_DIR: &str = "/var/run/netns";
 /// Address of the switch namespace's bridge (hosts are .1 to .250).
 pub const SWITCH_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 254);
 /// Interface name of every host's link, inside its own namespace.
@@ -76,7 +78,7 @@ impl Host {
 
 /// Moves the calling thread into network namespace `ns`.
 pub fn enter(ns: &str) -> Result<(), TestbedError> {
-    let path = format!("/var/run/netns/{ns}");
+    let path = format!("{NETNS_DIR}/{ns}");
     let file = File::open(&path).map_err(|source| TestbedError::Open {
         ns: ns.into(),
         source,
@@ -253,7 +255,7 @@ fn ip(args: &[&str]) -> Result<(), TestbedError> {
 
 /// Deletes `cmtb-<pid>-*` namespaces whose process is gone (a killed run).
 pub fn remove_stale_namespaces() {
-    let Ok(entries) = std::fs::read_dir("/var/run/netns") else {
+    let Ok(entries) = std::fs::read_dir(NETNS_DIR) else {
         return;
     };
     for name in entries
