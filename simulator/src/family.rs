@@ -273,6 +273,10 @@ pub struct Outcome {
     /// anchor: the clocks' wander alone ([`ProtocolReport::aged_floor_abs_error_ns`]).
     #[serde(default)]
     pub aged_floor_p99_ns: f64,
+    /// The aged p99 had every result's drift been the true rate at its
+    /// anchor ([`ProtocolReport::aged_true_rate_abs_error_ns`]).
+    #[serde(default)]
+    pub aged_true_rate_p99_ns: f64,
     pub drift_p99_ppb: f64,
     /// Fraction of results (and of aged results) within their bound. After
     /// a hand-over a result counts as within only if its bound also covers
@@ -305,6 +309,7 @@ impl Outcome {
             p99_ns: r.abs_error_ns.p99,
             aged_p99_ns: r.aged_abs_error_ns.p99,
             aged_floor_p99_ns: r.aged_floor_abs_error_ns.p99,
+            aged_true_rate_p99_ns: r.aged_true_rate_abs_error_ns.p99,
             drift_p99_ppb: r.drift_abs_error_ppb.p99,
             coverage: r.coverage.min(coverage_vs_original(r)),
             aged_coverage: r.aged_coverage,
@@ -324,10 +329,13 @@ impl Outcome {
         self.coverage >= 1.0 && self.aged_coverage >= 1.0
     }
 
-    /// Whether the clocks' wander alone ages a result past 1.5 × this p99
-    /// at the result: no estimator with this p99 meets the aged goal.
+    /// Whether these results, each extrapolated at the true rate at its
+    /// anchor, would still age past 1.5 × their p99 at the result: no
+    /// drift estimate meets the aged goal for them. (The wander floor alone
+    /// over 1.5 × says the same for any offsets of this p99, but misses
+    /// that the offset's own error ages along with the wander.)
     pub fn aged_goal_out_of_reach(&self) -> bool {
-        self.aged_floor_p99_ns > 1.5 * self.p99_ns
+        self.aged_true_rate_p99_ns.max(self.aged_floor_p99_ns) > 1.5 * self.p99_ns
     }
 
     /// How far over its class's goal the p99 at the result is (1 = at it).
@@ -368,8 +376,8 @@ pub struct ClassSummary {
     /// 1.5 × their own p99 at the result.
     pub within_goal: usize,
     pub aged_within_1_5x: usize,
-    /// Members whose wander floor alone is over 1.5 × their p99 at the
-    /// result ([`Outcome::aged_goal_out_of_reach`]).
+    /// Members whose results miss the aged goal even at the true rate
+    /// ([`Outcome::aged_goal_out_of_reach`]).
     #[serde(default)]
     pub aged_out_of_reach: usize,
 }
@@ -551,6 +559,7 @@ mod tests {
             p99_ns: p99,
             aged_p99_ns: aged,
             aged_floor_p99_ns: 0.0,
+            aged_true_rate_p99_ns: 0.0,
             drift_p99_ppb: 0.0,
             coverage,
             aged_coverage: 1.0,
@@ -576,6 +585,26 @@ mod tests {
         assert_eq!(c.within_goal, 4); // 5, 10, 15, 20 ns
         assert_eq!(c.aged_within_1_5x, 9); // all but p99 5 (aged 10 > 7.5)
         assert_eq!(worst(&outs, 1)[0].index, 9);
+    }
+
+    /// Out of reach means the results miss the aged goal even at the true
+    /// rate; a floor under 1.5 × is not enough when the offset's own error
+    /// ages along with the wander.
+    #[test]
+    fn the_aged_goal_is_out_of_reach_when_the_true_rate_misses_it() {
+        let nic = CLASSES[0];
+        let with = |floor: f64, true_rate: f64| Outcome {
+            aged_floor_p99_ns: floor,
+            aged_true_rate_p99_ns: true_rate,
+            ..outcome(0, nic, 10.0, 20.0, 1.0)
+        };
+        assert!(!with(8.0, 14.0).aged_goal_out_of_reach());
+        assert!(with(12.0, 16.0).aged_goal_out_of_reach());
+        assert!(with(11.0, 16.0).aged_goal_out_of_reach());
+        // Figures written before the true-rate one: the floor alone.
+        assert!(with(16.0, 0.0).aged_goal_out_of_reach());
+        let s = summarize(1, 3, &[with(8.0, 14.0), with(11.0, 16.0), with(16.0, 0.0)]);
+        assert_eq!(s.classes[0].aged_out_of_reach, 2);
     }
 
     #[test]

@@ -145,6 +145,12 @@ pub struct ProtocolReport {
     /// on average; the floor under the aged figure.
     #[serde(default)]
     pub aged_floor_abs_error_ns: Quantiles,
+    /// The aged |error| of each result had its drift been the true rate at
+    /// its anchor: its own offset error there plus the wander after it.
+    /// What the result's offsets allow aged, whatever the drift estimate;
+    /// the aged figure's excess over it is the drift estimate's share.
+    #[serde(default)]
+    pub aged_true_rate_abs_error_ns: Quantiles,
     pub aged_coverage: f64,
     /// Per window, at the leader.
     pub leader_traffic: HostTraffic,
@@ -285,6 +291,7 @@ struct Scores {
     covered: usize,
     aged_errors: Vec<f64>,
     aged_floor_errors: Vec<f64>,
+    aged_true_rate_errors: Vec<f64>,
     aged_covered: usize,
     /// Results on a continued timeline, and those within their bound of
     /// the original timeline.
@@ -779,6 +786,8 @@ impl<'a> Sim<'a> {
             self.scores.aged_errors.push(err.abs());
             let floor = self.wander_floor_at(i, &old, self.local_now(i));
             self.scores.aged_floor_errors.push(floor.abs());
+            let true_rate = self.true_rate_error_at(i, &old, self.local_now(i));
+            self.scores.aged_true_rate_errors.push(true_rate.abs());
             self.scores.aged_covered += usize::from(err.abs() <= bound);
         }
     }
@@ -881,6 +890,16 @@ impl<'a> Sim<'a> {
         now - (at_anchor + rate * (at - anchor))
     }
 
+    /// The error at local time `at` of `r`'s offset at its anchor
+    /// extrapolated at the true rate there instead of `r`'s drift.
+    fn true_rate_error_at(&self, i: usize, r: &NodeResult, at: i64) -> f64 {
+        let anchor = (r.anchor.0 - READING_BASE_NS) as f64;
+        let at = (at - READING_BASE_NS) as f64;
+        let (_, rate) = self.truth_and_rate_at(i, r, anchor);
+        let (now, _) = self.truth_and_rate_at(i, r, at);
+        r.offset.as_f64() + rate * (at - anchor) - now
+    }
+
     /// Error and bound of result `r` (global − local) used at local time `at`.
     fn error_at(&self, i: usize, r: &NodeResult, at: i64) -> (f64, f64) {
         let (truth, _) = self.truth_and_rate_at(i, r, (at - READING_BASE_NS) as f64);
@@ -948,6 +967,7 @@ impl<'a> Sim<'a> {
             aged_coverage: ratio(self.scores.aged_covered, aged),
             aged_abs_error_ns: Quantiles::of(&mut self.scores.aged_errors),
             aged_floor_abs_error_ns: Quantiles::of(&mut self.scores.aged_floor_errors),
+            aged_true_rate_abs_error_ns: Quantiles::of(&mut self.scores.aged_true_rate_errors),
             published_abs_error_ns: Quantiles::of(&mut self.scores.published_errors),
             drift_abs_error_ppb: Quantiles::of(&mut self.scores.drift_errors),
             leader_traffic: self.hosts[leader].traffic.scaled(per_window),
@@ -1063,6 +1083,11 @@ impl ProtocolReport {
         let _ = writeln!(s, "at publication    {}", q(&self.published_abs_error_ns));
         let _ = writeln!(s, "aged |error| ns   {}", q(&self.aged_abs_error_ns));
         let _ = writeln!(s, "aged wander floor {}", q(&self.aged_floor_abs_error_ns));
+        let _ = writeln!(
+            s,
+            "aged, true rate   {}",
+            q(&self.aged_true_rate_abs_error_ns)
+        );
         let _ = writeln!(s, "|drift error| ppb {}", q(&self.drift_abs_error_ppb));
         let _ = writeln!(s, "aged coverage     {:.5}", self.aged_coverage);
         let _ = writeln!(s, "per window        messages      bytes  (out + in)");

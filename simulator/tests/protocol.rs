@@ -288,4 +288,16 @@ fn the_aged_floor_is_the_clocks_wander_alone() {
         four.aged_abs_error_ns.p99 >= four.aged_floor_abs_error_ns.p99,
         "{four:#?}"
     );
+    // At the true rate a result ages by the wander alone: without wander it
+    // stays its error at the anchor, and no drift estimate ages better.
+    let true_rate = |r: &ProtocolReport| r.aged_true_rate_abs_error_ns;
+    assert!(
+        true_rate(&still).max <= still.abs_error_ns.max + 1e-6,
+        "{still:#?}"
+    );
+    assert!(true_rate(&still).p50 > 0.0, "{still:#?}");
+    assert!(
+        true_rate(&four).p99 <= four.aged_abs_error_ns.p99,
+        "{four:#?}"
+    );
 }

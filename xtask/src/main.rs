@@ -97,8 +97,9 @@ enum Task {
     },
     /// The simulator's scenario family at the shipped settings: per class
     /// (stamps × queue tail × run length) the spread of p99 |error| at the
-    /// result, aged p99 and coverage, the members whose clocks' wander alone
-    /// puts "aged ≤ 1.5 × at the result" out of reach, the worst members. `-- --count N
+    /// result, aged p99 and coverage, the members whose results miss "aged ≤
+    /// 1.5 × at the result" even extrapolated at the true rate (out of any
+    /// drift estimate's reach), the worst members. `-- --count N
     /// --seed S --json`; `-- --gate` runs the regression gate alone.
     BenchAccuracy {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
