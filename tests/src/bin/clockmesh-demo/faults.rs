@@ -1797,6 +1797,13 @@ fn print_tables(runs: &[BackendRun]) {
             print_recovery(row);
         }
         print_recovery_tally(&r.recovery);
+        if r.rows.iter().all(|row| row.ptp4l.answered == 0) {
+            println!(
+                "ptp4l answered at no instant (its port states are in the table): on this \
+                 bridge its port faults unless --ptp-bridge-netfilter passes bridged traffic \
+                 through netfilter (docs/agent-tradeoff.md, \"ptp4l through the faults\")"
+            );
+        }
         let n = &r.notes;
         println!(
             "asymmetric: {} datagrams forwarded by the switch; loss30: {} of {} datagrams dropped ({:.1} %); \
@@ -1827,13 +1834,17 @@ fn print_tables(runs: &[BackendRun]) {
             }
         }
         for h in &n.hand_overs {
+            let what = match h.carried_bound_ns {
+                Some(bound) => format!("carried bound {bound} ns"),
+                // A leader that found no timeline to continue (at start-up) starts one.
+                None => "a new timeline on its own clock, nothing carried".into(),
+            };
             println!(
-                "hand-over to {} at window {}: carried bound {} ns; the continued timeline \
+                "hand-over to {} at window {}: {what}; the continued timeline \
                  minus host 0's clock {} ns at the first read, |max| {} ns over {} reads, \
                  moving {} ns per 10 min; steered toward its origin in {} windows (last bound {} ns)",
                 h.reference,
                 h.window,
-                opt(h.carried_bound_ns),
                 h.first_ns.map_or("—".into(), ns),
                 h.max_abs_ns.map_or("—".into(), ns),
                 h.reads,
@@ -1874,8 +1885,11 @@ fn print_row(row: &Row) {
         );
     }
     println!(
-        "{:<15} {:<6} clockmesh p99 / chrony p99 = {:.3}, / ptp4l p99 = {:.3}",
-        "", "", row.p99_ratio, row.p99_ratio_ptp4l
+        "{:<15} {:<6} clockmesh p99 / chrony p99 = {}, / ptp4l p99 = {}",
+        "",
+        "",
+        fixed(row.p99_ratio, 3),
+        fixed(row.p99_ratio_ptp4l, 3)
     );
 }
 
@@ -1986,19 +2000,20 @@ fn print_recovery_tally(tally: &BTreeMap<&'static str, RecoveryTally>) {
 }
 
 fn ns(v: f64) -> String {
-    if v.is_nan() {
-        "—".into()
-    } else {
-        format!("{v:.0}")
-    }
+    fixed(v, 0)
 }
 
 /// A percentage to one decimal; "—" where there is none (no bound).
 fn percent(v: f64) -> String {
+    fixed(v, 1)
+}
+
+/// `v` to `decimals` places; "—" where there is no figure (NaN).
+fn fixed(v: f64, decimals: usize) -> String {
     if v.is_nan() {
         "—".into()
     } else {
-        format!("{v:.1}")
+        format!("{v:.decimals$}")
     }
 }
 
