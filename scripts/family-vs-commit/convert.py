@@ -19,6 +19,8 @@
 """
 import os, re, sys, json, tomllib, shutil
 src, d577, dnow, logp = sys.argv[1:5]
+for d in (d577, dnow):
+    os.makedirs(d, exist_ok=True)
 OLD_WINDOW_S, NEW_WINDOW_S = 4, 1
 log = {"excluded_isolation": [], "kept": [], "dropped_agent_keys": {}, "rescaled": {}}
 for f in sorted(os.listdir(src), key=lambda f: int(re.match(r"family-\d+-(\d+)-", f).group(1))):

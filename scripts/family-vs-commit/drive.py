@@ -4,6 +4,7 @@ at most P at a time, in member-index order; one JSON per member in OUT_DIR
 (skips those already there). Usage: drive.py BIN SCEN_DIR OUT_DIR P"""
 import os, re, subprocess, sys, time, json
 bin_, scen, out, p = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+os.makedirs(out, exist_ok=True)
 files = sorted(os.listdir(scen), key=lambda f: int(re.match(r"family-\d+-(\d+)-", f).group(1)))
 todo = [f for f in files if not os.path.exists(os.path.join(out, f[:-5] + ".json"))]
 running = []
