@@ -308,7 +308,7 @@ impl EdgeHistory {
             if seen == PathSeen::Faster && span == longest {
                 faster_since = Some(windows_covering(Nanos(PATH_JUDGED_NS), window));
             }
-            if seen.cuts(stamps) {
+            if seen.cuts(stamps) && !slow_patch(seen, &accepted) {
                 // Its older windows saw another path, or a slow patch; a
                 // longer span whose older windows include fast ones may
                 // still be on the newest path.
@@ -627,6 +627,18 @@ fn fit_probes(probes: &EdgeProbes, stamps: StampClass, cfg: &EstimatorConfig) ->
     let mut fit_cfg = cfg.fit.clone();
     fit_cfg.model_slack_ns += cfg.holdover_wander_ppb * 1e-9 * time_span(probes) / 8.0;
     estimate_edge(probes, &stamps.purity(&cfg.purity), &fit_cfg)
+}
+
+/// Whether a slower newest second is a queue rather than a path: the
+/// newest window's own fit (`accepted`'s first, the one-window span) is
+/// starved. Its few pairs passed the purity test by queueing alike, not by
+/// crossing unqueued, so their round trip says nothing of the path; cut to
+/// that window alone, the line stood on them with a slope microseconds per
+/// second off (the scenario family's worst NIC windows, docs/estimator.md
+/// §8, "A slow patch is not a path"). A detour added shows in windows with
+/// their usual share of pure pairs, and those still cut.
+fn slow_patch(seen: PathSeen, accepted: &[EdgeFit]) -> bool {
+    seen == PathSeen::Slower && accepted.first().is_some_and(starved)
 }
 
 /// Whether `fit` stands on too few pure points in a direction to pin its
@@ -969,6 +981,27 @@ mod tests {
                 .windows,
             1
         );
+    }
+
+    /// A newest window whose few pure pairs all queued alike (fewer than
+    /// [`NIC_STARVED_POINTS`] a direction, 800 ns slower) is a slow patch:
+    /// the span keeps the window before it. The same slowdown with a full
+    /// window's pairs still cuts (`a_slower_nic_path_cuts_the_history`).
+    #[test]
+    fn a_starved_slower_nic_window_does_not_cut_the_history() {
+        const SHORT_NS: i64 = 1_000_000_000;
+        let mut h = EdgeHistory::default();
+        for w in 0..2 {
+            h.push(window_of(SHORT_NS, w, |_| 1_000, 0), StampClass::Nic);
+        }
+        let mut slow = window_of(SHORT_NS, 2, |_| 1_000, 800);
+        // Two probes a pair: one pair short of a fit that is not starved.
+        let probes = 2 * (NIC_STARVED_POINTS - 1);
+        slow.forward.truncate(probes);
+        slow.backward.truncate(probes);
+        h.push(slow, StampClass::Nic);
+        let fit = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
+        assert_eq!(fit.windows, 2);
     }
 
     /// A detour that came and went inside the span: the newest window is

@@ -139,7 +139,9 @@ impl StampClass {
     /// Whether newest probes slower than the span's older ones by more than
     /// [`StampClass::path_change_ns`] cut the history. NIC stamps yes: their
     /// best round trip holds still within a few ns, so a slower one is a
-    /// path change or a line bent by a frequency change. Software stamps
+    /// path change or a line bent by a frequency change — unless the newest
+    /// window is starved, whose few pairs queued alike (a slow patch, not a
+    /// path; `history::slow_patch`). Software stamps
     /// no: their best round trip over a couple of seconds wanders with
     /// queues, CPU load and loss by more than the cut, and the older,
     /// faster pairs are the better samples of the same clocks (the fault
