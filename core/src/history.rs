@@ -963,24 +963,28 @@ mod tests {
     /// change (their best round trip holds still within a few ns).
     #[test]
     fn a_slower_nic_path_cuts_the_history() {
-        const SHORT_NS: i64 = 1_000_000_000;
+        let mut h = two_nic_seconds();
+        assert_eq!(fitted_windows(&mut h), 2);
+        h.push(window_of(SECOND_NS, 2, |_| 1_000, 800), StampClass::Nic);
+        assert_eq!(fitted_windows(&mut h), 1);
+    }
+
+    const SECOND_NS: i64 = 1_000_000_000;
+
+    /// Two 1 s NIC windows on one path, ten pure pairs each way in each.
+    fn two_nic_seconds() -> EdgeHistory {
         let mut h = EdgeHistory::default();
         for w in 0..2 {
-            h.push(window_of(SHORT_NS, w, |_| 1_000, 0), StampClass::Nic);
+            h.push(window_of(SECOND_NS, w, |_| 1_000, 0), StampClass::Nic);
         }
-        assert_eq!(
-            h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full)
-                .unwrap()
-                .windows,
-            2
-        );
-        h.push(window_of(SHORT_NS, 2, |_| 1_000, 800), StampClass::Nic);
-        assert_eq!(
-            h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full)
-                .unwrap()
-                .windows,
-            1
-        );
+        h
+    }
+
+    /// How many 1 s windows the history's fit spans.
+    fn fitted_windows(h: &mut EdgeHistory) -> usize {
+        h.fit(&cfg(), Nanos(SECOND_NS), SoftwareSpan::Full)
+            .unwrap()
+            .windows
     }
 
     /// A newest window whose few pure pairs all queued alike (fewer than
@@ -989,19 +993,14 @@ mod tests {
     /// window's pairs still cuts (`a_slower_nic_path_cuts_the_history`).
     #[test]
     fn a_starved_slower_nic_window_does_not_cut_the_history() {
-        const SHORT_NS: i64 = 1_000_000_000;
-        let mut h = EdgeHistory::default();
-        for w in 0..2 {
-            h.push(window_of(SHORT_NS, w, |_| 1_000, 0), StampClass::Nic);
-        }
-        let mut slow = window_of(SHORT_NS, 2, |_| 1_000, 800);
+        let mut h = two_nic_seconds();
+        let mut slow = window_of(SECOND_NS, 2, |_| 1_000, 800);
         // Two probes a pair: one pair short of a fit that is not starved.
         let probes = 2 * (NIC_STARVED_POINTS - 1);
         slow.forward.truncate(probes);
         slow.backward.truncate(probes);
         h.push(slow, StampClass::Nic);
-        let fit = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
-        assert_eq!(fit.windows, 2);
+        assert_eq!(fitted_windows(&mut h), 2);
     }
 
     /// A detour that came and went inside the span: the newest window is
