@@ -305,7 +305,7 @@ impl EdgeHistory {
                 break; // the clocks were not affine over this span
             }
             let seen = self.path_seen(span, fit, stamps, window);
-            if seen == PathSeen::Faster && span == longest {
+            if seen == PathSeen::Faster && span == longest && seen.cuts(stamps) {
                 faster_since = Some(windows_covering(Nanos(PATH_JUDGED_NS), window));
             }
             if seen.cuts(stamps) && !slow_patch(seen, &accepted) {
@@ -606,15 +606,14 @@ enum PathSeen {
 }
 
 impl PathSeen {
-    /// Whether a span that saw this is not fitted as one. A faster path
-    /// always cuts (a detour gone: no queue makes a packet faster than its
-    /// path, so the older windows' slow packets are now the worse
-    /// samples); a slower one only with stamps whose best round trip holds
-    /// still ([`StampClass::slower_path_cuts`]).
+    /// Whether a span that saw this is not fitted as one: a faster path
+    /// with software stamps ([`StampClass::faster_path_cuts`]), a slower
+    /// one with stamps whose best round trip holds still
+    /// ([`StampClass::slower_path_cuts`]).
     fn cuts(self, stamps: StampClass) -> bool {
         match self {
             PathSeen::Same => false,
-            PathSeen::Faster => true,
+            PathSeen::Faster => stamps.faster_path_cuts(),
             PathSeen::Slower => stamps.slower_path_cuts(),
         }
     }
@@ -1001,6 +1000,24 @@ mod tests {
         slow.backward.truncate(probes);
         h.push(slow, StampClass::Nic);
         assert_eq!(fitted_windows(&mut h), 2);
+    }
+
+    /// NIC stamps: a newest second faster than the one before (a slow
+    /// window, then the usual path again) does not cut the 2 s span, and
+    /// the line sits on the faster packets.
+    #[test]
+    fn a_faster_nic_second_keeps_the_span() {
+        let mut h = EdgeHistory::default();
+        h.push(window_of(SECOND_NS, 0, |_| 1_000, 0), StampClass::Nic);
+        h.push(window_of(SECOND_NS, 1, |_| 1_000, 800), StampClass::Nic);
+        assert_eq!(fitted_windows(&mut h), 1, "slower: cut");
+        h.push(window_of(SECOND_NS, 2, |_| 1_000, 0), StampClass::Nic);
+        let chosen = h.fit(&cfg(), Nanos(SECOND_NS), SoftwareSpan::Full).unwrap();
+        assert_eq!(chosen.windows, 2, "faster: kept");
+        let f = chosen.outcome.fit.unwrap();
+        let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
+        let error = base as f64 + frac - 1_000.0;
+        assert!(error.abs() < 20.0, "{error} ns");
     }
 
     /// A detour that came and went inside the span: the newest window is

@@ -136,6 +136,20 @@ impl StampClass {
         }
     }
 
+    /// Whether newest probes faster than the span's older ones by more than
+    /// [`StampClass::path_change_ns`] cut the history (and forget the older
+    /// windows once the span is full). Software stamps yes: a detour gone
+    /// (no queue makes a packet faster than its path), the detour's slow
+    /// windows would hold the 32 s line off for most of its span. NIC
+    /// stamps no: their 2 s span's envelope is bound by the newest, faster
+    /// packets anyway (a detour inside the span costs nothing), and under
+    /// busy queues the verdict flipped window to window, each cut leaving a
+    /// line over one window's few pairs tilted microseconds a second
+    /// (docs/estimator.md §8, "A faster NIC second does not cut").
+    pub fn faster_path_cuts(self) -> bool {
+        self == StampClass::Software
+    }
+
     /// Whether newest probes slower than the span's older ones by more than
     /// [`StampClass::path_change_ns`] cut the history. NIC stamps yes: their
     /// best round trip holds still within a few ns, so a slower one is a
