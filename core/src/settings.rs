@@ -160,7 +160,8 @@ impl StampClass {
     /// queues, CPU load and loss by more than the cut, and the older,
     /// faster pairs are the better samples of the same clocks (the fault
     /// bench's software edges were cut every few windows, their short fits
-    /// hundreds of ns off). A faster path cuts with any stamps.
+    /// hundreds of ns off). A faster path cuts software histories only
+    /// ([`StampClass::faster_path_cuts`]).
     pub fn slower_path_cuts(self) -> bool {
         self == StampClass::Nic
     }
