@@ -781,8 +781,8 @@ mod tests {
             let fit = h.fit(&cfg(), Nanos(len_ns), SoftwareSpan::Full).unwrap();
             assert_eq!(fit.windows, windows, "{len_ns} ns windows");
             let f = fit.outcome.fit.unwrap();
-            let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
-            assert!(((base as f64 + frac) - 1_000.0).abs() <= f.bound_ns);
+            let fitted = f.offset_at_f64(LocalNs(f.epoch_ns));
+            assert!((fitted - 1_000.0).abs() <= f.bound_ns);
         }
     }
 
@@ -915,9 +915,9 @@ mod tests {
         let fit = h.fit(&cfg(), Nanos(W_NS), SoftwareSpan::Full).unwrap();
         assert!(fit.windows <= 2, "{} windows", fit.windows);
         let f = fit.outcome.fit.unwrap();
-        let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
+        let fitted = f.offset_at_f64(LocalNs(f.epoch_ns));
         let truth = offset(f.epoch_ns) as f64;
-        assert!(((base as f64 + frac) - truth).abs() <= f.bound_ns, "{f:?}");
+        assert!((fitted - truth).abs() <= f.bound_ns, "{f:?}");
     }
 
     /// A detour on one direction (an asymmetric route) moves the offset
@@ -940,11 +940,11 @@ mod tests {
             );
             let chosen = h.fit(&cfg(), Nanos(W_NS), SoftwareSpan::Full).unwrap();
             let f = chosen.outcome.fit.unwrap();
-            let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
+            let fitted = f.offset_at_f64(LocalNs(f.epoch_ns));
             // What the fastest probes see: half the detour of the path
             // they took, which no endpoint can see.
             let seen = 1_000.0 + before.min(after) as f64 / 2.0;
-            let error = base as f64 + frac - seen;
+            let error = fitted - seen;
             eprintln!(
                 "{before} -> {after}: {} windows, error {error:.0} ns",
                 chosen.windows
@@ -1015,8 +1015,8 @@ mod tests {
         let chosen = h.fit(&cfg(), Nanos(SECOND_NS), SoftwareSpan::Full).unwrap();
         assert_eq!(chosen.windows, 2, "faster: kept");
         let f = chosen.outcome.fit.unwrap();
-        let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
-        let error = base as f64 + frac - 1_000.0;
+        let fitted = f.offset_at_f64(LocalNs(f.epoch_ns));
+        let error = fitted - 1_000.0;
         assert!(error.abs() < 20.0, "{error} ns");
     }
 
@@ -1035,8 +1035,8 @@ mod tests {
         }
         let chosen = h.fit(&cfg(), Nanos(W_NS), SoftwareSpan::Full).unwrap();
         let f = chosen.outcome.fit.unwrap();
-        let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
-        let error = base as f64 + frac - 1_000.0;
+        let fitted = f.offset_at_f64(LocalNs(f.epoch_ns));
+        let error = fitted - 1_000.0;
         assert_eq!(chosen.windows, span);
         assert!(error.abs() < 20.0, "{error} ns");
     }
@@ -1115,8 +1115,8 @@ mod tests {
             let chosen = h.fit(&cfg(), Nanos(SHORT_NS), SoftwareSpan::Full).unwrap();
             assert_eq!(chosen.windows, MAX_WINDOWS, "window {w}");
             let f = chosen.outcome.fit.unwrap();
-            let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
-            assert!((base as f64 + frac - 1_000.0).abs() < 100.0, "window {w}");
+            let fitted = f.offset_at_f64(LocalNs(f.epoch_ns));
+            assert!((fitted - 1_000.0).abs() < 100.0, "window {w}");
         }
     }
 
@@ -1228,8 +1228,8 @@ mod tests {
             "the windows before the silence"
         );
         let f = after.outcome.fit.unwrap();
-        let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
-        assert!((base as f64 + frac - 1_000.0).abs() <= f.bound_ns);
+        let fitted = f.offset_at_f64(LocalNs(f.epoch_ns));
+        assert!((fitted - 1_000.0).abs() <= f.bound_ns);
     }
 
     /// After a long silence, a window with a few probes is fitted alone (a
@@ -1414,8 +1414,8 @@ mod tests {
                 fit.windows
             );
             let f = fit.outcome.fit.unwrap();
-            let (base, frac) = f.offset_at(LocalNs(f.epoch_ns));
-            let error = base as f64 + frac - 1_000.0;
+            let fitted = f.offset_at_f64(LocalNs(f.epoch_ns));
+            let error = fitted - 1_000.0;
             assert!(error.abs() < 500.0, "window {w}: {error} ns off");
         }
     }
