@@ -784,9 +784,8 @@ impl<'a> Sim<'a> {
         if let Some(old) = aged.filter(|old| self.is_scored(old)) {
             let (err, bound) = self.error_at(i, &old, self.local_now(i));
             self.scores.aged_errors.push(err.abs());
-            let floor = self.wander_floor_at(i, &old, self.local_now(i));
+            let (floor, true_rate) = self.aged_at_true_rate(i, &old, self.local_now(i));
             self.scores.aged_floor_errors.push(floor.abs());
-            let true_rate = self.true_rate_error_at(i, &old, self.local_now(i));
             self.scores.aged_true_rate_errors.push(true_rate.abs());
             self.scores.aged_covered += usize::from(err.abs() <= bound);
         }
@@ -880,24 +879,17 @@ impl<'a> Sim<'a> {
         (truth, timeline_rate / node_rate - 1.0)
     }
 
-    /// How far the truth at local time `at` sits from the truth at `r`'s
-    /// anchor extrapolated at its true rate there.
-    fn wander_floor_at(&self, i: usize, r: &NodeResult, at: i64) -> f64 {
+    /// At local time `at`, with the true rate at `r`'s anchor: how far the
+    /// truth sits from the truth at the anchor extrapolated at that rate
+    /// (the wander floor), and the error of `r`'s offset at its anchor
+    /// extrapolated at that rate instead of `r`'s drift.
+    fn aged_at_true_rate(&self, i: usize, r: &NodeResult, at: i64) -> (f64, f64) {
         let anchor = (r.anchor.0 - READING_BASE_NS) as f64;
         let at = (at - READING_BASE_NS) as f64;
         let (at_anchor, rate) = self.truth_and_rate_at(i, r, anchor);
         let (now, _) = self.truth_and_rate_at(i, r, at);
-        now - (at_anchor + rate * (at - anchor))
-    }
-
-    /// The error at local time `at` of `r`'s offset at its anchor
-    /// extrapolated at the true rate there instead of `r`'s drift.
-    fn true_rate_error_at(&self, i: usize, r: &NodeResult, at: i64) -> f64 {
-        let anchor = (r.anchor.0 - READING_BASE_NS) as f64;
-        let at = (at - READING_BASE_NS) as f64;
-        let (_, rate) = self.truth_and_rate_at(i, r, anchor);
-        let (now, _) = self.truth_and_rate_at(i, r, at);
-        r.offset.as_f64() + rate * (at - anchor) - now
+        let moved = rate * (at - anchor);
+        (now - (at_anchor + moved), r.offset.as_f64() + moved - now)
     }
 
     /// Error and bound of result `r` (global − local) used at local time `at`.
