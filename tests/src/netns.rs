@@ -121,7 +121,7 @@ impl Testbed {
         ipn(&sw, &["link", "set", "br0", "up"])?;
         disable_bridge_netfilter(&sw);
         for (i, host) in bed.hosts.iter().enumerate() {
-            let port = format!("p{i}");
+            let port = switch_port_name(i);
             ip(&[
                 "link",
                 "add",
@@ -157,6 +157,12 @@ impl Testbed {
             addr: SWITCH_ADDR,
             iface: "br0",
         })
+    }
+
+    /// The switch namespace's port (interface) that host `i` hangs on
+    /// (only for [`Testbed::switched`]).
+    pub fn switch_port(&self, i: usize) -> Option<String> {
+        (self.switch.is_some() && i < self.hosts.len()).then(|| switch_port_name(i))
     }
 
     /// Creates `n` empty host namespaces; dropped (deleted) on error.
@@ -215,6 +221,10 @@ impl Drop for Testbed {
             let _ = ip(&["netns", "del", &ns]);
         }
     }
+}
+
+fn switch_port_name(host: usize) -> String {
+    format!("p{host}")
 }
 
 /// A switch forwards frames; with br_netfilter loaded the kernel would also

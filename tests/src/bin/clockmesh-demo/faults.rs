@@ -134,8 +134,9 @@ pub struct FaultsArgs {
     #[arg(long)]
     json: bool,
     /// Pass bridged IPv4 through netfilter in the switch namespace
-    /// (`bridge-nf-call-iptables=1`), for every tool: without it ptp4l
-    /// cannot run on this bridge (see `ptp.rs`, "The bridge").
+    /// (`bridge-nf-call-iptables=1`), for every tool, ptp4l's datagrams
+    /// too. Without it ptp4l's go around the bridge as socketless clones,
+    /// the others' through it (see `ptp.rs`, "The bridge").
     #[arg(long)]
     ptp_bridge_netfilter: bool,
     /// Also write every sample (both tools, hosts 1 and 2) to this file,
@@ -849,6 +850,8 @@ fn one_backend(
     if args.ptp_bridge_netfilter {
         let sw = cluster.bed.switch_host().context("no switch namespace")?;
         ptp::bridge_netfilter_on(&sw)?;
+    } else {
+        ptp::ptp_around_the_bridge(&cluster.bed)?;
     }
     let dir = cluster.dir.join("chrony");
     std::fs::create_dir_all(&dir)?;
@@ -1799,9 +1802,9 @@ fn print_tables(runs: &[BackendRun]) {
         print_recovery_tally(&r.recovery);
         if r.rows.iter().all(|row| row.ptp4l.answered == 0) {
             println!(
-                "ptp4l answered at no instant (its port states are in the table): on this \
-                 bridge its port faults unless --ptp-bridge-netfilter passes bridged traffic \
-                 through netfilter (docs/agent-tradeoff.md, \"ptp4l through the faults\")"
+                "ptp4l answered at no instant (its port states are in the table, its logs \
+                 host<i>.log in the run's ptp directory; docs/agent-tradeoff.md, \"ptp4l \
+                 through the faults\")"
             );
         }
         let n = &r.notes;

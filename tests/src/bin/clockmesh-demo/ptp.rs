@@ -19,17 +19,20 @@
 //!
 //! The bridge: bench-faults' hosts meet on a Linux bridge of veths whose
 //! switch namespace passes frames without netfilter (the testbed turns
-//! `bridge-nf-call-iptables` off: it adds microseconds of jitter). There
-//! every event message ptp4l sends leaves a second software TX timestamp
-//! on its socket's error queue (most likely the datagram keeps its sending
-//! socket across the bridge and the switch port's veth stamps it again)
-//! (strace: one `recvmsg(MSG_ERRQUEUE)` read, `poll` still `POLLERR`),
-//! which ptp4l 3.1.1 takes for a socket fault ("unexpected socket error",
-//! port FAULTY) within ~30 ms of following or serving a master. With
-//! netfilter on in the switch namespace it does not happen and ptp4l
-//! runs; `--ptp-bridge-netfilter` does
-//! that, for every tool alike. On bench-chrony's one veth pair (no
-//! bridge) it runs as is.
+//! `bridge-nf-call-iptables` off: it adds microseconds of jitter). A
+//! bridged datagram keeps its sending socket (nothing on the way orphans
+//! it: a veth crossing namespaces no longer does, and the bridge is no IP
+//! hop), so the switch port's veth stamps it a second time, and every
+//! event message ptp4l sends leaves a second software TX timestamp on its
+//! socket's error queue (strace: one `recvmsg(MSG_ERRQUEUE)` read, `poll`
+//! still `POLLERR`), which ptp4l 3.1.1 takes for a socket fault
+//! ("unexpected socket error", port FAULTY) within ~30 ms of following or
+//! serving a master. [`ptp_around_the_bridge`] sends ptp4l's datagrams
+//! through the switch as clones, which carry no socket, and only those;
+//! `--ptp-bridge-netfilter` (netfilter on in the switch namespace, whose
+//! IP hooks orphan every bridged datagram) was the earlier way, for every
+//! tool alike. On bench-chrony's one veth pair (no bridge) ptp4l runs as
+//! is.
 //!
 //! The estimate at an instant is the latest `master offset` line before it,
 //! while the port is a slave (`UNCALIBRATED`: a free-running servo never
@@ -49,7 +52,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use clockmesh_testbed::netns::Host;
+use clockmesh_testbed::netns::{Host, Testbed};
 
 /// PTP's UDP ports (event and general messages), for the loss rules.
 pub(crate) const PTP_PORTS: [u16; 2] = [319, 320];
@@ -470,6 +473,75 @@ pub(crate) fn cpu_seconds(ptp: &[Ptp4l]) -> f64 {
         .sum()
 }
 
+/// Where the switch namespace puts the PTP frames it takes off the bridge
+/// (a veth pair of its own, up, with no address: frames for other MACs
+/// end there).
+const PTP_SINK: [&str; 2] = ["ptpsink0", "ptpsink1"];
+
+/// PTP datagrams around the bridge, each as a copy without its sending
+/// socket (see "The bridge" above), so that the switch port's veth does
+/// not stamp it a second time: at each port's ingress, a UDP datagram to
+/// a PTP port and to another host's MAC is mirrored (a clone, which has
+/// no socket) straight out of that host's port, and the original is
+/// redirected into [`PTP_SINK`]. Only ptp4l's frames take this path;
+/// frames to the switch's own MAC (the asymmetric route's IP hop, which
+/// orphans them anyway) and every other tool's pass the bridge as before,
+/// and the hosts' loss rules and a link down act on them as on the rest.
+/// `tc` u32 and mirred: this kernel has no flower, matchall or gact.
+pub(crate) fn ptp_around_the_bridge(bed: &Testbed) -> anyhow::Result<()> {
+    let sw = bed.switch_host().context("no switch namespace")?;
+    let in_switch = |args: &[&str]| -> anyhow::Result<String> {
+        let mut argv = vec!["ip", "netns", "exec", sw.netns.as_str()];
+        argv.extend_from_slice(args);
+        clockmesh_testbed::sh(&argv)
+    };
+    let sink = format!(
+        "link add {} type veth peer name {}",
+        PTP_SINK[0], PTP_SINK[1]
+    );
+    in_switch(&words("ip", &sink))?;
+    for sink in PTP_SINK {
+        in_switch(&["ip", "link", "set", sink, "up"])?;
+    }
+    let ports: Vec<(String, String)> = (0..bed.hosts().len())
+        .map(|i| {
+            let port = bed.switch_port(i).context("no switch port")?;
+            Ok((port, host_mac(bed.host(i))?))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    for (from, _) in &ports {
+        in_switch(&["tc", "qdisc", "add", "dev", from, "clsact"])?;
+        for (to, mac) in ports.iter().filter(|(to, _)| to != from) {
+            for port in PTP_PORTS {
+                let filter = format!(
+                    "filter add dev {from} ingress protocol ip u32 \
+                     match ip protocol 17 0xff match ip dport {port} 0xffff match ether dst {mac} \
+                     action mirred egress mirror dev {to} pipe \
+                     action mirred ingress redirect dev {sink}",
+                    sink = PTP_SINK[0],
+                );
+                in_switch(&words("tc", &filter))
+                    .context("steering PTP around the bridge (tc u32, mirred)")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `program` and the words of `args`.
+fn words<'a>(program: &'a str, args: &'a str) -> Vec<&'a str> {
+    std::iter::once(program)
+        .chain(args.split_whitespace())
+        .collect()
+}
+
+/// The MAC address of `host`'s interface.
+fn host_mac(host: &Host) -> anyhow::Result<String> {
+    let path = format!("/sys/class/net/{}/address", host.iface);
+    let mac = clockmesh_testbed::sh(&["ip", "netns", "exec", &host.netns, "cat", &path])?;
+    Ok(mac.trim().to_string())
+}
+
 /// Bridged IPv4 through netfilter in the switch namespace (see "The
 /// bridge" above); every tool's datagrams take that path.
 pub(crate) fn bridge_netfilter_on(switch: &Host) -> anyhow::Result<()> {
@@ -555,6 +627,42 @@ fn realtime_minus_monotonic_ns() -> i128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ptp4l on two hosts of the test bridge, netfilter off as bench-faults
+    /// runs it: with its datagrams around the bridge the client follows
+    /// the master and reports offsets, and neither port reports the socket
+    /// error a second TX timestamp causes (without the steering, no offset
+    /// at all: docs/agent-tradeoff.md, "ptp4l through the faults").
+    #[test]
+    fn ptp4l_follows_its_master_across_the_test_bridge() {
+        if !clockmesh_testbed::root_or_skip("ptp4l_follows_its_master_across_the_test_bridge") {
+            return;
+        }
+        let bed = Testbed::switched(2).expect("testbed");
+        ptp_around_the_bridge(&bed).expect("steering");
+        let dir = std::env::temp_dir().join(format!("clockmesh-ptp-bridge-{}", std::process::id()));
+        let pair = start_pair(bed.host(0), bed.host(1), &dir).expect("ptp4l");
+        let client = pair[1].reader();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut reading = client.reading();
+        while !matches!(reading, PtpReading::Offset { .. }) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(200));
+            reading = client.reading();
+        }
+        drop(pair);
+        let logs = ["master", "client"].map(|name| {
+            std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default()
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            matches!(reading, PtpReading::Offset { .. }),
+            "no offset in 20 s: {reading:?}\n{}",
+            logs.join("\n")
+        );
+        for log in logs {
+            assert!(!log.contains("socket error"), "{log}");
+        }
+    }
 
     #[test]
     fn offset_lines_give_slave_minus_master_delay_and_stamp() {
