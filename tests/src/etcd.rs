@@ -4,6 +4,7 @@
 use crate::netns::Host;
 
 use std::{
+    io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
     path::PathBuf,
     process::{Child, Command, Stdio},
@@ -28,6 +29,12 @@ fn data_dir(ip: &str, client: u16) -> PathBuf {
     ))
 }
 
+/// Fresh loopback ports [`EtcdServer::start_with`] tries.
+const START_ATTEMPTS: usize = 4;
+
+/// What a healthy etcd's `/health` answer holds.
+const HEALTHY: &str = "\"health\":\"true\"";
+
 fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -41,14 +48,26 @@ impl EtcdServer {
     /// [`EtcdServer::start`] with extra command-line flags (e.g.
     /// `--quota-backend-bytes`, `--auto-compaction-retention`), for
     /// benches that measure etcd itself.
+    /// The ports are picked free and released until etcd binds them, so
+    /// a test starting its own etcd at the same moment can take one first
+    /// (one etcd exits, or the other's listener answers the probe): it
+    /// starts again on fresh ports, up to [`START_ATTEMPTS`] times.
     pub fn start_with(extra: &[String]) -> anyhow::Result<Self> {
-        let (client, peer) = (free_port()?, free_port()?);
-        let _ = std::fs::remove_dir_all(data_dir("127.0.0.1", client));
-        let mut cmd = Command::new("etcd");
-        cmd.args(extra);
-        let mut server = Self::launch(cmd, None, "127.0.0.1", client, peer)?;
-        server.again = Some((extra.to_vec(), client, peer));
-        Ok(server)
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let (client, peer) = (free_port()?, free_port()?);
+            let _ = std::fs::remove_dir_all(data_dir("127.0.0.1", client));
+            let mut cmd = Command::new("etcd");
+            cmd.args(extra);
+            match Self::launch(cmd, None, "127.0.0.1", client, peer) {
+                Ok(mut server) => {
+                    server.again = Some((extra.to_vec(), client, peer));
+                    return Ok(server);
+                }
+                Err(e) => failures.push(format!("ports {client}/{peer}: {e:#}")),
+            }
+        }
+        anyhow::bail!("etcd did not start: {}", failures.join("; "))
     }
 
     /// Kills etcd (SIGKILL, as a crashed or rescheduled member) and starts
@@ -120,7 +139,7 @@ impl EtcdServer {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| anyhow::anyhow!("starting etcd (Debian package etcd-server): {e}"))?;
-        let server = EtcdServer {
+        let mut server = EtcdServer {
             child,
             dir,
             netns,
@@ -133,29 +152,47 @@ impl EtcdServer {
 }
 
 impl EtcdServer {
-    /// Waits (up to 20 s) until etcd accepts TCP connections; probes from
-    /// the namespace of its host when it runs in one.
-    fn wait_ready(&self) -> anyhow::Result<()> {
+    /// Waits (up to 20 s) until this etcd says it is healthy on its client
+    /// URL (`GET /health`: it has a leader and serves); asks from the
+    /// namespace of its host when it runs in one. An open port is not
+    /// enough: it can be another etcd's (see [`EtcdServer::start_with`]).
+    /// Fails at once if etcd exits.
+    fn wait_ready(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let ok = if let Some(ns) = &self.netns {
-                // A connect from inside the namespace (bash's /dev/tcp).
-                let (ip, port) = self.endpoint.split_once(':').unwrap_or(("", ""));
-                Command::new("ip")
-                    .args(["netns", "exec", ns, "bash", "-c"])
-                    .arg(format!("exec 3<>/dev/tcp/{ip}/{port}"))
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success())
-            } else {
-                TcpStream::connect(&self.endpoint).is_ok()
-            };
-            if ok {
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::bail!("etcd exited ({status}) before it was healthy");
+            }
+            if self.health().is_some_and(|h| h.contains(HEALTHY)) {
                 return Ok(());
             }
-            anyhow::ensure!(Instant::now() < deadline, "etcd did not start within 20 s");
+            anyhow::ensure!(Instant::now() < deadline, "etcd not healthy within 20 s");
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// etcd's answer to `GET /health` on its client URL, if any.
+    fn health(&self) -> Option<String> {
+        let request = "GET /health HTTP/1.0\r\n\r\n";
+        if let Some(ns) = &self.netns {
+            // From inside the namespace (bash's /dev/tcp).
+            let (ip, port) = self.endpoint.split_once(':')?;
+            let script = format!(
+                "exec 3<>/dev/tcp/{ip}/{port} && printf '{request}' >&3 && timeout 1 cat <&3"
+            );
+            let out = Command::new("ip")
+                .args(["netns", "exec", ns, "bash", "-c", &script])
+                .stderr(Stdio::null())
+                .output()
+                .ok()?;
+            return Some(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        let mut stream = TcpStream::connect(&self.endpoint).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).ok()?;
+        Some(answer)
     }
 }
 
