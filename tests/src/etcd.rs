@@ -48,6 +48,7 @@ impl EtcdServer {
     /// [`EtcdServer::start`] with extra command-line flags (e.g.
     /// `--quota-backend-bytes`, `--auto-compaction-retention`), for
     /// benches that measure etcd itself.
+    ///
     /// The ports are picked free and released until etcd binds them, so
     /// a test starting its own etcd at the same moment can take one first
     /// (one etcd exits, or the other's listener answers the probe): it

@@ -39,3 +39,10 @@ pub fn sh(argv: &[&str]) -> anyhow::Result<String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
+
+/// [`sh`] inside network namespace `netns` (`ip netns exec`).
+pub fn sh_in(netns: &str, argv: &[&str]) -> anyhow::Result<String> {
+    let mut full = vec!["ip", "netns", "exec", netns];
+    full.extend_from_slice(argv);
+    sh(&full)
+}

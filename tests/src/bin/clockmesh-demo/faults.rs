@@ -95,7 +95,7 @@ use clockmesh_testbed::{
     cluster::{Backend, Cluster, ClusterConfig, HandOver, PROBE_PORT, carried_offset_at, quantile},
     firewall::{Hooks, Loss, LossSpec},
     netns::{HOST_IFACE, Host, SWITCH_ADDR},
-    sh,
+    sh, sh_in,
 };
 use nix::sys::signal::Signal;
 use serde::Serialize;
@@ -1212,16 +1212,8 @@ impl Asymmetric {
             ),
         ];
         for (ns, key, value) in settings {
-            let before = sh(&["ip", "netns", "exec", ns, "sysctl", "-n", key])?;
-            sh(&[
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "sysctl",
-                "-qw",
-                &format!("{key}={value}"),
-            ])?;
+            let before = sh_in(ns, &["sysctl", "-n", key])?;
+            sh_in(ns, &["sysctl", "-qw", &format!("{key}={value}")])?;
             fault
                 .saved
                 .push((ns.clone(), key.to_string(), before.trim().to_string()));
@@ -1259,15 +1251,7 @@ impl Asymmetric {
     fn restore(&mut self) -> anyhow::Result<()> {
         let mut result = sh(&["ip", "-n", &self.host, "route", "del", &self.route]).map(drop);
         for (ns, key, value) in self.saved.drain(..).rev() {
-            let r = sh(&[
-                "ip",
-                "netns",
-                "exec",
-                &ns,
-                "sysctl",
-                "-qw",
-                &format!("{key}={value}"),
-            ]);
+            let r = sh_in(&ns, &["sysctl", "-qw", &format!("{key}={value}")]);
             result = result.and(r.map(drop));
         }
         result
@@ -1284,7 +1268,7 @@ impl Drop for Asymmetric {
 
 /// IP datagrams the namespace has forwarded so far (`Ip: ForwDatagrams`).
 fn forwarded(host: &Host) -> Option<u64> {
-    let snmp = sh(&["ip", "netns", "exec", &host.netns, "cat", "/proc/net/snmp"]).ok()?;
+    let snmp = sh_in(&host.netns, &["cat", "/proc/net/snmp"]).ok()?;
     let mut ip = snmp.lines().filter(|l| l.starts_with("Ip:"));
     let (names, values) = (ip.next()?, ip.next()?);
     let i = names

@@ -52,7 +52,10 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use clockmesh_testbed::netns::{Host, Testbed};
+use clockmesh_testbed::{
+    netns::{Host, Testbed},
+    sh_in,
+};
 
 /// PTP's UDP ports (event and general messages), for the loss rules.
 pub(crate) const PTP_PORTS: [u16; 2] = [319, 320];
@@ -490,11 +493,7 @@ const PTP_SINK: [&str; 2] = ["ptpsink0", "ptpsink1"];
 /// `tc` u32 and mirred: this kernel has no flower, matchall or gact.
 pub(crate) fn ptp_around_the_bridge(bed: &Testbed) -> anyhow::Result<()> {
     let sw = bed.switch_host().context("no switch namespace")?;
-    let in_switch = |args: &[&str]| -> anyhow::Result<String> {
-        let mut argv = vec!["ip", "netns", "exec", sw.netns.as_str()];
-        argv.extend_from_slice(args);
-        clockmesh_testbed::sh(&argv)
-    };
+    let in_switch = |argv: &[&str]| sh_in(&sw.netns, argv);
     let sink = format!(
         "link add {} type veth peer name {}",
         PTP_SINK[0], PTP_SINK[1]
@@ -538,23 +537,16 @@ fn words<'a>(program: &'a str, args: &'a str) -> Vec<&'a str> {
 /// The MAC address of `host`'s interface.
 fn host_mac(host: &Host) -> anyhow::Result<String> {
     let path = format!("/sys/class/net/{}/address", host.iface);
-    let mac = clockmesh_testbed::sh(&["ip", "netns", "exec", &host.netns, "cat", &path])?;
+    let mac = sh_in(&host.netns, &["cat", &path])?;
     Ok(mac.trim().to_string())
 }
 
 /// Bridged IPv4 through netfilter in the switch namespace (see "The
 /// bridge" above); every tool's datagrams take that path.
 pub(crate) fn bridge_netfilter_on(switch: &Host) -> anyhow::Result<()> {
-    clockmesh_testbed::sh(&[
-        "ip",
-        "netns",
-        "exec",
-        &switch.netns,
-        "sysctl",
-        "-qw",
-        "net.bridge.bridge-nf-call-iptables=1",
-    ])
-    .context("turning bridge-nf-call-iptables on in the switch namespace")?;
+    let on = "net.bridge.bridge-nf-call-iptables=1";
+    sh_in(&switch.netns, &["sysctl", "-qw", on])
+        .context("turning bridge-nf-call-iptables on in the switch namespace")?;
     Ok(())
 }
 
